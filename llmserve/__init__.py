@@ -1,0 +1,1 @@
+"""The llmserve command line."""

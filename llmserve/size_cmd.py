@@ -1,0 +1,175 @@
+"""Size a replica and plan replicas across zones (N+1): the reference table, the binding
+constraint and the plan. `--stack NAME` takes the workload from stacks/Pulumi.NAME.yaml; any
+option given as well overrides it."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from sizing.catalog import PRECISIONS, CatalogError, load_catalog
+from sizing.model import SizingError, Workload
+from sizing.planner import PlanRequest, Pool, plan
+from sizing.profiles import load_profiles
+from sizing.report import plan_to_dict, table_rows
+
+from .errors import fail
+
+DEFAULT_REGION = "us-east-1"
+
+
+def size(
+    model: Optional[str] = typer.Option(None, help="Model key, e.g. llama-3-70b."),
+    gpu: Optional[str] = typer.Option(None, help="GPU key (h100-sxm, h200, b200, a100-40gb, l40s); picks its node type."),
+    instance: Optional[str] = typer.Option(None, help="Instance type, e.g. p5.48xlarge (overrides --gpu)."),
+    weights: Optional[str] = typer.Option(None, help="Weight precision: fp8, bf16 (fp16 = bf16-sized)."),
+    kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype", help="KV-cache precision: fp8, bf16."),
+    tp: Optional[int] = typer.Option(None, help="Tensor-parallel degree (default: the planner picks)."),
+    qps: Optional[float] = typer.Option(None, help="Open-loop load, requests per second."),
+    concurrency: Optional[int] = typer.Option(None, help="Closed-loop load: concurrent clients."),
+    input_tokens: Optional[int] = typer.Option(None, "--input-tokens", help="Prompt tokens per request."),
+    output_tokens: Optional[int] = typer.Option(None, "--output-tokens", help="Output tokens per request."),
+    ttft_slo: Optional[float] = typer.Option(None, "--ttft-slo", help="TTFT SLO in seconds (mean)."),
+    tpot_slo: Optional[float] = typer.Option(None, "--tpot-slo", help="TPOT SLO in seconds (mean)."),
+    profile: Optional[str] = typer.Option(None, help="Efficiency profile: reference or calibrated."),
+    gpu_hour_price: Optional[float] = typer.Option(None, "--gpu-hour-price", help="$ per GPU-hour (default: instance price / GPUs)."),
+    zones: Optional[str] = typer.Option(None, help="Zones: a count (2) or names (us-east-1a,us-east-1b); one node each."),
+    nodes_per_zone: Optional[int] = typer.Option(None, "--nodes-per-zone", help="Nodes per zone with --zones."),
+    stack: Optional[str] = typer.Option(None, help="Take the workload, model and pools from stacks/Pulumi.STACK.yaml."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    plot: Optional[Path] = typer.Option(None, help="Write a PNG: TTFT and TPOT against QPS."),
+    sweep: bool = typer.Option(False, help="Rank every feasible (instance, TP, weights) by cost per 1M output tokens."),
+) -> None:
+    base = _base_request(stack)
+    w0 = base.workload
+    if qps is not None and concurrency is not None:
+        fail("--qps and --concurrency: give one (open loop) or the other (closed loop), not both")
+    for name, value in (("--qps", qps), ("--concurrency", concurrency), ("--input-tokens", input_tokens),
+                        ("--output-tokens", output_tokens), ("--ttft-slo", ttft_slo), ("--tpot-slo", tpot_slo),
+                        ("--gpu-hour-price", gpu_hour_price), ("--tp", tp), ("--nodes-per-zone", nodes_per_zone)):
+        if value is not None and value <= 0:
+            fail(f"{name}: must be greater than 0 (got {value:g})")
+    catalog = load_catalog()
+    try:
+        if model is not None:
+            catalog.model(model)
+        if instance is not None:
+            catalog.instance(instance)
+        if gpu is not None:
+            catalog.gpu(gpu)
+        if profile is not None and profile not in load_profiles():
+            raise CatalogError(f"unknown profile '{profile}'; choose one of: {', '.join(load_profiles())}")
+    except CatalogError as exc:
+        option = ("--model" if model is not None and model not in catalog.models else
+                  "--instance" if instance is not None and instance not in catalog.instances else
+                  "--gpu" if gpu is not None and gpu not in catalog.gpus else "--profile")
+        fail(f"{option}: {exc}")
+    for option, value in (("--weights", weights), ("--kv-dtype", kv_dtype)):
+        if value is not None and value not in PRECISIONS:
+            fail(f"{option}: unknown precision '{value}'; choose one of: {', '.join(PRECISIONS)}")
+
+    load_given = qps is not None or concurrency is not None
+    workload = Workload(
+        input_tokens=input_tokens or w0.input_tokens,
+        output_tokens=output_tokens or w0.output_tokens,
+        ttft_slo_s=ttft_slo or w0.ttft_slo_s,
+        tpot_slo_s=tpot_slo or w0.tpot_slo_s,
+        qps=qps if load_given else w0.qps,
+        concurrency=concurrency if load_given else w0.concurrency,
+    )
+    instance_type = instance or (catalog.node_for_gpu(gpu).id if gpu else None)
+    pools = _pools(base.pools, zones, nodes_per_zone, instance_type)
+    req = PlanRequest(
+        workload=workload, model=model or base.model, weights=weights or base.weights,
+        kv_dtype=kv_dtype or base.kv_dtype, pools=pools, tp=tp if tp is not None else base.tp,
+        replicas=base.replicas, profile=profile or base.profile,
+        gpu_hour_price=gpu_hour_price if gpu_hour_price is not None else base.gpu_hour_price,
+        instance_price=base.instance_price,
+    )
+    if sweep:
+        from .sweep_view import show_sweep
+        show_sweep(req, as_json)
+        return
+    try:
+        result = plan(req)
+    except SizingError as exc:
+        fail(f"{_option_for(str(exc), tp is not None)}{exc}")
+    data = plan_to_dict(result)
+    if plot is not None:
+        from .plots import plot_latency_vs_qps
+        plot_latency_vs_qps(result, plot)
+    if as_json:
+        print(json.dumps(data, indent=2))
+    else:
+        _print_report(data, plot)
+
+
+def _option_for(message: str, tp_given: bool) -> str:
+    if "tensor parallel" in message and tp_given:
+        return "--tp: "
+    if "weights of" in message:
+        return "--weights: "
+    if "SLO" in message:
+        return "SLOs: "
+    return ""
+
+
+def _base_request(stack: str | None) -> PlanRequest:
+    if stack is None:
+        return PlanRequest(workload=Workload())
+    from settings import SettingsError, load_stack
+    try:
+        return load_stack(stack).plan_request()
+    except SettingsError as exc:
+        fail(f"--stack {stack}: " + "; ".join(exc.problems))
+
+
+def _pools(base: tuple[Pool, ...], zones: str | None, nodes: int | None, instance_type: str | None) -> tuple[Pool, ...]:
+    if zones is None and nodes is None and instance_type is None:
+        return base
+    itype = instance_type or base[0].instance_type
+    if zones is None:
+        names = list(dict.fromkeys(p.zone for p in base))
+    elif zones.isdigit():
+        count = int(zones)
+        if not 1 <= count <= 6:
+            fail(f"--zones: give 1 to 6 zones (got {count})")
+        names = [f"{DEFAULT_REGION}{chr(ord('a') + i)}" for i in range(count)]
+    else:
+        names = [z.strip() for z in zones.split(",") if z.strip()]
+        if len(set(names)) != len(names):
+            fail(f"--zones: a zone is listed twice in '{zones}'")
+    if nodes is None:
+        per_zone = {z: sum(p.nodes for p in base if p.zone == z) or 1 for z in names}
+    else:
+        per_zone = {z: nodes for z in names}
+    return tuple(Pool(z, itype, per_zone[z]) for z in names)
+
+
+def _print_report(d: dict, plot: Path | None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=110)
+    w = d["workload"]
+    load = f"{w['qps']:g} QPS" if w["qps"] is not None else f"{w['concurrency']} concurrent clients"
+    title = (f"{d['model']} {d['weights']} (KV {d['kv_dtype']}) on {d['instance_type']}, TP={d['tp']}: "
+             f"{load}, {w['input_tokens']:,} in / {w['output_tokens']:,} out, "
+             f"TTFT < {w['ttft_slo_s']:g} s, TPOT <= {w['tpot_slo_s'] * 1e3:g} ms [profile {d['profile']}]")
+    table = Table(title=title, title_justify="left")
+    table.add_column("figure")
+    table.add_column("ideal", justify="right")
+    table.add_column("real", justify="right")
+    for row in table_rows(d):
+        table.add_row(*row)
+    console.print(table)
+    console.print(f"Binding constraint: {d['binding_constraint']}.")
+    nodes = ", ".join(f"{n['pool']}/node-{n['node']}: {n['replicas']} replica(s), {n['gpus_idle']} GPUs idle"
+                      for n in d["nodes"])
+    console.print(f"Plan: {d['replicas']} x TP={d['tp']} replicas {d['replicas_by_zone']}; {nodes}.")
+    for note in d["notes"]:
+        console.print(f"Note: {note}.")
+    if plot is not None:
+        console.print(f"Plot written to {plot}.")

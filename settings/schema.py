@@ -1,0 +1,192 @@
+"""Stack settings: the `llm-serving:` keys of `stacks/Pulumi.<stack>.yaml`, validated once.
+
+Keys are camelCase as in the YAML. Every error names the key and the fix (see `errors.py`).
+Secrets (`hubToken`, `apiKeys`, `grafanaAdminPassword`) never live here: the program reads them
+with `Config.require_secret`, so they stay Pulumi secrets end to end.
+"""
+from __future__ import annotations
+
+import ipaddress
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from sizing.catalog import CatalogError, load_catalog
+from sizing.model import Workload
+from sizing.planner import PlanRequest, Pool
+from sizing.profiles import load_profiles
+
+NAMESPACE = "llm-serving"
+SECRET_KEYS = ("hubToken", "apiKeys", "grafanaAdminPassword")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class WorkloadSettings(_Strict):
+    qps: float | None = Field(None, gt=0)
+    concurrency: int | None = Field(None, gt=0)
+    inputTokens: int = Field(1000, gt=0, le=1_000_000)
+    outputTokens: int = Field(300, gt=0, le=1_000_000)
+    ttftSeconds: float = Field(1.0, gt=0)
+    tpotSeconds: float = Field(0.040, gt=0)
+
+    @model_validator(mode="after")
+    def _one_load(self):
+        if (self.qps is None) == (self.concurrency is None):
+            raise ValueError("give exactly one of qps (open loop) or concurrency (closed loop)")
+        return self
+
+
+class ModelSettings(_Strict):
+    id: str = "llama-3-70b"
+    weights: Literal["fp8", "bf16", "fp16"] = "fp8"
+    kvCacheDtype: Literal["fp8", "bf16", "fp16"] = "bf16"
+    tensorParallel: int | None = Field(None, ge=1)
+    checkpoint: str | None = None      # overrides the catalog's prequantized checkpoint
+
+    @field_validator("id")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        load_catalog().model(v)
+        return v
+
+
+class CapacityBlock(_Strict):
+    id: str | None = None                   # an existing capacity block reservation (cr-...)
+    purchase: bool = False                  # buy one (non-refundable): needs allowPurchase too
+    allowPurchase: bool = False
+    offeringId: str | None = None
+    durationHours: int | None = Field(None, gt=0)
+
+
+class GpuPoolSettings(_Strict):
+    zone: str
+    instanceType: str = "p5.48xlarge"
+    nodes: int = Field(1, ge=1, le=64)
+    name: str | None = Field(None, pattern=r"^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$")
+    capacityReservationId: str | None = Field(None, pattern=r"^cr-[0-9a-f]{8,17}$")
+    capacityBlock: CapacityBlock | None = None
+    efa: bool = False
+
+    @field_validator("instanceType")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        load_catalog().instance(v)
+        return v
+
+
+class SizingSettings(_Strict):
+    profile: str = "reference"
+    gpuHourPrice: float | None = Field(None, gt=0)
+    instancePrice: float | None = Field(None, gt=0)
+
+    @field_validator("profile")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        if v not in load_profiles():
+            raise CatalogError(f"unknown profile '{v}'; choose one of: {', '.join(load_profiles())}")
+        return v
+
+
+class NetworkSettings(_Strict):
+    vpcCidr: str = "10.40.0.0/16"
+    natPerZone: bool | None = None          # default: per zone in prod, one NAT elsewhere
+
+    @field_validator("vpcCidr")
+    @classmethod
+    def _cidr(cls, v: str) -> str:
+        net = ipaddress.ip_network(v, strict=True)
+        if net.prefixlen > 20:
+            raise ValueError("the VPC needs at least a /20 (private subnets are /20 each... use /16 to /20)")
+        return v
+
+
+class SystemNodeSettings(_Strict):
+    instanceType: str = "m7i.2xlarge"
+    nodesPerZone: int = Field(1, ge=1, le=10)
+
+
+class GatewaySettings(_Strict):
+    hostname: str = "llm.example.com"
+    tlsSecretName: str | None = "llm-gateway-tls"
+    certManagerIssuer: str | None = None
+    inferenceExtension: bool = True
+    apiKeyNames: tuple[str, ...] = ("default",)   # one rate-limit share per key; values are secrets
+    rateLimitShare: float = Field(0.9, gt=0, le=1)  # of the capacity after a zone loss
+
+
+class ServingSettings(_Strict):
+    burstScaling: bool = False               # KEDA into the nodes' idle GPUs
+    namespace: str = "llm-serving"
+
+
+class AccuracyGateSettings(_Strict):
+    enabled: bool | None = None              # default: on in staging and prod
+    tasks: tuple[str, ...] = ("gsm8k", "mmlu_pro")
+    baseline: dict[str, float] = Field(default_factory=lambda: {"gsm8k": 0.93, "mmlu_pro": 0.69})
+    maxDrop: float = Field(0.01, gt=0, lt=1)
+
+
+class StackSettings(_Strict):
+    stack: str
+    region: str
+    environment: Literal["dev", "staging", "prod"]
+    workload: WorkloadSettings
+    model: ModelSettings = ModelSettings()
+    gpuPools: tuple[GpuPoolSettings, ...] = Field(min_length=1)
+    replicas: int | Literal["auto"] = "auto"
+    sizing: SizingSettings = SizingSettings()
+    kubernetesVersion: Literal["1.31", "1.32", "1.33", "1.34"] = "1.33"
+    apiAllowedCidrs: tuple[str, ...] = Field(min_length=1)
+    gatewayAllowedCidrs: tuple[str, ...] = ("0.0.0.0/0",)
+    tags: dict[str, str] = Field(default_factory=dict)
+    network: NetworkSettings = NetworkSettings()
+    systemNodes: SystemNodeSettings = SystemNodeSettings()
+    gateway: GatewaySettings = GatewaySettings()
+    serving: ServingSettings = ServingSettings()
+    accuracyGate: AccuracyGateSettings = AccuracyGateSettings()
+    adminRoleArns: tuple[str, ...] = ()
+
+    @field_validator("apiAllowedCidrs", "gatewayAllowedCidrs")
+    @classmethod
+    def _cidrs(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for c in v:
+            ipaddress.ip_network(c, strict=True)
+        return v
+
+    @field_validator("replicas")
+    @classmethod
+    def _replicas(cls, v):
+        if isinstance(v, int) and v < 1:
+            raise ValueError("replicas must be 'auto' or an integer >= 1")
+        return v
+
+    # -- derived ----------------------------------------------------------------------------
+    @property
+    def zones(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(p.zone for p in self.gpuPools))
+
+    @property
+    def nat_per_zone(self) -> bool:
+        return self.network.natPerZone if self.network.natPerZone is not None else self.environment == "prod"
+
+    @property
+    def accuracy_gate_enabled(self) -> bool:
+        e = self.accuracyGate.enabled
+        return e if e is not None else self.environment in ("staging", "prod")
+
+    def plan_request(self) -> PlanRequest:
+        w = self.workload
+        return PlanRequest(
+            workload=Workload(input_tokens=w.inputTokens, output_tokens=w.outputTokens,
+                              ttft_slo_s=w.ttftSeconds, tpot_slo_s=w.tpotSeconds,
+                              qps=w.qps, concurrency=w.concurrency),
+            model=self.model.id, weights=self.model.weights, kv_dtype=self.model.kvCacheDtype,
+            pools=tuple(Pool(p.zone, p.instanceType, p.nodes, p.name or "") for p in self.gpuPools),
+            tp=self.model.tensorParallel,
+            replicas=None if self.replicas == "auto" else self.replicas,
+            profile=self.sizing.profile, gpu_hour_price=self.sizing.gpuHourPrice,
+            instance_price=self.sizing.instancePrice,
+        )

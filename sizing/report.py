@@ -1,0 +1,126 @@
+"""A plan as plain data: the JSON the CLI prints and the stack exports, and the table rows.
+
+Latency, in-flight, KV and utilisation figures describe one replica at the load it carries after
+the worst failure-domain loss (the case the plan must hold).
+"""
+from __future__ import annotations
+
+import math
+
+from .planner import Plan
+
+
+def _num(x: float | None, nd: int = 4):
+    if x is None:
+        return None
+    if isinstance(x, float) and not math.isfinite(x):
+        return None     # JSON has no infinity: an unstable figure is null
+    return round(x, nd)
+
+
+def plan_to_dict(plan: Plan) -> dict:
+    req, w = plan.request, plan.request.workload
+    ideal, real = plan.ideal, plan.real
+    from .model import ReplicaModel, Shape  # local: keeps this module a thin view
+    from .catalog import load_catalog
+    from .profiles import get_profile
+    rm = ReplicaModel(Shape(load_catalog().model(req.model), plan.instance, plan.tp, req.weights, req.kv_dtype),
+                      w, get_profile(req.profile), real=False)
+    mem = rm.memory
+    kv_gb = real.kv_cache_gb
+    out = {
+        "model": req.model, "instance_type": plan.instance.id, "gpu": plan.instance.gpu.id,
+        "weights": req.weights, "kv_dtype": req.kv_dtype, "profile": req.profile, "tp": plan.tp,
+        "workload": {"qps": w.qps, "concurrency": w.concurrency, "input_tokens": w.input_tokens,
+                     "output_tokens": w.output_tokens, "ttft_slo_s": w.ttft_slo_s, "tpot_slo_s": w.tpot_slo_s},
+        "load_per_replica_qps": _num(plan.load_per_replica_qps),
+        "prefill_ms": _num(rm.prefill_s * 1e3 + rm.prefill_comm_s * 1e3),
+        "prefill_share": _num(real.prefill_share),
+        "prefill_saturation_qps": _num(1 / rm.share_per_request_s),
+        "ttft_ms": {"ideal": _num(ideal.ttft_ms), "real": _num(real.ttft_ms), "p95": _num(real.ttft_p95_ms)},
+        "tpot_ms": {"ideal": _num(ideal.tpot_ms), "real": _num(real.tpot_ms), "p95": _num(real.tpot_p95_ms)},
+        "queue_ms": _num(real.queue_ms),
+        "in_flight": {"ideal": _num(ideal.in_flight, 2), "real": _num(real.in_flight, 2)},
+        "kv_cache_gb": _num(kv_gb, 2),
+        "kv_budget_gb": _num(mem.kv_budget_gb, 2),
+        "max_seqs_kv": mem.max_seqs_kv,
+        "weights_gb": _num(mem.weights_gb, 2),
+        "weights_per_gpu_gb": _num(mem.weights_per_gpu_gb, 2),
+        "memory_used_gb": _num(mem.weights_gb + kv_gb, 2) if math.isfinite(kv_gb) else None,
+        "memory_total_gb": _num(mem.total_gb, 2),
+        "capacity_qps": {"ideal": _num(plan.capacity_per_replica_ideal.qps), "real": _num(plan.capacity_per_replica.qps)},
+        "capacity_by_constraint_qps": {k: _num(v) for k, v in plan.capacity_per_replica.by_constraint.items()},
+        "utilization": _num(plan.load_per_replica_qps / plan.capacity_per_replica.qps)
+        if plan.capacity_per_replica.qps else None,
+        "replicas": plan.replicas,
+        "replicas_by_zone": plan.replicas_by_zone,
+        "gpus": plan.gpus_used,
+        "gpus_total": plan.gpus_total,
+        "nodes": [{"pool": n.pool, "zone": n.zone, "node": n.node, "replicas": n.replicas,
+                   "gpus_used": n.gpus_used, "gpus_idle": n.gpus_idle} for n in plan.nodes],
+        "redundancy": plan.redundancy,
+        "survives_failure": plan.survives_failure,
+        "lost_domain": plan.lost_domain,
+        "total_capacity_qps": _num(plan.capacity_qps),
+        "capacity_after_zone_loss_qps": _num(plan.capacity_after_zone_loss_qps),
+        "gpu_hour_price": plan.gpu_hour_price,
+        "cost_per_hour": _num(plan.cost_per_hour, 2),
+        "cost_per_million_output_tokens": _num(plan.per_million(plan.cost_per_hour), 3),
+        "node_price_per_hour": plan.node_price,
+        "node_cost_per_hour": _num(plan.node_cost_per_hour, 2),
+        "node_cost_per_million_output_tokens": _num(plan.per_million(plan.node_cost_per_hour), 3),
+        "binding_constraint": plan.binding_constraint,
+        "fill_idle_gpus": plan.fill_idle,
+        "engine_args": plan.model_args,
+        "notes": list(plan.notes),
+    }
+    if plan.closed_loop is not None:
+        cl = plan.closed_loop
+        out["closed_loop"] = {k: _num(v) if isinstance(v, float) else v for k, v in cl.items()}
+        out["output_tokens_per_s"] = _num(cl["output_tokens_per_s"] * plan.replicas_after_loss, 1)
+        out["requests_per_s"] = _num(cl["requests_per_s"] * plan.replicas_after_loss)
+        out["max_clients_per_replica"] = plan.max_clients_per_replica
+    return out
+
+
+def table_rows(d: dict) -> list[tuple[str, str, str]]:
+    """The reference table's rows: (figure, ideal, real)."""
+    def f(x, fmt="{:.1f}"):
+        return "unstable" if x is None else fmt.format(x)
+    cost = d["cost_per_hour"]
+    rows = [
+        (f"prefill time per {d['workload']['input_tokens']:,}-token prompt", f(d["prefill_ms"], "{:.0f} ms"), ""),
+        (f"prefill share of the replica at {d['load_per_replica_qps']:.3g} QPS", "", f(100 * d["prefill_share"], "{:.0f}%")
+         if d["prefill_share"] is not None else "unstable"),
+        ("QPS at which prefill alone saturates the replica", f(d["prefill_saturation_qps"]), ""),
+        ("TTFT mean (with queueing)", f(d["ttft_ms"]["ideal"], "{:.0f} ms"), f(d["ttft_ms"]["real"], "{:.0f} ms")),
+        ("TTFT p95 (Poisson arrivals)", "", f(d["ttft_ms"]["p95"], "{:.0f} ms")),
+        ("TPOT mean", f(d["tpot_ms"]["ideal"], "{:.1f} ms"), f(d["tpot_ms"]["real"], "{:.1f} ms")),
+        ("TPOT p95 (Poisson arrivals)", "", f(d["tpot_ms"]["p95"], "{:.1f} ms")),
+        ("sequences in flight (Little's law)", f(d["in_flight"]["ideal"], "{:.0f}"), f(d["in_flight"]["real"], "{:.0f}")),
+        (f"KV cache at that point (of {d['kv_budget_gb']:.0f} GB, {d['max_seqs_kv']} sequences)", "", f(d["kv_cache_gb"], "{:.1f} GB")),
+        (f"memory used of the replica's {d['memory_total_gb']:.0f} GB (weights {d['weights_gb']:.1f} GB + KV)", "",
+         f(d["memory_used_gb"], "{:.0f} GB")),
+        (f"capacity: QPS at the SLOs (binding: {_binding_key(d)})", f(d["capacity_qps"]["ideal"]), f(d["capacity_qps"]["real"])),
+        (f"utilisation of one replica at {d['load_per_replica_qps']:.3g} QPS", "",
+         f(100 * d["utilization"], "{:.0f}%") if d["utilization"] is not None else "n/a"),
+        (f"replicas (N+1 by {d['redundancy']}), TP={d['tp']}", "", str(d["replicas"])),
+        ("capacity with all replicas / after losing " + (d["lost_domain"] or "nothing"), "",
+         f"{d['total_capacity_qps']:.1f} / {d['capacity_after_zone_loss_qps']:.1f} QPS"),
+        (f"cost at ${d['gpu_hour_price']:.2f} per GPU-hour ({d['gpus']} GPUs)" if d["gpu_hour_price"] else "cost (GPUs used)",
+         "", "n/a" if cost is None else f"${cost:,.2f}/h"),
+        ("cost per 1M output tokens (GPUs used)", "", "n/a" if d["cost_per_million_output_tokens"] is None
+         else f"${d['cost_per_million_output_tokens']:.2f}"),
+        (f"whole nodes ({len(d['nodes'])} x {d['instance_type']}) per hour / per 1M output tokens", "",
+         "n/a" if d["node_cost_per_hour"] is None else
+         f"${d['node_cost_per_hour']:,.2f}/h / ${d['node_cost_per_million_output_tokens']:.2f}"),
+    ]
+    if "requests_per_s" in d:
+        rows.append(("closed loop: requests/s, output tokens/s (after a loss)", "",
+                     f"{d['requests_per_s']:.2f} req/s, {d['output_tokens_per_s']:,.0f} tok/s"))
+    return rows
+
+
+def _binding_key(d: dict) -> str:
+    caps = d["capacity_by_constraint_qps"]
+    return min(caps, key=lambda k: caps[k] if caps[k] is not None else math.inf)

@@ -1,0 +1,97 @@
+"""Rank every feasible (instance, TP, weight precision) for a workload by cost per 1M output tokens.
+
+Each option gets the replicas N+1 across the given zones needs, placed evenly, on as many whole
+nodes per zone as those replicas take. Evaluation is closed-form (no iteration), so a sweep
+evaluates tens of thousands of configurations per second (`make bench`).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .catalog import Instance, load_catalog
+from .model import ReplicaModel, Shape, SizingError, Workload, check_shape
+from .planner import candidate_tps
+from .profiles import Profile, get_profile
+
+SWEEP_WEIGHTS = ("fp8", "bf16")
+
+
+@dataclass(frozen=True)
+class Option:
+    instance: str
+    gpu: str
+    tp: int
+    weights: str
+    kv_dtype: str
+    feasible: bool
+    reason: str = ""
+    capacity_qps: float = 0.0
+    binding: str = ""
+    replicas: int = 0
+    nodes: int = 0
+    gpus: int = 0
+    cost_per_hour: float | None = None
+    node_cost_per_hour: float | None = None
+    cost_per_million: float | None = None
+    node_cost_per_million: float | None = None
+
+
+def evaluate(model, instance: Instance, tp: int, weights: str, kv_dtype: str, workload: Workload,
+             profile: Profile, zones: int, gpu_hour_price: float | None = None) -> Option:
+    ident = dict(instance=instance.id, gpu=instance.gpu.id, tp=tp, weights=weights, kv_dtype=kv_dtype)
+    shape = Shape(model, instance, tp, weights, kv_dtype)
+    try:
+        check_shape(shape, workload, profile)
+    except SizingError as exc:
+        return Option(feasible=False, reason=str(exc), **ident)
+    rm = ReplicaModel(shape, workload, profile, real=True)
+    if workload.is_closed_loop:
+        per_replica, demand = rm.max_clients_within_slo(), workload.concurrency
+        cap = rm.capacity()
+    else:
+        cap = rm.capacity()
+        per_replica, demand = cap.qps, workload.qps
+    if per_replica <= 0:
+        return Option(feasible=False, reason="cannot meet the SLOs even unloaded", **ident)
+    survivors = math.ceil(demand / per_replica - 1e-9)
+    slots = instance.gpus // tp
+    if zones >= 2:
+        per_zone = math.ceil(survivors / (zones - 1))
+        replicas = per_zone * zones
+        nodes = zones * math.ceil(per_zone / slots)
+    else:
+        nodes = math.ceil(survivors / slots) + 1          # N+1 by node
+        replicas = math.ceil(survivors / (nodes - 1)) * nodes
+    gpus = replicas * tp
+    gpu_price = gpu_hour_price if gpu_hour_price is not None else (
+        instance.price_per_hour / instance.gpus if instance.price_per_hour else None)
+    cost = gpus * gpu_price if gpu_price is not None else None
+    node_cost = nodes * instance.price_per_hour if instance.price_per_hour else None
+    if workload.is_closed_loop:
+        rate = rm.closed_loop(math.ceil(demand / survivors))["requests_per_s"] * survivors
+    else:
+        rate = demand
+    mtok_per_hour = rate * workload.output_tokens * 3600 / 1e6
+    return Option(
+        feasible=True, capacity_qps=cap.qps, binding=cap.binding, replicas=replicas, nodes=nodes, gpus=gpus,
+        cost_per_hour=cost, node_cost_per_hour=node_cost,
+        cost_per_million=cost / mtok_per_hour if cost is not None else None,
+        node_cost_per_million=node_cost / mtok_per_hour if node_cost is not None else None, **ident)
+
+
+def sweep(workload: Workload, model_id: str, kv_dtype: str, zones: int, profile_name: str = "reference",
+          gpu_hour_price: float | None = None) -> list[Option]:
+    catalog = load_catalog()
+    model = catalog.model(model_id)
+    profile = get_profile(profile_name)
+    options = [
+        evaluate(model, inst, tp, weights, kv_dtype, workload, profile, zones, gpu_hour_price)
+        for inst in catalog.instances.values()
+        for tp in candidate_tps(model, inst)
+        for weights in SWEEP_WEIGHTS
+    ]
+    inf = math.inf
+    return sorted(options, key=lambda o: (not o.feasible,
+                                          o.node_cost_per_million if o.node_cost_per_million is not None else inf,
+                                          o.cost_per_million if o.cost_per_million is not None else inf))
