@@ -1,0 +1,260 @@
+"""Run `__main__.py` under Pulumi's mock engine and record the resource graph.
+
+This is the offline preview's engine, and the tests' (one fixture builds the program per test):
+no Pulumi CLI, no cloud. Every registration is kept with its type, name, inputs, parent,
+dependencies, property dependencies and provider. Secrets are kept wrapped and shown only as
+`[secret]` by `redacted()`.
+
+Mocks return the computed outputs real providers would (ids, names, ARNs, endpoints), or
+dependent inputs would silently vanish from later registrations.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import runpy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+PROGRAM = ROOT / "__main__.py"
+PROJECT = "llm-serving"
+SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"     # Pulumi's secret signature key
+PLACEHOLDER_PREFIX = "offline-preview-secret"
+
+
+@dataclass
+class Registration:
+    urn: str
+    type: str
+    name: str
+    id: str
+    inputs: dict
+    outputs: dict
+    parent: str
+    dependencies: list[str]
+    property_dependencies: dict[str, list[str]]
+    provider: str
+    custom: bool
+
+
+@dataclass
+class Recording:
+    stack: str
+    resources: list[Registration] = field(default_factory=list)
+    outputs: dict = field(default_factory=dict)
+    invokes: list[tuple[str, dict]] = field(default_factory=list)
+
+    def of_type(self, type_: str) -> list[Registration]:
+        return [r for r in self.resources if r.type == type_]
+
+    def by_urn(self) -> dict[str, Registration]:
+        return {r.urn: r for r in self.resources}
+
+    def named(self, name: str) -> Registration:
+        for r in self.resources:
+            if r.name == name:
+                return r
+        raise KeyError(name)
+
+
+def is_secret(value: Any) -> bool:
+    return isinstance(value, dict) and value.get(SECRET_SIG) == SECRET_SIG
+
+
+def redacted(value: Any) -> Any:
+    """A copy with every secret replaced by '[secret]'."""
+    if is_secret(value):
+        return "[secret]"
+    if isinstance(value, dict):
+        return {k: redacted(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redacted(v) for v in value]
+    return value
+
+
+def unwrap(value: Any) -> Any:
+    """A copy with secrets replaced by their plain values (tests only: never print this)."""
+    if is_secret(value):
+        return unwrap(value.get("value"))
+    if isinstance(value, dict):
+        return {k: unwrap(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [unwrap(v) for v in value]
+    return value
+
+
+# -- mocks ------------------------------------------------------------------------------------
+def _fake_arn(type_: str, name: str) -> str:
+    service = type_.split(":")[1].split("/")[0] if ":" in type_ else "mock"
+    return f"arn:aws:{service}:us-east-1:123456789012:{name}"
+
+
+def computed_outputs(type_: str, name: str, inputs: dict, region: str) -> tuple[str, dict]:
+    """The id and state a real provider would return, for the types the program uses."""
+    out = dict(inputs)
+    rid = f"{name}-id"
+    if type_.startswith("aws:"):
+        out.setdefault("arn", _fake_arn(type_, name))
+        out.setdefault("tagsAll", inputs.get("tags", {}))
+    if type_ == "aws:ec2/vpc:Vpc":
+        rid = f"vpc-{abs(hash(name)) % 10**8:08d}"
+    elif type_ == "aws:ec2/subnet:Subnet":
+        rid = f"subnet-{abs(hash(name)) % 10**8:08d}"
+    elif type_ == "aws:eks/cluster:Cluster":
+        out.update({
+            "name": inputs.get("name", name),
+            "endpoint": f"https://{name}.gr7.{region}.eks.amazonaws.com",
+            "certificateAuthority": {"data": base64.b64encode(b"mock-ca").decode()},
+            "identities": [{"oidcs": [{"issuer": f"https://oidc.eks.{region}.amazonaws.com/id/MOCK"}]}],
+            "clusterSecurityGroupId": "sg-cluster0000",
+            "vpcConfig": {**inputs.get("vpcConfig", {}), "clusterSecurityGroupId": "sg-cluster0000"},
+        })
+    elif type_ == "aws:eks/nodeGroup:NodeGroup":
+        out.setdefault("nodeGroupName", inputs.get("nodeGroupName", name))
+        out.setdefault("resources", [{"autoscalingGroups": [{"name": f"eks-{name}"}]}])
+    elif type_ == "aws:ec2/launchTemplate:LaunchTemplate":
+        rid = f"lt-{abs(hash(name)) % 10**8:08d}"
+        out.setdefault("latestVersion", 1)
+    elif type_ == "aws:iam/role:Role":
+        out.setdefault("name", inputs.get("name", name))
+    elif type_.startswith("kubernetes:"):
+        meta = dict(inputs.get("metadata") or {})
+        meta.setdefault("name", name)
+        out["metadata"] = meta
+        if type_ == "kubernetes:core/v1:Service":
+            out.setdefault("status", {"loadBalancer": {"ingress": [{"hostname": f"{name}.elb.{region}.amazonaws.com"}]}})
+    elif type_ == "pulumi:providers:kubernetes":
+        rid = f"{name}-provider-id"
+    out.setdefault("name", inputs.get("name", name))
+    if type_ == "aws:ec2/securityGroup:SecurityGroup":
+        rid = f"sg-{abs(hash(name)) % 10**8:08d}"
+    return rid, out
+
+
+def invoke_result(token: str, args: dict, region: str) -> dict:
+    if token == "aws:index/getAvailabilityZones:getAvailabilityZones":
+        names = [f"{region}{c}" for c in "abcdef"]
+        return {"names": names, "zoneIds": [f"use1-az{i}" for i in range(1, 7)], "id": region, "state": "available"}
+    if token == "aws:index/getRegion:getRegion":
+        return {"name": region, "region": region, "id": region}
+    if token == "aws:index/getCallerIdentity:getCallerIdentity":
+        return {"accountId": "123456789012", "arn": "arn:aws:iam::123456789012:user/mock", "userId": "MOCK", "id": "123456789012"}
+    if token == "aws:index/getPartition:getPartition":
+        return {"partition": "aws", "dnsSuffix": "amazonaws.com", "id": "aws"}
+    if token == "aws:iam/getPolicyDocument:getPolicyDocument":
+        return {"json": json.dumps({"Version": "2012-10-17", "Statement": args.get("statements", [])}), "id": "doc"}
+    if token == "aws:ssm/getParameter:getParameter":
+        return {"value": "ami-0mock0000000000000", "name": args.get("name"), "id": args.get("name"), "type": "String",
+                "arn": "arn:aws:ssm:::parameter/mock", "insecureValue": "ami-0mock0000000000000", "version": 1}
+    if token == "aws:eks/getAddonVersion:getAddonVersion":
+        return {"version": f"v1.0.0-eksbuild.1", "addonName": args.get("addonName"), "id": args.get("addonName"),
+                "kubernetesVersion": args.get("kubernetesVersion")}
+    return {"id": token}
+
+
+def _make_mocks(region: str, recording: Recording):
+    import pulumi
+
+    class OfflineMocks(pulumi.runtime.Mocks):
+        def new_resource(self, args: pulumi.runtime.MockResourceArgs):
+            return computed_outputs(args.typ, args.name, args.inputs, region)
+
+        def call(self, args: pulumi.runtime.MockCallArgs):
+            recording.invokes.append((args.token, args.args))
+            return invoke_result(args.token, args.args, region)
+
+    return OfflineMocks()
+
+
+def _make_monitor(mocks, recording: Recording):
+    from pulumi.runtime import rpc
+    from pulumi.runtime.mocks import MockMonitor
+
+    class RecordingMonitor(MockMonitor):
+        def RegisterResource(self, request):
+            response = super().RegisterResource(request)
+            if request.type == "pulumi:pulumi:Stack":
+                return response
+            urn = response.urn
+            state = self.resources[urn].state
+            recording.resources.append(Registration(
+                urn=urn, type=request.type, name=request.name, id=response.id or "",
+                inputs=rpc.deserialize_properties(request.object, keep_unknowns=True),
+                outputs=dict(state), parent=request.parent,
+                dependencies=list(request.dependencies),
+                property_dependencies={k: list(v.urns) for k, v in request.propertyDependencies.items()},
+                provider=request.provider, custom=bool(request.custom),
+            ))
+            return response
+
+    return RecordingMonitor(mocks)
+
+
+# -- config ------------------------------------------------------------------------------------
+def offline_config(raw: dict) -> tuple[dict[str, str], list[str]]:
+    """Stack-file config as the engine hands it to the program: strings (JSON for objects),
+    `secure:` values replaced by placeholders that stay marked secret."""
+    config, secrets = {}, []
+    for key, value in raw.items():
+        if isinstance(value, dict) and "secure" in value:
+            secrets.append(key)
+            config[key] = placeholder_secret(key, raw)
+        elif isinstance(value, str):
+            config[key] = value
+        else:
+            config[key] = json.dumps(value)
+    return config, secrets
+
+
+def placeholder_secret(key: str, raw: dict) -> str:
+    name = key.partition(":")[2]
+    if name == "apiKeys":
+        names = (raw.get("llm-serving:gateway") or {}).get("apiKeyNames") or ["default"]
+        return json.dumps({n: f"{PLACEHOLDER_PREFIX}-{name}-{n}" for n in names})
+    return f"{PLACEHOLDER_PREFIX}-{name}"
+
+
+# -- running -----------------------------------------------------------------------------------
+def run_program(stack: str, raw_config: dict, program: Path = PROGRAM) -> Recording:
+    """Build the program for `stack` with `raw_config` (a stack file's `config:` map)."""
+    import pulumi
+    from pulumi.runtime.config import set_all_config
+    from pulumi.runtime.stack import run_pulumi_func
+    from pulumi.runtime.sync_await import _sync_await
+    from pulumi.runtime.settings import SETTINGS, get_root_resource
+
+    region = str(raw_config.get("aws:region", "us-east-1"))
+    recording = Recording(stack=stack)
+    config, secret_keys = offline_config(raw_config)
+    set_all_config(config, secret_keys)
+    mocks = _make_mocks(region, recording)
+    monitor = _make_monitor(mocks, recording)
+    os.environ.setdefault("PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION", "true")
+    pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=False, monitor=monitor)
+    SETTINGS.rpc_manager.clear()
+    SETTINGS.outputs.clear()
+    root = get_root_resource()
+
+    _sync_await(run_pulumi_func(lambda: runpy.run_path(str(program), run_name="__main__")))
+    recording.outputs = {k: _resolve(v) for k, v in root.outputs.items()}
+    return recording
+
+
+def _resolve(value: Any) -> Any:
+    """Wait for an output's value; a secret output comes back wrapped so it stays secret."""
+    import pulumi
+    from pulumi.runtime.sync_await import _sync_await
+
+    if isinstance(value, pulumi.Output):
+        plain = _sync_await(value.future())
+        secret = _sync_await(value.is_secret())
+        plain = _resolve(plain)
+        return {SECRET_SIG: SECRET_SIG, "value": plain} if secret else plain
+    if isinstance(value, dict):
+        return {k: _resolve(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_resolve(v) for v in value]
+    return value

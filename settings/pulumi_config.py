@@ -1,0 +1,43 @@
+"""Read the stack's settings from the running Pulumi program's config (imports pulumi)."""
+from __future__ import annotations
+
+import json
+
+import pulumi
+
+from .load import REGION_KEY, settings_from_config
+from .schema import NAMESPACE, SECRET_KEYS, StackSettings
+
+
+def settings_from_pulumi() -> StackSettings:
+    """The same validation as `llmserve size --stack`, fed from `pulumi.Config`.
+
+    Secret keys are checked for presence only; their values are read where they are used,
+    with `require_secret`, so they never leave Pulumi's secret wrapping.
+    """
+    cfg = pulumi.Config(NAMESPACE)
+    raw: dict = {}
+    region = pulumi.Config("aws").get("region")
+    if region is not None:
+        raw[REGION_KEY] = region
+    for name in StackSettings.model_fields:
+        if name in ("stack", "region"):
+            continue
+        text = cfg.get(name)
+        if text is None:
+            continue
+        try:   # objects, lists and numbers arrive as JSON text; plain strings as they are
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            value = text
+        if name in ("environment", "kubernetesVersion"):
+            value = text
+        raw[f"{NAMESPACE}:{name}"] = value
+    for name in SECRET_KEYS:
+        if cfg.get(name) is not None:
+            raw[f"{NAMESPACE}:{name}"] = {"secure": "(from pulumi config)"}
+    return settings_from_config(pulumi.get_stack(), raw)
+
+
+def secret(name: str) -> pulumi.Output[str]:
+    return pulumi.Config(NAMESPACE).require_secret(name)
