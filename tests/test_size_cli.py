@@ -1,0 +1,117 @@
+"""`llmserve size`: exit codes, exact error lines, JSON keys, plot and sweep."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from llmserve.cli import main
+
+
+def run(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+REQUIRED_KEYS = [
+    "prefill_ms", "prefill_share", "prefill_saturation_qps", "ttft_ms", "tpot_ms", "in_flight", "kv_cache_gb",
+    "weights_gb", "weights_per_gpu_gb", "memory_used_gb", "memory_total_gb", "capacity_qps", "utilization",
+    "replicas", "gpus", "cost_per_hour", "cost_per_million_output_tokens", "node_cost_per_hour",
+    "node_cost_per_million_output_tokens", "binding_constraint",
+]
+
+
+def test_json_has_every_documented_key(capsys):
+    code, out, _ = run(capsys, "size", "--json", "--gpu-hour-price", "2.5")
+    assert code == 0
+    d = json.loads(out)
+    assert [k for k in REQUIRED_KEYS if k not in d] == []
+    assert set(d["ttft_ms"]) == {"ideal", "real", "p95"} and set(d["tpot_ms"]) == {"ideal", "real", "p95"}
+    assert set(d["in_flight"]) == {"ideal", "real"} and set(d["capacity_qps"]) == {"ideal", "real"}
+    assert d["cost_per_hour"] == 20.0
+
+
+def test_concurrency_adds_throughput_keys(capsys):
+    code, out, _ = run(capsys, "size", "--json", "--concurrency", "64")
+    d = json.loads(out)
+    assert code == 0 and d["requests_per_s"] > 0 and d["output_tokens_per_s"] > 0
+
+
+def test_default_output_is_the_reference_table(capsys):
+    code, out, _ = run(capsys, "size", "--gpu-hour-price", "2.5")
+    assert code == 0
+    assert "prefill time per 1,000-token prompt" in out and "36 ms" in out
+    assert "Binding constraint: per replica, mean TPOT reaches the 40 ms SLO" in out
+    assert "$20.00/h" in out and "$1.85" in out
+
+
+def test_stack_option_reads_the_workload(capsys):
+    code, out, _ = run(capsys, "size", "--stack", "staging", "--json")
+    d = json.loads(out)
+    assert code == 0 and d["workload"]["qps"] == 4 and set(d["replicas_by_zone"]) == {"us-east-1a", "us-east-1c"}
+
+
+def test_explicit_option_overrides_the_stack(capsys):
+    code, out, _ = run(capsys, "size", "--stack", "staging", "--qps", "8", "--json")
+    assert code == 0 and json.loads(out)["workload"]["qps"] == 8
+
+
+BAD_INPUT = [
+    (["--model", "llama-9"], "error: --model: unknown model 'llama-9'; choose one of: llama-3-70b, llama-3-8b, llama-3.1-405b, mixtral-8x7b"),
+    (["--gpu", "h300"], "error: --gpu: unknown GPU 'h300'; choose one of: a100-40gb, b200, h100-sxm, h200, l40s"),
+    (["--weights", "int3"], "error: --weights: unknown precision 'int3'; choose one of: fp8, bf16, fp16"),
+    (["--kv-dtype", "int8"], "error: --kv-dtype: unknown precision 'int8'; choose one of: fp8, bf16, fp16"),
+    (["--profile", "fast"], "error: --profile: unknown profile 'fast'; choose one of: reference, calibrated"),
+    (["--tp", "16"], "error: --tp: tensor parallel 16 exceeds the 8 GPUs of one p5.48xlarge node (a TP group never spans nodes)"),
+    (["--tp", "3"], "error: --tp: tensor parallel 3 does not divide the 64 attention heads of llama-3-70b"),
+    (["--model", "llama-3.1-405b", "--weights", "bf16", "--tp", "8"],
+     "error: --weights: bf16 weights of llama-3.1-405b need 101.5 GB per GPU at TP=8, more than the 68.0 GB usable on a h100-sxm (raise TP, use fp8 weights or a larger GPU)"),
+    (["--qps", "0"], "error: --qps: must be greater than 0 (got 0)"),
+    (["--qps", "5", "--concurrency", "5"], "error: --qps and --concurrency: give one (open loop) or the other (closed loop), not both"),
+    (["--tpot-slo", "0.004"], "error: SLOs: no TP degree works; the largest, TP=8: one replica cannot meet the SLOs even unloaded: mean TPOT reaches the 4 ms SLO (decode steps slow as the batch grows)"),
+    (["--qps", "40", "--tp", "4"], "error: after losing us-east-1a, 2 TP=4 replica slots remain, carrying 31.9 QPS; 40 QPS needs 3 replicas of 15.9 QPS each (add nodes or zones, or lower the load)"),
+    (["--stack", "nope"], None),
+    (["--qps", "abc"], "error: Invalid value for '--qps': Input should be a valid number, unable to parse string as a number (see `llmserve size --help`)"),
+]
+
+
+@pytest.mark.parametrize("args,message", BAD_INPUT, ids=[" ".join(a) for a, _ in BAD_INPUT])
+def test_bad_input_is_one_line_and_exit_2(capsys, args, message):
+    code, out, err = run(capsys, "size", *args)
+    assert code == 2
+    assert out == ""
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    if message is not None:
+        assert err.strip() == message
+    else:
+        assert err.startswith("error: --stack nope: ") and "no such stack file" in err
+
+
+def test_plot_writes_a_png(capsys, tmp_path):
+    path = tmp_path / "size.png"
+    code, out, _ = run(capsys, "size", "--plot", str(path))
+    assert code == 0 and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"Plot written to {path}." in out
+
+
+def test_sweep_ranks_feasible_options_by_cost(capsys):
+    code, out, _ = run(capsys, "size", "--sweep", "--json")
+    assert code == 0
+    options = json.loads(out)["options"]
+    feasible = [o for o in options if o["feasible"]]
+    costs = [o["node_cost_per_million"] for o in feasible if o["node_cost_per_million"] is not None]
+    assert costs == sorted(costs) and len(feasible) >= 10
+    assert {"instance": "p5.48xlarge", "tp": 4, "weights": "fp8"}.items() <= next(
+        o for o in feasible if o["instance"] == "p5.48xlarge" and o["tp"] == 4 and o["weights"] == "fp8").items()
+    assert any(not o["feasible"] and "TP=1" in o["reason"] for o in options)
+
+
+def test_size_does_not_import_pulumi_or_matplotlib():
+    import subprocess
+    import sys
+    code = ("import sys; from llmserve.cli import main; main(['size', '--json']); "
+            "bad = [m for m in ('pulumi', 'matplotlib', 'boto3') if m in sys.modules]; "
+            "sys.exit(1 if bad else 0)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr

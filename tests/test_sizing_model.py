@@ -1,0 +1,155 @@
+"""The analytic model beyond the reference: memory, KV limits, closed loop, p95, TP communication."""
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from sizing.catalog import load_catalog
+from sizing.model import ReplicaModel, Shape, SizingError, Workload, check_shape
+from sizing.profiles import get_profile
+from sizing.queueing import erlang_c_wait, md1_wait, poisson_quantile
+
+CAT = load_catalog()
+REF = get_profile("reference")
+
+
+def rm(model="llama-3-70b", instance="p5.48xlarge", tp=4, weights="fp8", kv="bf16", real=True, **w):
+    shape = Shape(CAT.model(model), CAT.instance(instance), tp, weights, kv)
+    return ReplicaModel(shape, Workload(**w), REF, real=real)
+
+
+def test_fixed_point_is_exact():
+    """TPOT from the closed form satisfies Little's law and the step formula together."""
+    r = rm()
+    tpot = r.tpot_s(10)
+    n = r.in_flight(10, tpot)
+    assert tpot == pytest.approx(r.step_s(n) / (1 - 10 * r.share_per_request_s), rel=1e-12)
+
+
+def test_iterating_the_fixed_point_converges_to_the_closed_form():
+    r = rm()
+    tpot = 0.0
+    for _ in range(200):
+        tpot = r.step_s(r.in_flight(10, tpot)) / (1 - 10 * r.share_per_request_s)
+    assert tpot == pytest.approx(r.tpot_s(10), rel=1e-9)
+
+
+def test_capacity_is_where_tpot_meets_the_slo():
+    r = rm()
+    cap = r.tpot_capacity_qps(0.040)
+    assert r.tpot_s(cap) == pytest.approx(0.040, rel=1e-9)
+
+
+@pytest.mark.parametrize("model,instance,tp,weights,message", [
+    ("llama-3-70b", "p5.48xlarge", 1, "fp8", "fp8 weights of llama-3-70b need 70.6 GB per GPU at TP=1, more than the 68.0 GB usable on a h100-sxm (raise TP, use fp8 weights or a larger GPU)"),
+    ("llama-3.1-405b", "p5.48xlarge", 8, "bf16", "bf16 weights of llama-3.1-405b need 101.5 GB per GPU at TP=8, more than the 68.0 GB usable on a h100-sxm (raise TP, use fp8 weights or a larger GPU)"),
+    ("llama-3-70b", "p5.48xlarge", 16, "fp8", "tensor parallel 16 exceeds the 8 GPUs of one p5.48xlarge node (a TP group never spans nodes)"),
+    ("llama-3-70b", "p5.48xlarge", 3, "fp8", "tensor parallel 3 does not divide the 64 attention heads of llama-3-70b"),
+])
+def test_shapes_that_cannot_run(model, instance, tp, weights, message):
+    shape = Shape(CAT.model(model), CAT.instance(instance), tp, weights, "bf16")
+    with pytest.raises(SizingError) as exc:
+        check_shape(shape, Workload(), REF)
+    assert str(exc.value) == message
+
+
+def test_405b_fp8_fits_on_one_p5_node():
+    check_shape(Shape(CAT.model("llama-3.1-405b"), CAT.instance("p5.48xlarge"), 8, "fp8", "bf16"), Workload(), REF)
+
+
+def test_kv_limit_binds_when_sequences_no_longer_fit():
+    r = rm(input_tokens=8000, output_tokens=2000, tpot_slo_s=0.2, qps=1)
+    cap = r.capacity()
+    assert cap.binding == "kv"
+    assert r.in_flight(cap.qps, r.tpot_s(cap.qps)) == pytest.approx(r.memory.max_seqs, rel=1e-6)
+
+
+def test_past_the_kv_limit_requests_queue_and_ttft_grows():
+    r = rm(input_tokens=8000, output_tokens=2000, tpot_slo_s=0.2, qps=1)
+    kv_cap = r.capacity().by_constraint["kv"]
+    below, near, past = r.at(0.5 * kv_cap), r.at(0.98 * kv_cap), r.at(1.02 * kv_cap)
+    assert below.stable and near.stable and not past.stable
+    assert near.ttft_ms > below.ttft_ms and near.queue_ms > below.queue_ms
+    assert math.isinf(past.ttft_ms)
+
+
+def test_p95_is_above_the_mean():
+    p = rm().at(10)
+    assert p.ttft_p95_ms > p.ttft_ms and p.tpot_p95_ms > p.tpot_ms
+
+
+@pytest.mark.parametrize("clients", [1, 10, 50, 200])
+def test_closed_loop_obeys_littles_law(clients):
+    r = rm(qps=None, concurrency=clients)
+    c = r.closed_loop(clients)
+    per_request_s = c["ttft_ms"] / 1e3 + 299 * c["tpot_ms"] / 1e3
+    assert c["requests_per_s"] * per_request_s == pytest.approx(clients, rel=1e-6)
+    assert c["output_tokens_per_s"] == pytest.approx(300 * c["requests_per_s"])
+
+
+def test_closed_loop_beyond_the_kv_limit_queues():
+    r = rm(qps=None, concurrency=2000)
+    c = r.closed_loop(2000)
+    assert c["running"] == r.memory.max_seqs
+    assert c["waiting"] == 2000 - r.memory.max_seqs and c["queue_ms"] > 0
+
+
+def test_tp_communication_pcie_costs_more_than_nvlink():
+    """TP=8 on L40S (PCIe) pays all-reduce time that TP=8 on H100 (NVSwitch) does not."""
+    nvlink = rm(model="llama-3-8b", instance="p5.48xlarge", tp=8)
+    pcie = rm(model="llama-3-8b", instance="g6e.48xlarge", tp=8)
+    assert nvlink.prefill_comm_s == 0 and nvlink.branches[1][0] == 0
+    assert pcie.prefill_comm_s > 0 and pcie.branches[1][0] > 0
+    # Scale out the GPU difference: PCIe TP=8 gains less from TP than its bandwidth alone predicts.
+    pcie_tp1 = rm(model="llama-3-8b", instance="g6e.48xlarge", tp=1)
+    assert pcie.step_s(32) > pcie_tp1.step_s(32) / 8 * 1.5
+
+
+def test_fp8_weights_on_a100_run_with_bf16_math():
+    a100 = CAT.gpu("a100-40gb")
+    assert a100.peak_tflops("fp8") == a100.bf16_tflops
+
+
+def test_md1_and_erlang_c_limits():
+    assert md1_wait(0.0, 1.0) == (0.0, 0.0)
+    assert md1_wait(0.5, 1.0)[0] == pytest.approx(0.5)          # rho D / (2 (1 - rho))
+    assert math.isinf(md1_wait(1.0, 1.0)[0])
+    mean, _ = erlang_c_wait(1, 0.5, 1.0)                        # M/M/1: rho / (mu - lambda)
+    assert mean == pytest.approx(1.0)
+    assert poisson_quantile(50, 0.95) == 62                     # table value of the Poisson(50) 95th percentile
+
+
+# -- properties --------------------------------------------------------------------------------
+loads = st.floats(min_value=0.1, max_value=12.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(q1=loads, q2=loads)
+def test_tpot_rises_with_qps(q1, q2):
+    r = rm()
+    lo, hi = sorted((q1, q2))
+    assert r.tpot_s(lo) <= r.tpot_s(hi)
+
+
+@settings(max_examples=40, deadline=None)
+@given(out1=st.integers(50, 3000), out2=st.integers(50, 3000))
+def test_capacity_falls_as_outputs_lengthen(out1, out2):
+    short, long = sorted((out1, out2))
+    assert rm(output_tokens=long).capacity().qps <= rm(output_tokens=short).capacity().qps + 1e-9
+
+
+@settings(max_examples=40, deadline=None)
+@given(slo1=st.floats(0.012, 0.2), slo2=st.floats(0.012, 0.2))
+def test_capacity_rises_with_a_looser_tpot_slo(slo1, slo2):
+    tight, loose = sorted((slo1, slo2))
+    r = rm()
+    assert r.tpot_capacity_qps(tight) <= r.tpot_capacity_qps(loose)
+
+
+@settings(max_examples=40, deadline=None)
+@given(clients=st.integers(1, 3000))
+def test_closed_loop_throughput_never_exceeds_the_open_loop_kv_capacity(clients):
+    r = rm(qps=None, concurrency=clients)
+    assert r.closed_loop(clients)["requests_per_s"] <= r.qps_at_batch(r.memory.max_seqs) + 1e-9
