@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PROGRAM = ROOT / "__main__.py"
 PROJECT = "llm-serving"
 SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"     # Pulumi's secret signature key
+SIG_KEY = "4dabf18193072939515e22adb298388d"        # the key that carries it in deserialized inputs
 PLACEHOLDER_PREFIX = "offline-preview-secret"
 
 
@@ -61,7 +62,9 @@ class Recording:
 
 
 def is_secret(value: Any) -> bool:
-    return isinstance(value, dict) and value.get(SECRET_SIG) == SECRET_SIG
+    """A secret as recorded: `rpc.deserialize_properties` wraps one as {SIG_KEY: SECRET_SIG, "value": ...}
+    (resource inputs); `_resolve` as {SECRET_SIG: SECRET_SIG, "value": ...} (stack outputs)."""
+    return isinstance(value, dict) and SECRET_SIG in (value.get(SIG_KEY), value.get(SECRET_SIG))
 
 
 def redacted(value: Any) -> Any:

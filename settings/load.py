@@ -106,6 +106,13 @@ def semantic_problems(s: StackSettings) -> list[str]:
             problems.append(f"{key}: set capacityReservationId or capacityBlock, not both")
         if cb and cb.purchase and not (cb.offeringId and cb.durationHours):
             problems.append(f"{key}.capacityBlock: a purchase needs offeringId and durationHours")
+        if cb and cb.purchase and not cb.allowPurchase:
+            problems.append(f"{key}.capacityBlock.allowPurchase: a capacity block purchase is non-refundable; "
+                            "set allowPurchase: true to confirm it")
+        if cb and not cb.id and not cb.purchase:
+            problems.append(f"{key}.capacityBlock: give id (a block you hold, cr-...) or purchase: true")
+        if cb and cb.id and cb.purchase:
+            problems.append(f"{key}.capacityBlock: set id or purchase, not both")
     types = {p.instanceType for p in s.gpuPools}
     if len(types) > 1:
         problems.append(f"{NAMESPACE}:gpuPools: pools mix instance types ({', '.join(sorted(types))}); "

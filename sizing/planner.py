@@ -265,13 +265,15 @@ def plan_for_tp(req: PlanRequest, model, instance: Instance, profile: Profile, t
                 f"carrying {(total_slots - worst) * per_replica:.1f} {unit}; {demand:g} {unit} needs {survivors} "
                 f"replicas of {per_replica:.1f} {unit} each (add nodes or zones, or lower the load)")
     else:
-        # One zone: N+1 by node when there are two nodes or more.
+        # One zone: N+1 by node when there are two nodes or more (replicas round-robin over the
+        # nodes, so losing the fullest node loses ceil(total / nodes) of them).
         node_count = sum(p.nodes for p in req.pools)
-        total = survivors + (math.ceil(survivors / max(1, node_count - 1)) if node_count > 1 else 0)
-        if total > total_slots:
-            total = survivors
         if survivors > total_slots:
             raise PlanError(f"{demand:g} {unit} needs {survivors} TP={tp} replicas; the pool has {total_slots} slots")
+        total = survivors
+        if node_count > 1:
+            while total < total_slots and total - math.ceil(total / node_count) < survivors:
+                total += 1
         counts = spread(total, slots)
     nodes = place_on_nodes(counts, req.pools, tp, instance.gpus)
     replicas = sum(counts.values())
