@@ -13,6 +13,7 @@ import yaml
 
 DATA_DIR = Path(__file__).parent / "data"
 PRECISIONS = ("fp8", "bf16", "fp16")
+HGX_SUFFIX = "-hgx-8"      # a GPU with no AWS instance in the catalog is sized on an 8-GPU HGX node
 
 
 class CatalogError(ValueError):
@@ -99,6 +100,8 @@ class Catalog:
         return _pick(self.gpus, key, "GPU")
 
     def instance(self, key: str) -> Instance:
+        if key not in self.instances and key.endswith(HGX_SUFFIX) and key[: -len(HGX_SUFFIX)] in self.gpus:
+            return self.node_for_gpu(key[: -len(HGX_SUFFIX)])
         return _pick(self.instances, key, "instance type")
 
     def node_for_gpu(self, gpu_key: str) -> Instance:
@@ -108,7 +111,7 @@ class Catalog:
         if instance_id:
             return self.instances[instance_id]
         link = self.links[self.gpu_default_link.get(gpu_key, "nvswitch-900")]
-        return Instance(id=f"{gpu_key}-hgx-8", gpu=gpu, gpus=8, link=link, vcpus=0,
+        return Instance(id=f"{gpu_key}{HGX_SUFFIX}", gpu=gpu, gpus=8, link=link, vcpus=0,
                         network_gbps=0, nvme="", price_per_hour=None, price_read_on=None,
                         price_note="no AWS instance in the catalog: pass --gpu-hour-price")
 

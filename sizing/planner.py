@@ -191,6 +191,17 @@ def place_on_nodes(counts: dict[str, int], pools: tuple[Pool, ...], tp: int, gpu
 
 
 # -- planning ----------------------------------------------------------------------------------
+def unloaded_reason(rm: ReplicaModel, w: Workload) -> str:
+    """Why a replica misses the SLOs with no load at all, in plain words."""
+    if rm.ttft0_s >= w.ttft_slo_s:
+        return (f"prefill of a {w.input_tokens:,}-token prompt takes {rm.ttft0_s:.2f} s, "
+                f"above the {w.ttft_slo_s:g} s TTFT SLO")
+    if rm.step_s(1) >= w.tpot_slo_s:
+        return (f"one decode step takes {rm.step_s(1) * 1e3:.1f} ms with a single sequence, "
+                f"above the {w.tpot_slo_s * 1e3:g} ms TPOT SLO")
+    return "the KV cache cannot hold the batch the SLOs need"
+
+
 def candidate_tps(model, instance: Instance) -> list[int]:
     return [tp for tp in (1, 2, 4, 8, 16) if tp <= instance.gpus and model.heads % tp == 0]
 
@@ -224,7 +235,7 @@ def plan(req: PlanRequest) -> Plan:
             raise PlanError("no tensor-parallel degree fits")
         # Report the most capable option's failure: the one a user would try to fix.
         _, tp, msg = max(failures)
-        raise PlanError(msg if req.tp else f"no TP degree works; the largest, TP={tp}: {msg}")
+        raise PlanError(msg if req.tp else f"no TP degree works; at TP={tp}, the most capable: {msg}")
     return best[1]
 
 
@@ -248,7 +259,7 @@ def plan_for_tp(req: PlanRequest, model, instance: Instance, profile: Profile, t
         per_replica = cap.qps
         demand, unit = float(w.qps), "QPS"
     if per_replica <= 0:
-        raise SizingError(f"one replica cannot meet the SLOs even unloaded: {slo_words}")
+        raise SizingError(f"one replica cannot meet the SLOs even unloaded: {unloaded_reason(real, w)}")
     survivors = max(1, math.ceil(demand / per_replica - 1e-9))
 
     notes: list[str] = []

@@ -69,7 +69,7 @@ BAD_INPUT = [
      "error: --weights: bf16 weights of llama-3.1-405b need 101.5 GB per GPU at TP=8, more than the 68.0 GB usable on a h100-sxm (raise TP, use fp8 weights or a larger GPU)"),
     (["--qps", "0"], "error: --qps: must be greater than 0 (got 0)"),
     (["--qps", "5", "--concurrency", "5"], "error: --qps and --concurrency: give one (open loop) or the other (closed loop), not both"),
-    (["--tpot-slo", "0.004"], "error: SLOs: no TP degree works; the largest, TP=8: one replica cannot meet the SLOs even unloaded: mean TPOT reaches the 4 ms SLO (decode steps slow as the batch grows)"),
+    (["--tpot-slo", "0.004"], "error: SLOs: no TP degree works; at TP=8, the most capable: one replica cannot meet the SLOs even unloaded: one decode step takes 4.2 ms with a single sequence, above the 4 ms TPOT SLO"),
     (["--qps", "40", "--tp", "4"], "error: after losing us-east-1a, 2 TP=4 replica slots remain, carrying 31.9 QPS; 40 QPS needs 3 replicas of 15.9 QPS each (add nodes or zones, or lower the load)"),
     (["--stack", "nope"], None),
     (["--qps", "abc"], "error: Invalid value for '--qps': Input should be a valid number, unable to parse string as a number (see `llmserve size --help`)"),
@@ -115,3 +115,16 @@ def test_size_does_not_import_pulumi_or_matplotlib():
             "sys.exit(1 if bad else 0)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def test_a_gpu_without_an_aws_instance_is_sized_on_an_hgx_node(capsys):
+    code, out, _ = run(capsys, "size", "--gpu", "b200", "--json")
+    d = json.loads(out)
+    assert code == 0 and d["instance_type"] == "b200-hgx-8" and d["cost_per_hour"] is None
+    assert "b200-hgx-8 has no price in the catalog: costs need --gpu-hour-price" in d["notes"]
+
+
+def test_ttft_that_no_configuration_meets_names_the_prefill(capsys):
+    code, _, err = run(capsys, "size", "--ttft-slo", "0.02")
+    assert code == 2
+    assert err.strip().endswith("prefill of a 1,000-token prompt takes 0.03 s, above the 0.02 s TTFT SLO")

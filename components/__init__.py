@@ -1,0 +1,1 @@
+"""Pulumi ComponentResources: one module per concern. Nothing here creates resources at import."""
