@@ -4,11 +4,17 @@ Only wiring lives here; every number a component needs comes from the plan.
 """
 import pulumi
 
+from components.accuracy_gate import AccuracyGate, AccuracyGateArgs
 from components.cluster import Cluster, ClusterArgs
 from components.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
+from components.gateway import CONTROLLER_NAMESPACE, Gateway, GatewayArgs
+from components.gpu_plugin import GpuPlugin, GpuPluginArgs
+from components.loadtest import LoadTest, LoadTestArgs
+from components.monitoring import Monitoring, MonitoringArgs
 from components.network import Network, NetworkArgs, network_zones
+from components.serving import Serving, ServingArgs
 from settings import SettingsError
-from settings.pulumi_config import settings_from_pulumi
+from settings.pulumi_config import secret, settings_from_pulumi
 from sizing.model import SizingError
 from sizing.planner import plan as make_plan
 from sizing.report import plan_to_dict
@@ -37,9 +43,38 @@ gpu_pools = [
     for pool, pool_settings in zip(plan.request.pools, settings.gpuPools)
 ]
 
+# -- Kubernetes: GPU plugin -> vLLM replicas (per zone) -> gateway (auth, quotas, routing) --------
+gpu_plugin = GpuPlugin("gpu-plugin", GpuPluginArgs(provider=cluster.k8s_provider),
+                       opts=pulumi.ResourceOptions(depends_on=gpu_pools))
+serving = Serving("serving", ServingArgs(
+    plan=plan, settings=settings, provider=cluster.k8s_provider, hub_token=secret("hubToken"),
+    gateway_namespace=CONTROLLER_NAMESPACE), opts=pulumi.ResourceOptions(depends_on=[gpu_plugin]))
+gateway = Gateway("llm-gateway", GatewayArgs(
+    plan=plan, settings=settings, provider=cluster.k8s_provider, api_keys=secret("apiKeys"),
+    namespace=serving.namespace_name, service_name=serving.service_name, depends_on=(serving,)))
+
+# -- proving the rollout: the FP8 accuracy gate (awaited: a failed gate fails `pulumi up`; on by
+# default in staging and prod), then the load test against the plan (opt-in: loadTest.enabled)
+proof = [serving, gateway]
+if settings.accuracy_gate_enabled:
+    proof.append(AccuracyGate("accuracy-gate", AccuracyGateArgs(
+        plan=plan, settings=settings, provider=cluster.k8s_provider, namespace=serving.namespace_name,
+        api_keys=secret("apiKeys"), depends_on=tuple(proof))))
+if settings.loadTest.enabled:
+    LoadTest("load-test", LoadTestArgs(
+        plan=plan, settings=settings, provider=cluster.k8s_provider, namespace=serving.namespace_name,
+        api_keys=secret("apiKeys"), hub_token=secret("hubToken"), depends_on=tuple(proof)))
+
+# -- monitoring: Prometheus, Grafana, DCGM exporter; alert thresholds and dashboard lines from the plan
+monitoring = Monitoring("monitoring", MonitoringArgs(
+    plan=plan, settings=settings, provider=cluster.k8s_provider,
+    grafana_admin_password=secret("grafanaAdminPassword"), gateway_namespace=CONTROLLER_NAMESPACE,
+    depends_on=(gpu_plugin,)))
+
 # -- outputs --------------------------------------------------------------------------------------
 pulumi.export("clusterName", cluster.cluster_name)
 pulumi.export("kubeconfig", cluster.kubeconfig)
+pulumi.export("gatewayHostname", settings.gateway.hostname)
 pulumi.export("plan", {
     "replicas": plan.replicas,
     "replicasByZone": plan.replicas_by_zone,

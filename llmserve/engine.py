@@ -137,6 +137,11 @@ def computed_outputs(type_: str, name: str, inputs: dict, region: str) -> tuple[
     return rid, out
 
 
+# EFA-capable network cards of the GPU instances (EC2 DescribeInstanceTypes, NetworkInfo).
+MOCK_EFA_NETWORK_CARDS = {"p5.48xlarge": 32, "p5e.48xlarge": 32, "p5en.48xlarge": 16, "p4d.24xlarge": 4,
+                          "g6e.48xlarge": 4}
+
+
 def invoke_result(token: str, args: dict, region: str) -> dict:
     if token == "aws:index/getAvailabilityZones:getAvailabilityZones":
         names = [f"{region}{c}" for c in "abcdef"]
@@ -152,6 +157,11 @@ def invoke_result(token: str, args: dict, region: str) -> dict:
     if token == "aws:ssm/getParameter:getParameter":
         return {"value": "ami-0mock0000000000000", "name": args.get("name"), "id": args.get("name"), "type": "String",
                 "arn": "arn:aws:ssm:::parameter/mock", "insecureValue": "ami-0mock0000000000000", "version": 1}
+    if token == "aws:ec2/getInstanceType:getInstanceType":
+        itype = args.get("instanceType", "")
+        cards = MOCK_EFA_NETWORK_CARDS.get(itype)
+        return {"instanceType": itype, "id": itype, "efaSupported": cards is not None,
+                "maximumNetworkCards": cards or 1, "efaMaximumInterfaces": cards or 0}
     if token == "aws:eks/getAddonVersion:getAddonVersion":
         return {"version": f"v1.0.0-eksbuild.1", "addonName": args.get("addonName"), "id": args.get("addonName"),
                 "kubernetesVersion": args.get("kubernetesVersion")}
@@ -236,6 +246,7 @@ def run_program(stack: str, raw_config: dict, program: Path = PROGRAM) -> Record
     mocks = _make_mocks(region, recording)
     monitor = _make_monitor(mocks, recording)
     os.environ.setdefault("PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION", "true")
+    _skip_source_positions()
     pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=False, monitor=monitor)
     SETTINGS.rpc_manager.clear()
     SETTINGS.outputs.clear()
@@ -244,6 +255,15 @@ def run_program(stack: str, raw_config: dict, program: Path = PROGRAM) -> Record
     _sync_await(run_pulumi_func(lambda: runpy.run_path(str(program), run_name="__main__")))
     recording.outputs = {k: _resolve(v) for k, v in root.outputs.items()}
     return recording
+
+
+def _skip_source_positions() -> None:
+    """Registrations carry no source stack traces offline: nothing reads them here, and
+    `traceback.extract_stack` on every registration is a fifth of a build (pulumi 3.272, pinned)."""
+    from pulumi.runtime import resource
+    from pulumi.runtime.proto import source_pb2
+
+    resource._get_stack_trace = source_pb2.StackTrace
 
 
 def _resolve(value: Any) -> Any:

@@ -89,12 +89,13 @@ def semantic_problems(s: StackSettings) -> list[str]:
     catalog = load_catalog()
     problems = []
     region = s.region
-    if not re.fullmatch(r"[a-z]{2}(-gov)?-[a-z]+-\d", region):
+    region_ok = bool(re.fullmatch(r"[a-z]{2}(-gov)?-[a-z]+-\d", region))
+    if not region_ok and region != "missing":     # "missing" is already reported
         problems.append(f"{REGION_KEY}: '{region}' is not an AWS region name; use e.g. us-east-1")
     names = set()
     for i, pool in enumerate(s.gpuPools):
         key = f"{NAMESPACE}:gpuPools[{i}]"
-        if not (pool.zone.startswith(region) and re.fullmatch(r"[a-z]", pool.zone[len(region):])):
+        if region_ok and not (pool.zone.startswith(region) and re.fullmatch(r"[a-z]", pool.zone[len(region):])):
             problems.append(f"{key}.zone: '{pool.zone}' is not a zone of the stack's region {region}; "
                             f"use a zone such as {region}a")
         label = pool.name or pool.zone
@@ -151,8 +152,14 @@ def semantic_problems(s: StackSettings) -> list[str]:
 
 def _pydantic_problems(exc: ValidationError) -> list[str]:
     out = []
-    for err in exc.errors():
+    errors = exc.errors()
+    for err in errors:
         loc = [str(p) for p in err["loc"]]
+        # A list whose only items failed is also "too short": the item's own error says it all.
+        if err["type"] == "too_short" and any(
+                len(e["loc"]) > len(err["loc"]) and tuple(e["loc"][:len(err["loc"])]) == tuple(err["loc"])
+                for e in errors):
+            continue
         if not loc:
             key = NAMESPACE
         else:

@@ -128,6 +128,21 @@ class AccuracyGateSettings(_Strict):
     baseline: dict[str, float] = Field(default_factory=lambda: {"gsm8k": 0.93, "mmlu_pro": 0.69})
     maxDrop: float = Field(0.01, gt=0, lt=1)
 
+    @model_validator(mode="after")
+    def _baselines(self):
+        missing = [t for t in self.tasks if t not in self.baseline]
+        if missing:
+            raise ValueError(f"tasks {', '.join(missing)} have no BF16 baseline; add them to baseline")
+        return self
+
+
+class LoadTestSettings(_Strict):
+    enabled: bool = False                    # off by default: it sends real traffic, up to the sized capacity
+    stepSeconds: int = Field(300, ge=30, le=3600)   # each rate step of the load test
+    sweepSteps: int = Field(5, ge=1, le=20)         # evenly spaced rates up to the sized capacity
+    arrivals: Literal["poisson", "constant"] = "poisson"   # poisson: what the plan assumes
+    storageGi: int = Field(5, ge=1, le=1000)        # the results volume
+
 
 class StackSettings(_Strict):
     stack: str
@@ -147,6 +162,7 @@ class StackSettings(_Strict):
     gateway: GatewaySettings = GatewaySettings()
     serving: ServingSettings = ServingSettings()
     accuracyGate: AccuracyGateSettings = AccuracyGateSettings()
+    loadTest: LoadTestSettings = LoadTestSettings()
     adminRoleArns: tuple[str, ...] = ()
 
     @field_validator("apiAllowedCidrs", "gatewayAllowedCidrs")

@@ -1,0 +1,253 @@
+"""The EKS cluster: IAM, the control plane, core add-ons, the system node group, and the
+Kubernetes provider every Kubernetes resource in the program uses.
+
+- The API endpoint is public only to `apiAllowedCidrs` (and private inside the VPC).
+- Access is by EKS access entries (API mode), not the aws-auth ConfigMap.
+- Kubernetes secrets are envelope-encrypted with a customer-managed KMS key.
+- The cluster starts without EKS's self-managed add-ons; the managed add-ons below replace them,
+  so their versions and configuration (network policy in the VPC CNI) are ours.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_kubernetes as k8s
+
+from settings import NAMESPACE, StackSettings
+
+from .network import Network
+
+SYSTEM_ROLE_LABEL = {"llm-serving.io/role": "system"}
+CONTROL_PLANE_LOG_TYPES = ["api", "audit", "authenticator", "controllerManager", "scheduler"]
+CONTROL_PLANE_LOG_RETENTION_DAYS = 90       # audit trail long enough for an incident review
+SYSTEM_ROOT_VOLUME_GIB = 50
+SYSTEM_MAX_SCALE = 2                         # max size = 2 x desired: room to scale up by hand
+ADMIN_POLICY = ":eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"   # after "arn:<partition>"
+EBS_CSI_SERVICE_ACCOUNT = "ebs-csi-controller-sa"
+
+
+def imdsv2_required() -> aws.ec2.LaunchTemplateMetadataOptionsArgs:
+    """IMDSv2 only. Hop limit 2 so host-network agents in containers still reach it; pods get
+    AWS credentials from EKS Pod Identity, not from the node's role."""
+    return aws.ec2.LaunchTemplateMetadataOptionsArgs(
+        http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=2,
+        instance_metadata_tags="disabled")
+
+
+def encrypted_root_volume(size_gib: int) -> aws.ec2.LaunchTemplateBlockDeviceMappingArgs:
+    """The AL2023 root volume (/dev/xvda): gp3, encrypted (account default EBS key), deleted with the node."""
+    return aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
+        device_name="/dev/xvda",
+        ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
+            volume_size=size_gib, volume_type="gp3", encrypted="true", delete_on_termination="true"),
+    )
+
+
+def _assume_role_policy(service: str) -> str:
+    return json.dumps({"Version": "2012-10-17", "Statement": [{
+        "Effect": "Allow", "Principal": {"Service": service},
+        "Action": ["sts:AssumeRole", "sts:TagSession"]}]})
+
+
+@dataclass(frozen=True)
+class ClusterArgs:
+    settings: StackSettings
+    network: Network
+
+
+class Cluster(pulumi.ComponentResource):
+    """EKS control plane, access entries, managed add-ons, system nodes and a Kubernetes provider."""
+
+    eks_cluster: aws.eks.Cluster
+    node_role: aws.iam.Role
+    system_node_group: aws.eks.NodeGroup
+    k8s_provider: k8s.Provider
+    kubeconfig: pulumi.Output[str]
+    node_dependencies: list[pulumi.Resource]   # what a node group waits for (CNI, kube-proxy)
+
+    def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("llm-serving:cluster:Cluster", name, None, opts)
+        s, network = args.settings, args.network
+        child = pulumi.ResourceOptions(parent=self)
+        tags = dict(s.tags)
+        # Output-returning invokes: they resolve alongside registrations instead of blocking the program.
+        partition = aws.get_partition_output().partition
+        cluster_name = f"{NAMESPACE}-{s.stack}"
+
+        def managed_policy(policy: str) -> pulumi.Output[str]:
+            return pulumi.Output.concat("arn:", partition, ":iam::aws:policy/", policy)
+
+        # -- IAM ---------------------------------------------------------------------------
+        cluster_role = aws.iam.Role(
+            f"{name}-cluster-role", assume_role_policy=_assume_role_policy("eks.amazonaws.com"),
+            tags=tags, opts=child)
+        cluster_policy = aws.iam.RolePolicyAttachment(
+            f"{name}-cluster-policy", role=cluster_role.name, policy_arn=managed_policy("AmazonEKSClusterPolicy"),
+            opts=pulumi.ResourceOptions(parent=cluster_role))
+
+        self.node_role = aws.iam.Role(
+            f"{name}-node-role", assume_role_policy=_assume_role_policy("ec2.amazonaws.com"), tags=tags, opts=child)
+        node_policies = [
+            aws.iam.RolePolicyAttachment(
+                f"{name}-node-{policy}", role=self.node_role.name, policy_arn=managed_policy(policy),
+                opts=pulumi.ResourceOptions(parent=self.node_role))
+            for policy in ("AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy",
+                           "AmazonEC2ContainerRegistryReadOnly",
+                           "AmazonSSMManagedInstanceCore")   # shell access without SSH keys or open ports
+        ]
+
+        # -- encryption and logs -----------------------------------------------------------
+        secrets_key = aws.kms.Key(
+            f"{name}-secrets-key", description=f"EKS secrets envelope encryption for {cluster_name}",
+            enable_key_rotation=True, deletion_window_in_days=30, tags=tags, opts=child)
+        aws.kms.Alias(f"{name}-secrets-key-alias", name=f"alias/{cluster_name}-eks-secrets",
+                      target_key_id=secrets_key.key_id, opts=pulumi.ResourceOptions(parent=secrets_key))
+        # Created before the cluster so EKS writes into a group with a retention, not an unbounded one.
+        log_group = aws.cloudwatch.LogGroup(
+            f"{name}-control-plane-logs", name=f"/aws/eks/{cluster_name}/cluster",
+            retention_in_days=CONTROL_PLANE_LOG_RETENTION_DAYS, tags=tags, opts=child)
+
+        # -- control plane -----------------------------------------------------------------
+        self.eks_cluster = aws.eks.Cluster(
+            f"{name}-eks",
+            name=cluster_name,
+            version=s.kubernetesVersion,
+            role_arn=cluster_role.arn,
+            vpc_config=aws.eks.ClusterVpcConfigArgs(
+                subnet_ids=network.private_subnet_ids,
+                endpoint_private_access=True,
+                endpoint_public_access=True,
+                public_access_cidrs=list(s.apiAllowedCidrs),
+            ),
+            access_config=aws.eks.ClusterAccessConfigArgs(
+                authentication_mode="API",
+                # The identity running `pulumi up` keeps admin: the Kubernetes provider acts as it.
+                bootstrap_cluster_creator_admin_permissions=True,
+            ),
+            encryption_config=aws.eks.ClusterEncryptionConfigArgs(
+                provider=aws.eks.ClusterEncryptionConfigProviderArgs(key_arn=secrets_key.arn),
+                resources=["secrets"],
+            ),
+            enabled_cluster_log_types=CONTROL_PLANE_LOG_TYPES,
+            bootstrap_self_managed_addons=False,
+            # Lets an operator (or ARC autoshift) move traffic off an impaired zone: the failure
+            # this stack is sized to survive.
+            zonal_shift_config=aws.eks.ClusterZonalShiftConfigArgs(enabled=len(network.private_subnets) > 1),
+            deletion_protection=s.environment == "prod",
+            tags=tags,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[cluster_policy, log_group]),
+        )
+        cluster = self.eks_cluster
+        in_cluster = pulumi.ResourceOptions(parent=cluster)
+
+        for i, arn in enumerate(s.adminRoleArns):
+            entry = aws.eks.AccessEntry(
+                f"{name}-admin-{i}", cluster_name=cluster.name, principal_arn=arn, type="STANDARD",
+                tags=tags, opts=in_cluster)
+            aws.eks.AccessPolicyAssociation(
+                f"{name}-admin-{i}-policy", cluster_name=cluster.name, principal_arn=entry.principal_arn,
+                policy_arn=pulumi.Output.concat("arn:", partition, ADMIN_POLICY),
+                access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"),
+                opts=pulumi.ResourceOptions(parent=entry))
+
+        # -- add-ons that nodes need to become Ready (DaemonSets: created before any node) --
+        def addon(addon_name: str, depends_on=(), **kwargs) -> aws.eks.Addon:
+            # The version EKS marks as default for this Kubernetes version, resolved when the
+            # program runs and kept in state; bump kubernetesVersion to move it.
+            version = aws.eks.get_addon_version_output(addon_name=addon_name, kubernetes_version=s.kubernetesVersion)
+            return aws.eks.Addon(
+                f"{name}-{addon_name}", cluster_name=cluster.name, addon_name=addon_name,
+                addon_version=version.version, resolve_conflicts_on_create="OVERWRITE",
+                resolve_conflicts_on_update="PRESERVE", tags=tags,
+                opts=pulumi.ResourceOptions(parent=cluster, depends_on=list(depends_on)), **kwargs)
+
+        pod_identity_agent = addon("eks-pod-identity-agent")
+        vpc_cni = addon("vpc-cni", configuration_values=json.dumps({
+            # NetworkPolicy enforcement: the serving namespace's policies rely on it.
+            "enableNetworkPolicy": "true",
+        }))
+        kube_proxy = addon("kube-proxy")
+        self.node_dependencies = [vpc_cni, kube_proxy, pod_identity_agent, *node_policies]
+
+        # -- system node group (CPU, every zone): gateway, monitoring, CoreDNS ---------------
+        zones = list(network.private_subnets)
+        desired = s.systemNodes.nodesPerZone * len(zones)
+        system_template = aws.ec2.LaunchTemplate(
+            f"{name}-system-lt",
+            description=f"{cluster_name} system nodes: IMDSv2 only, encrypted root volume",
+            metadata_options=imdsv2_required(),
+            block_device_mappings=[encrypted_root_volume(SYSTEM_ROOT_VOLUME_GIB)],
+            tag_specifications=[aws.ec2.LaunchTemplateTagSpecificationArgs(
+                resource_type=kind, tags={**tags, "Name": f"{cluster_name}-system"}) for kind in ("instance", "volume")],
+            update_default_version=True,
+            tags=tags,
+            opts=child,
+        )
+        self.system_node_group = aws.eks.NodeGroup(
+            f"{name}-system",
+            cluster_name=cluster.name,
+            node_role_arn=self.node_role.arn,
+            subnet_ids=network.private_subnet_ids,
+            instance_types=[s.systemNodes.instanceType],
+            ami_type="AL2023_x86_64_STANDARD",
+            capacity_type="ON_DEMAND",
+            scaling_config=aws.eks.NodeGroupScalingConfigArgs(
+                desired_size=desired, min_size=desired, max_size=desired * SYSTEM_MAX_SCALE),
+            update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1),
+            launch_template=aws.eks.NodeGroupLaunchTemplateArgs(
+                id=system_template.id, version=system_template.latest_version.apply(str)),
+            labels=dict(SYSTEM_ROLE_LABEL),
+            tags=tags,
+            opts=pulumi.ResourceOptions(parent=cluster, depends_on=self.node_dependencies),
+        )
+
+        # -- add-ons that run as Deployments: they need nodes first -------------------------
+        addon("coredns", depends_on=[self.system_node_group])
+        ebs_csi_role = aws.iam.Role(
+            f"{name}-ebs-csi-role", assume_role_policy=_assume_role_policy("pods.eks.amazonaws.com"),
+            tags=tags, opts=child)
+        ebs_csi_policy = aws.iam.RolePolicyAttachment(
+            f"{name}-ebs-csi-policy", role=ebs_csi_role.name,
+            policy_arn=managed_policy("service-role/AmazonEBSCSIDriverPolicy"),
+            opts=pulumi.ResourceOptions(parent=ebs_csi_role))
+        addon("aws-ebs-csi-driver", depends_on=[self.system_node_group, pod_identity_agent, ebs_csi_policy],
+              pod_identity_associations=[aws.eks.AddonPodIdentityAssociationArgs(
+                  role_arn=ebs_csi_role.arn, service_account=EBS_CSI_SERVICE_ACCOUNT)])
+
+        # -- Kubernetes provider -----------------------------------------------------------
+        self.cluster_name = cluster.name
+        self.kubeconfig = pulumi.Output.secret(pulumi.Output.all(
+            cluster.name, cluster.endpoint, cluster.certificate_authority.data,
+        ).apply(lambda parts: kubeconfig_json(*parts, region=s.region)))
+        self.k8s_provider = k8s.Provider(
+            f"{name}-k8s",
+            kubeconfig=self.kubeconfig,
+            # Kubernetes objects wait for the system nodes, so webhooks and charts have somewhere to run.
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.system_node_group]),
+        )
+        self.register_outputs({
+            "clusterName": cluster.name,
+            "endpoint": cluster.endpoint,
+            "nodeRoleArn": self.node_role.arn,
+            "kubeconfig": self.kubeconfig,
+        })
+
+
+def kubeconfig_json(cluster_name: str, endpoint: str, ca_data: str, region: str) -> str:
+    """A kubeconfig that authenticates with `aws eks get-token` (short-lived tokens, no static keys)."""
+    user = f"{cluster_name}-admin"
+    return json.dumps({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": cluster_name, "cluster": {"server": endpoint, "certificate-authority-data": ca_data}}],
+        "contexts": [{"name": cluster_name, "context": {"cluster": cluster_name, "user": user}}],
+        "current-context": cluster_name,
+        "users": [{"name": user, "user": {"exec": {
+            "apiVersion": "client.authentication.k8s.io/v1beta1",
+            "command": "aws",
+            "args": ["eks", "get-token", "--cluster-name", cluster_name, "--region", region, "--output", "json"],
+            "interactiveMode": "Never",
+        }}}],
+    })

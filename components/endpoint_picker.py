@@ -1,0 +1,160 @@
+"""Load-aware routing: an InferencePool over the vLLM pods and its endpoint picker (EPP).
+
+Envoy asks the picker (ext_proc, gRPC) which pod should take each request; the picker scrapes
+every vLLM pod's `/metrics` and scores queue depth (`vllm:num_requests_waiting`) and KV-cache
+usage. It runs active-active (no leader election): with only those two scorers it keeps no
+per-replica state (the prefix-cache scorer, which does, is left out), so any replica answers
+alike and a PodDisruptionBudget can keep one up while a node drains. `FailOpen`: if no picker
+answers, Envoy still routes to a pool endpoint rather than failing the request.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from settings import StackSettings
+
+from .cluster import SYSTEM_ROLE_LABEL
+from .serving import API_PORT, APP_LABELS
+
+# The last inference-extension release that ships the picker (v1.6.0 moved it to llm-d); it
+# serves the same `inference.networking.k8s.io/v1` InferencePool API as the v1.6.0 CRD.
+PICKER_IMAGE = "registry.k8s.io/gateway-api-inference-extension/epp:v1.5.0"
+POOL_API = "inference.networking.k8s.io/v1"
+GRPC_PORT, HEALTH_PORT, PICKER_METRICS_PORT = 9002, 9003, 9090   # the picker's defaults
+MIN_PICKER_REPLICAS = 2
+PICKER_LABELS = {"app.kubernetes.io/name": "endpoint-picker", "llm-serving.io/role": "gateway"}
+CONFIG_FILE = "scorers.yaml"
+PICKER_CONFIG = """\
+apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: queue-scorer
+- type: kv-cache-utilization-scorer
+- type: max-score-picker
+- type: single-profile-handler
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: queue-scorer
+    weight: 1
+  - pluginRef: kv-cache-utilization-scorer
+    weight: 1
+  - pluginRef: max-score-picker
+"""
+
+
+def picker_replicas(zones: int) -> int:
+    """One per zone, never fewer than two: a zone loss or a node drain leaves one answering."""
+    return max(MIN_PICKER_REPLICAS, zones)
+
+
+@dataclass(frozen=True)
+class EndpointPickerArgs:
+    settings: StackSettings
+    provider: k8s.Provider
+    namespace: str                  # the serving namespace: a pool selects pods in its own namespace
+    gateway_namespace: str          # where the Envoy proxies that call the picker run
+    monitoring_namespace: str
+    depends_on: tuple = ()          # the CRDs (InferencePool) and the serving namespace
+
+
+class EndpointPicker(pulumi.ComponentResource):
+    def __init__(self, name: str, args: EndpointPickerArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("llm-serving:endpoint_picker:EndpointPicker", name, None, opts)
+        ns = args.namespace
+        pool_name = "vllm"
+        picker_name = f"{pool_name}-epp"
+        o = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=list(args.depends_on))
+        replicas = picker_replicas(len(args.settings.zones))
+
+        account = k8s.core.v1.ServiceAccount(f"{name}-sa", metadata={"name": picker_name, "namespace": ns}, opts=o)
+        role = k8s.rbac.v1.Role(
+            f"{name}-role", metadata={"name": picker_name, "namespace": ns},
+            rules=[{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+                   {"apiGroups": ["inference.networking.k8s.io"], "resources": ["inferencepools"],
+                    "verbs": ["get", "list", "watch"]},
+                   {"apiGroups": ["inference.networking.x-k8s.io"], "resources": ["inferenceobjectives"],
+                    "verbs": ["get", "list", "watch"]}],
+            opts=o)
+        k8s.rbac.v1.RoleBinding(
+            f"{name}-rb", metadata={"name": picker_name, "namespace": ns},
+            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": picker_name},
+            subjects=[{"kind": "ServiceAccount", "name": picker_name, "namespace": ns}],
+            opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[role, account]))
+        config = k8s.core.v1.ConfigMap(f"{name}-config", metadata={"name": picker_name, "namespace": ns},
+                                       data={CONFIG_FILE: PICKER_CONFIG}, opts=o)
+
+        self.deployment = k8s.apps.v1.Deployment(
+            f"{name}-deploy", metadata={"name": picker_name, "namespace": ns, "labels": dict(PICKER_LABELS)},
+            spec={
+                "replicas": replicas,
+                "selector": {"matchLabels": dict(PICKER_LABELS)},
+                "template": {"metadata": {"labels": dict(PICKER_LABELS)}, "spec": {
+                    "serviceAccountName": picker_name,
+                    "nodeSelector": dict(SYSTEM_ROLE_LABEL),
+                    "topologySpreadConstraints": [
+                        {"maxSkew": 1, "topologyKey": key, "whenUnsatisfiable": "DoNotSchedule",
+                         "labelSelector": {"matchLabels": dict(PICKER_LABELS)}}
+                        for key in ("topology.kubernetes.io/zone", "kubernetes.io/hostname")],
+                    "containers": [{
+                        "name": "epp", "image": PICKER_IMAGE,
+                        "args": ["--pool-name", pool_name, "--pool-namespace", ns,
+                                 "--pool-group", "inference.networking.k8s.io",
+                                 "--config-file", f"/config/{CONFIG_FILE}",
+                                 # Only the monitoring namespace reaches the metrics port (below).
+                                 "--metrics-endpoint-auth=false", "--zap-encoder", "json"],
+                        "ports": [{"name": "grpc", "containerPort": GRPC_PORT},
+                                  {"name": "grpc-health", "containerPort": HEALTH_PORT},
+                                  {"name": "metrics", "containerPort": PICKER_METRICS_PORT}],
+                        "env": [{"name": "NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
+                        "livenessProbe": {"grpc": {"port": HEALTH_PORT, "service": "inference-extension"},
+                                          "periodSeconds": 10},
+                        "readinessProbe": {"grpc": {"port": HEALTH_PORT, "service": "inference-extension"},
+                                           "periodSeconds": 2},
+                        "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "1Gi"}},
+                        "volumeMounts": [{"name": "config", "mountPath": "/config", "readOnly": True}],
+                    }],
+                    "volumes": [{"name": "config", "configMap": {"name": config.metadata["name"]}}],
+                }},
+            },
+            opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[config, account]))
+        self.pdb = k8s.policy.v1.PodDisruptionBudget(
+            f"{name}-pdb", metadata={"name": picker_name, "namespace": ns},
+            spec={"minAvailable": 1, "selector": {"matchLabels": dict(PICKER_LABELS)}}, opts=o)
+        self.service = k8s.core.v1.Service(
+            f"{name}-svc", metadata={"name": picker_name, "namespace": ns},
+            spec={"selector": dict(PICKER_LABELS), "ports": [
+                {"name": "grpc", "port": GRPC_PORT, "targetPort": "grpc", "appProtocol": "http2"},
+                {"name": "metrics", "port": PICKER_METRICS_PORT, "targetPort": "metrics"}]},
+            opts=o)
+        self.pool = k8s.apiextensions.CustomResource(
+            f"{name}-pool", api_version=POOL_API, kind="InferencePool",
+            metadata={"name": pool_name, "namespace": ns},
+            spec={"selector": {"matchLabels": dict(APP_LABELS)},
+                  "targetPorts": [{"number": API_PORT}],
+                  "endpointPickerRef": {"name": picker_name, "port": {"number": GRPC_PORT},
+                                        "failureMode": "FailOpen"}},
+            opts=o)
+
+        def from_namespace(n: str) -> dict:
+            return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": n}}}
+
+        policies = {
+            "epp-from-gateway": {"podSelector": {"matchLabels": dict(PICKER_LABELS)}, "policyTypes": ["Ingress"],
+                                 "ingress": [{"from": [from_namespace(args.gateway_namespace)],
+                                              "ports": [{"protocol": "TCP", "port": GRPC_PORT}]},
+                                             {"from": [from_namespace(args.monitoring_namespace)],
+                                              "ports": [{"protocol": "TCP", "port": PICKER_METRICS_PORT}]}]},
+            # The picker scores pods from their /metrics on the API port.
+            "vllm-from-epp": {"podSelector": {"matchLabels": dict(APP_LABELS)}, "policyTypes": ["Ingress"],
+                              "ingress": [{"from": [{"podSelector": {"matchLabels": dict(PICKER_LABELS)}}],
+                                           "ports": [{"protocol": "TCP", "port": API_PORT}]}]},
+        }
+        for key, spec in policies.items():
+            k8s.networking.v1.NetworkPolicy(f"{name}-{key}", metadata={"name": key, "namespace": ns},
+                                            spec=spec, opts=o)
+        self.pool_name, self.replicas = pool_name, replicas
+        self.register_outputs({"pool": pool_name, "replicas": replicas})

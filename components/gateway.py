@@ -1,0 +1,276 @@
+"""The Envoy gateway: the only way in. It terminates TLS, checks API keys, meters each key with a
+fast 429, bounds time and retries by the SLOs, and routes by load.
+
+- Envoy Gateway (controller) and its Envoy proxies run on the system nodes, spread over zones.
+- Every route sits behind one Gateway that a SecurityPolicy (API keys) covers as a whole, so a
+  route added later is authenticated too.
+- Per-key quotas are local (each proxy keeps its own token buckets, no Redis to run): a key's
+  limit is divided by the proxy count, and the sum over keys never exceeds the plan's capacity
+  after a zone loss times `gateway.rateLimitShare`. A client whose connections all reach one
+  proxy gets 1/proxies of its quota; the global (Redis) mode avoids that at the cost of a Redis.
+- Load-aware routing: with `gateway.inferenceExtension`, the route's backend is an InferencePool
+  and an endpoint picker chooses the pod (Envoy AI Gateway's controller is the extension server
+  that teaches Envoy Gateway this backend kind); without it, Envoy's least-request balancing.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from settings import StackSettings
+from sizing.planner import Plan
+
+from .cluster import SYSTEM_ROLE_LABEL
+from .endpoint_picker import POOL_API, EndpointPicker, EndpointPickerArgs
+from .serving import API_PORT, longest_request_s
+
+EG_CHART, EG_VERSION = "oci://docker.io/envoyproxy/gateway-helm", "v1.9.0"        # CRDs in ../shared/crds
+AIGW_CHART, AIGW_CRDS_CHART = "oci://docker.io/envoyproxy/ai-gateway-helm", "oci://docker.io/envoyproxy/ai-gateway-crds-helm"
+AIGW_VERSION = "v1.0.0"
+INFERENCE_CRDS_URL = ("https://github.com/kubernetes-sigs/gateway-api-inference-extension/releases/download/"
+                      "v1.6.0/manifests.yaml")
+CONTROLLER_NAMESPACE = "envoy-gateway-system"     # the controller and, by default, its Envoy proxies
+AIGW_NAMESPACE = "envoy-ai-gateway-system"
+GATEWAY_API = "gateway.networking.k8s.io/v1"
+EG_API = "gateway.envoyproxy.io/v1alpha1"
+OPENAI_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/models")
+CLIENT_ID_HEADER = "x-llm-client-id"    # set by the API-key filter (before rate limiting) to the key's name
+MIN_PROXY_REPLICAS = 2
+MAX_LOCAL_RULES = 16                    # the CRD's limit on local rate-limit rules
+RATE_UNITS = (("Second", 1), ("Minute", 60), ("Hour", 3600))
+ROUNDING_KEPT = 0.95                    # a unit is fine enough when flooring keeps 95% of the share
+RETRY_STATUS = 503
+
+
+# -- figures derived from the plan (pure) ----------------------------------------------------
+def proxy_replicas(zones: int) -> int:
+    return max(MIN_PROXY_REPLICAS, zones)
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    requests: int      # per key, per proxy, per unit
+    unit: str
+    unit_s: int
+
+    def total_qps(self, keys: int, proxies: int) -> float:
+        return self.requests * keys * proxies / self.unit_s
+
+
+def per_key_rate_limit(capacity_qps: float, share: float, keys: int, proxies: int) -> RateLimit:
+    """Each key's local bucket: an equal part of `share` of the capacity, split over the
+    proxies, floored to whole requests in the finest unit that keeps >= 95% of it."""
+    if keys < 1 or keys > MAX_LOCAL_RULES:
+        raise ValueError(f"gateway.apiKeyNames: {keys} keys; local rate limits take 1 to {MAX_LOCAL_RULES}")
+    per_key_qps = capacity_qps * share / (keys * proxies)
+    for unit, seconds in RATE_UNITS:
+        requests = math.floor(per_key_qps * seconds)
+        if requests >= 1 and requests >= ROUNDING_KEPT * per_key_qps * seconds:
+            return RateLimit(requests, unit, seconds)
+    requests = math.floor(per_key_qps * RATE_UNITS[-1][1])
+    if requests < 1:
+        raise ValueError(f"capacity {capacity_qps:.3g} QPS leaves each of {keys} keys less than one request "
+                         f"an hour per proxy; use fewer keys")
+    return RateLimit(requests, *RATE_UNITS[-1])
+
+
+@dataclass(frozen=True)
+class RouteTimeouts:
+    request: str
+    backend_request: str
+    connect: str
+
+
+def route_timeouts(plan: Plan) -> RouteTimeouts:
+    """The backend gets the longest request a replica accepts at the SLOs; the client's deadline
+    leaves room for one retry; a connect must fail fast enough that a retry still meets TTFT."""
+    longest = math.ceil(longest_request_s(plan))
+    connect_ms = max(1, int(plan.request.workload.ttft_slo_s * 1000 / 4))
+    return RouteTimeouts(f"{2 * longest}s", f"{longest}s", f"{connect_ms}ms")
+
+
+def circuit_limits(plan: Plan, proxies: int) -> dict:
+    """Per proxy: its share of what the fleet can hold in flight (max_num_seqs per replica);
+    beyond that Envoy answers 503 at once instead of queueing in front of full engines."""
+    in_flight = math.ceil(plan.replicas * plan.model_args["max_num_seqs"] / proxies)
+    return {"maxConnections": in_flight, "maxParallelRequests": in_flight, "maxPendingRequests": in_flight,
+            "maxParallelRetries": max(1, plan.replicas)}
+
+
+def check_key_names(keys: dict, names: tuple[str, ...]) -> dict:
+    """The apiKeys secret must name exactly the configured keys: a key without a rule would be unmetered."""
+    if set(keys) != set(names):
+        raise ValueError(f"secret apiKeys names {sorted(keys)} but gateway.apiKeyNames is {sorted(names)}; "
+                         "make them the same")
+    return {name: str(value) for name, value in keys.items()}
+
+
+# -- the component ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class GatewayArgs:
+    plan: Plan
+    settings: StackSettings
+    provider: k8s.Provider
+    api_keys: pulumi.Input[str]            # a Pulumi secret: JSON {name: key}
+    namespace: str                         # the serving namespace (routes, policies, pool live there)
+    service_name: str                      # the vLLM Service (the fallback backend)
+    monitoring_namespace: str = "monitoring"
+    depends_on: tuple = ()                 # the serving component
+
+
+class Gateway(pulumi.ComponentResource):
+    def __init__(self, name: str, args: GatewayArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("llm-serving:gateway:Gateway", name, None, opts)
+        plan, settings, gw = args.plan, args.settings, args.settings.gateway
+        ns = args.namespace
+        proxies = proxy_replicas(len(settings.zones))
+        self.rate_limit = per_key_rate_limit(plan.capacity_after_zone_loss_qps, gw.rateLimitShare,
+                                             len(gw.apiKeyNames), proxies)
+        self.timeouts = route_timeouts(plan)
+        self.proxy_replicas = proxies
+        child = pulumi.ResourceOptions(parent=self, provider=args.provider)
+
+        releases = self._controllers(name, args, child)
+        crds = list(releases)
+        if gw.inferenceExtension:
+            crds.append(k8s.yaml.v2.ConfigFile(f"{name}-inference-crds", file=INFERENCE_CRDS_URL, opts=child))
+        cr_opts = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=crds + list(args.depends_on))
+
+        def cr(suffix: str, api: str, kind: str, metadata: dict, spec: dict, deps=()):
+            return k8s.apiextensions.CustomResource(
+                f"{name}-{suffix}", api_version=api, kind=kind, metadata=metadata, spec=spec,
+                opts=pulumi.ResourceOptions.merge(cr_opts, pulumi.ResourceOptions(depends_on=list(deps))))
+
+        spread = [{"maxSkew": 1, "topologyKey": key, "whenUnsatisfiable": "DoNotSchedule",
+                   "labelSelector": {"matchLabels": {"app.kubernetes.io/component": "proxy",
+                                                     "gateway.envoyproxy.io/owning-gateway-name": name}}}
+                  for key in ("topology.kubernetes.io/zone", "kubernetes.io/hostname")]
+        proxy_config = cr("envoyproxy", EG_API, "EnvoyProxy", {"name": name, "namespace": CONTROLLER_NAMESPACE}, {
+            "provider": {"type": "Kubernetes", "kubernetes": {
+                "envoyDeployment": {"replicas": proxies, "pod": {
+                    "nodeSelector": dict(SYSTEM_ROLE_LABEL), "topologySpreadConstraints": spread}},
+                "envoyPDB": {"minAvailable": 1},
+                "envoyService": {
+                    "type": "LoadBalancer", "externalTrafficPolicy": "Local",
+                    "loadBalancerSourceRanges": list(settings.gatewayAllowedCidrs),
+                    "annotations": {"service.beta.kubernetes.io/aws-load-balancer-type": "external",
+                                    "service.beta.kubernetes.io/aws-load-balancer-nlb-target-type": "ip",
+                                    "service.beta.kubernetes.io/aws-load-balancer-scheme": "internet-facing"}},
+            }}})
+        self.gateway_class = cr("class", GATEWAY_API, "GatewayClass", {"name": name}, {
+            "controllerName": "gateway.envoyproxy.io/gatewayclass-controller",
+            "parametersRef": {"group": "gateway.envoyproxy.io", "kind": "EnvoyProxy", "name": name,
+                              "namespace": CONTROLLER_NAMESPACE}}, deps=[proxy_config])
+
+        tls_secret, annotations = self._certificate(name, settings)
+        self.gateway = cr("gateway", GATEWAY_API, "Gateway",
+                          {"name": name, "namespace": ns, "annotations": annotations}, {
+            "gatewayClassName": name,
+            "listeners": [{"name": "https", "protocol": "HTTPS", "port": 443, "hostname": gw.hostname,
+                           "tls": {"mode": "Terminate", "certificateRefs": [{"kind": "Secret", "name": tls_secret}]},
+                           "allowedRoutes": {"namespaces": {"from": "Same"}}}]}, deps=[self.gateway_class])
+
+        self.picker = None
+        if gw.inferenceExtension:
+            self.picker = EndpointPicker(f"{name}-picker", EndpointPickerArgs(
+                settings=settings, provider=args.provider, namespace=ns, gateway_namespace=CONTROLLER_NAMESPACE,
+                monitoring_namespace=args.monitoring_namespace, depends_on=tuple(crds) + tuple(args.depends_on)),
+                opts=pulumi.ResourceOptions(parent=self))
+            backend = {"group": POOL_API.split("/")[0], "kind": "InferencePool", "name": self.picker.pool_name}
+        else:
+            backend = {"kind": "Service", "name": args.service_name, "port": API_PORT}
+        t = self.timeouts
+        self.route = cr("route", GATEWAY_API, "HTTPRoute", {"name": "openai", "namespace": ns}, {
+            "parentRefs": [{"name": name, "sectionName": "https"}],
+            "hostnames": [gw.hostname],
+            "rules": [{"matches": [{"path": {"type": "Exact", "value": p}} for p in OPENAI_PATHS],
+                       "backendRefs": [backend],
+                       "timeouts": {"request": t.request, "backendRequest": t.backend_request}}]},
+            deps=[self.gateway] + ([self.picker] if self.picker else []))
+
+        self.api_key_secret = k8s.core.v1.Secret(
+            f"{name}-api-keys", metadata={"name": "gateway-api-keys", "namespace": ns}, type="Opaque",
+            string_data=pulumi.Output.from_input(args.api_keys).apply(
+                lambda text: check_key_names(json.loads(text), gw.apiKeyNames)),
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=list(args.depends_on))))
+        # On the Gateway, not the route: every route this Gateway ever carries needs a key.
+        self.security_policy = cr("auth", EG_API, "SecurityPolicy", {"name": "api-keys", "namespace": ns}, {
+            "targetRefs": [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": name}],
+            "apiKeyAuth": {"credentialRefs": [{"kind": "Secret", "name": "gateway-api-keys"}],
+                           "extractFrom": [{"headers": ["authorization"]}],   # OpenAI clients: "Bearer <key>"
+                           "forwardClientIDHeader": CLIENT_ID_HEADER, "sanitize": True}},
+            deps=[self.gateway, self.api_key_secret])
+        self.traffic_policy = cr("traffic", EG_API, "BackendTrafficPolicy", {"name": "openai", "namespace": ns},
+                                 self._traffic_spec(plan, gw.apiKeyNames, proxies), deps=[self.route])
+        self.register_outputs({"gateway": name, "hostname": gw.hostname, "proxyReplicas": proxies,
+                               "rateLimitPerKey": f"{self.rate_limit.requests}/{self.rate_limit.unit}"})
+
+    # -- pieces --------------------------------------------------------------------------------
+    def _controllers(self, name: str, args: GatewayArgs, opts: pulumi.ResourceOptions) -> list:
+        zones = len(args.settings.zones)
+        spread = [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway",
+                   "labelSelector": {"matchLabels": {"control-plane": "envoy-gateway"}}}]
+        config: dict = {"envoyGateway": {"gateway": {"controllerName": "gateway.envoyproxy.io/gatewayclass-controller"},
+                                         "provider": {"type": "Kubernetes"}}}
+        if args.settings.gateway.inferenceExtension:
+            # Envoy AI Gateway's controller is the extension server for the InferencePool backend.
+            config["envoyGateway"]["extensionApis"] = {"enableBackend": True}
+            config["envoyGateway"]["extensionManager"] = {
+                "backendResources": [{"group": "inference.networking.k8s.io", "kind": "InferencePool", "version": "v1"}],
+                "hooks": {"xdsTranslator": {"translation": {k: {"includeAll": True} for k in
+                                                            ("listener", "route", "cluster", "secret")},
+                                            "post": ["Translation", "Cluster", "Route"]}},
+                "service": {"fqdn": {"hostname": f"ai-gateway-controller.{AIGW_NAMESPACE}.svc.cluster.local",
+                                     "port": 1063}}}
+        eg = k8s.helm.v3.Release(
+            f"{name}-envoy-gateway", name="envoy-gateway", chart=EG_CHART, version=EG_VERSION,
+            namespace=CONTROLLER_NAMESPACE, create_namespace=True,
+            values={"deployment": {"replicas": proxy_replicas(zones), "pod": {
+                        "nodeSelector": dict(SYSTEM_ROLE_LABEL), "topologySpreadConstraints": spread}},
+                    "podDisruptionBudget": {"minAvailable": 1},
+                    "config": config},
+            opts=opts)
+        if not args.settings.gateway.inferenceExtension:
+            return [eg]
+        aigw_crds = k8s.helm.v3.Release(
+            f"{name}-ai-gateway-crds", name="ai-gateway-crds", chart=AIGW_CRDS_CHART, version=AIGW_VERSION,
+            namespace=AIGW_NAMESPACE, create_namespace=True, opts=opts)
+        aigw = k8s.helm.v3.Release(
+            f"{name}-ai-gateway", name="ai-gateway", chart=AIGW_CHART, version=AIGW_VERSION,
+            namespace=AIGW_NAMESPACE, create_namespace=True,
+            values={"controller": {"nodeSelector": dict(SYSTEM_ROLE_LABEL)}},
+            opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[aigw_crds, eg])))
+        return [eg, aigw_crds, aigw]
+
+    @staticmethod
+    def _certificate(name: str, settings: StackSettings) -> tuple[str, dict]:
+        gw = settings.gateway
+        if gw.certManagerIssuer:
+            # cert-manager's gateway shim issues the certificate into the listener's secret.
+            return gw.tlsSecretName or f"{name}-tls", {"cert-manager.io/cluster-issuer": gw.certManagerIssuer}
+        if gw.tlsSecretName:
+            return gw.tlsSecretName, {}
+        raise ValueError("llm-serving:gateway: set tlsSecretName or certManagerIssuer; the gateway serves HTTPS only")
+
+    def _traffic_spec(self, plan: Plan, key_names: tuple[str, ...], proxies: int) -> dict:
+        limit = self.rate_limit
+        spec = {
+            "targetRefs": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "openai"}],
+            "rateLimit": {"local": {"rules": [{
+                "clientSelectors": [{"headers": [{"name": CLIENT_ID_HEADER, "type": "Exact", "value": key}]}],
+                "limit": {"requests": limit.requests, "unit": limit.unit},
+                "shared": True,      # one bucket per key across the route's paths
+            } for key in key_names]}},
+            # Safe to retry: a refused connection or a 503 means the engine never started the request.
+            "retry": {"numRetries": 1, "retryOn": {"triggers": ["connect-failure", "retriable-status-codes"],
+                                                   "httpStatusCodes": [RETRY_STATUS]}},
+            "timeout": {"tcp": {"connectTimeout": self.timeouts.connect}},
+            "circuitBreaker": circuit_limits(plan, proxies),
+        }
+        if self.picker is None:
+            spec["loadBalancer"] = {"type": "LeastRequest"}
+        return spec

@@ -1,0 +1,188 @@
+"""One GPU node pool: an EKS managed node group confined to ONE availability zone.
+
+A pool per zone (never one multi-zone group) is what makes "N+1 by zone" hold: the plan places
+replicas per zone, and each zone's nodes come from its own group, so losing a zone costs exactly
+the replicas the plan expects to lose.
+
+Each node: the EKS NVIDIA AL2023 AMI, IMDSv2 only, an encrypted gp3 root volume, its instance-store
+NVMe disks striped (RAID0) at /mnt/models as the model cache, optional EFA interfaces, and
+optional targeting of an On-Demand Capacity Reservation or a Capacity Block for ML.
+"""
+from __future__ import annotations
+
+import base64
+import textwrap
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_aws as aws
+
+from settings import StackSettings
+from settings.schema import GpuPoolSettings
+from sizing.planner import Plan, Pool
+
+from .cluster import Cluster, encrypted_root_volume, imdsv2_required
+from .network import Network
+
+GPU_AMI_TYPE = "AL2023_x86_64_NVIDIA"
+MODEL_CACHE_PATH = "/mnt/models"            # hostPath the serving pods mount for weights
+GPU_ROOT_VOLUME_GIB = 200                   # container images (vLLM is ~20 GB unpacked); weights live on NVMe
+GPU_TAINT = aws.eks.NodeGroupTaintArgs(key="nvidia.com/gpu", value="true", effect="NO_SCHEDULE")
+LABEL_POOL, LABEL_ROLE, LABEL_ZONE = "llm-serving.io/pool", "llm-serving.io/role", "llm-serving.io/zone"
+TAG_GPUS_PER_NODE = "llm-serving.io/gpus-per-node"
+MIME_BOUNDARY = "==LLMSERVING=="
+
+# nodeadm reads the NodeConfig part; EKS merges in the cluster details for a managed node group.
+# A graceful shutdown gives vLLM time to drain in-flight requests when a node is stopped
+# (node repair, a Capacity Block ending).
+NODE_CONFIG = textwrap.dedent("""\
+    apiVersion: node.eks.aws/v1alpha1
+    kind: NodeConfig
+    spec:
+      kubelet:
+        config:
+          shutdownGracePeriod: 90s
+          shutdownGracePeriodCriticalPods: 15s
+    """)
+
+# Runs before kubelet starts (nodeadm-run waits for cloud-final), so /mnt/models exists before
+# any pod is scheduled. Instance store survives a reboot but not a stop: the fstab entry
+# (by label, nofail) remounts after a reboot; a new instance builds a fresh array.
+MODEL_CACHE_SCRIPT = textwrap.dedent(f"""\
+    #!/usr/bin/env bash
+    set -euo pipefail
+    MOUNT={MODEL_CACHE_PATH}
+    mkdir -p "$MOUNT"
+    mountpoint -q "$MOUNT" && exit 0
+    mapfile -t DISKS < <(for d in /dev/disk/by-id/nvme-Amazon_EC2_NVMe_Instance_Storage_*; do
+      [ -e "$d" ] && readlink -f "$d"; done | sort -u)
+    if [ "${{#DISKS[@]}}" -eq 0 ]; then
+      echo "llm-serving: no instance-store NVMe; the model cache stays on the root volume"; exit 0
+    elif [ "${{#DISKS[@]}}" -eq 1 ]; then
+      DEV="${{DISKS[0]}}"
+    else
+      DEV=/dev/md/models
+      [ -e "$DEV" ] || mdadm --assemble --scan || true
+      [ -e "$DEV" ] || mdadm --create "$DEV" --level=0 --raid-devices="${{#DISKS[@]}}" \\
+        --name=models --force --run "${{DISKS[@]}}"
+    fi
+    blkid "$DEV" >/dev/null 2>&1 || mkfs.xfs -f -L models "$DEV"
+    mount -o noatime "$DEV" "$MOUNT"
+    grep -q " $MOUNT " /etc/fstab || echo "LABEL=models $MOUNT xfs noatime,nofail 0 2" >> /etc/fstab
+    chmod 0755 "$MOUNT"
+    """)
+
+
+def user_data() -> str:
+    """The launch template's user data: AL2023 MIME multipart (NodeConfig + the cache script), base64."""
+    parts = [("application/node.eks.aws", NODE_CONFIG), ('text/x-shellscript; charset="us-ascii"', MODEL_CACHE_SCRIPT)]
+    body = "MIME-Version: 1.0\n" f'Content-Type: multipart/mixed; boundary="{MIME_BOUNDARY}"\n\n'
+    for content_type, text in parts:
+        body += f"--{MIME_BOUNDARY}\nContent-Type: {content_type}\n\n{text}\n"
+    body += f"--{MIME_BOUNDARY}--\n"
+    return base64.b64encode(body.encode()).decode()
+
+
+@dataclass(frozen=True)
+class GpuNodePoolArgs:
+    settings: StackSettings
+    plan: Plan
+    pool: Pool                       # the plan's pool (zone, instance type, nodes, label)
+    pool_settings: GpuPoolSettings   # capacity reservation / block, EFA
+    cluster: Cluster
+    network: Network
+
+
+class GpuNodePool(pulumi.ComponentResource):
+    """A managed node group of `pool.nodes` GPU nodes in the one zone `pool.zone`."""
+
+    launch_template: aws.ec2.LaunchTemplate
+    node_group: aws.eks.NodeGroup
+    capacity_block: aws.ec2.CapacityBlockReservation | None
+
+    def __init__(self, name: str, args: GpuNodePoolArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("llm-serving:gpu:GpuNodePool", name, None, opts)
+        s, plan, pool, ps, cluster = args.settings, args.plan, args.pool, args.pool_settings, args.cluster
+        child = pulumi.ResourceOptions(parent=self)
+        tags = {**s.tags, TAG_GPUS_PER_NODE: str(plan.instance.gpus)}
+        self.zone, self.label = pool.zone, pool.label
+
+        # -- capacity: an ODCR, an existing Capacity Block, or one bought here -----------------
+        self.capacity_block = None
+        block = ps.capacityBlock
+        reservation_id: pulumi.Input[str] | None = ps.capacityReservationId
+        if block is not None and block.id:
+            reservation_id = block.id
+        elif block is not None and block.purchase and block.allowPurchase:
+            # Non-refundable: bought only when the stack says both purchase and allowPurchase.
+            # Deleting this resource cannot cancel the block; it only forgets it.
+            self.capacity_block = aws.ec2.CapacityBlockReservation(
+                f"{name}-capacity-block", capacity_block_offering_id=block.offeringId,
+                instance_platform="Linux/UNIX", tags=tags,
+                opts=child)
+            reservation_id = self.capacity_block.id
+        uses_block = block is not None and reservation_id is not None
+
+        capacity_spec = market = None
+        if reservation_id is not None:
+            capacity_spec = aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs(
+                capacity_reservation_target=aws.ec2.LaunchTemplateCapacityReservationSpecificationCapacityReservationTargetArgs(
+                    capacity_reservation_id=reservation_id))
+        if uses_block:
+            market = aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(market_type="capacity-block")
+
+        # -- EFA: one interface per network card, all in the cluster security group ------------
+        # Without EFA, EKS attaches the cluster security group itself; with explicit interfaces
+        # it cannot, so each interface carries it (it also allows the EFA traffic node to node).
+        network_interfaces = None
+        if ps.efa:
+            facts = aws.ec2.get_instance_type(instance_type=pool.instance_type)
+            if not facts.efa_supported:
+                raise ValueError(f"{pool.instance_type} does not support EFA; set efa: false for pool {pool.label}")
+            cards = min(facts.maximum_network_cards or 1, facts.efa_maximum_interfaces or 1)
+            sg = cluster.eks_cluster.vpc_config.cluster_security_group_id
+            network_interfaces = [aws.ec2.LaunchTemplateNetworkInterfaceArgs(
+                network_card_index=card, device_index=0 if card == 0 else 1, interface_type="efa",
+                delete_on_termination="true", security_groups=[sg]) for card in range(cards)]
+
+        self.launch_template = aws.ec2.LaunchTemplate(
+            f"{name}-lt",
+            description=f"GPU nodes of pool {pool.label} ({pool.instance_type}, {pool.zone})",
+            metadata_options=imdsv2_required(),
+            block_device_mappings=[encrypted_root_volume(GPU_ROOT_VOLUME_GIB)],
+            user_data=user_data(),
+            # A Capacity Block node group must name the instance type in its launch template.
+            instance_type=pool.instance_type if uses_block else None,
+            capacity_reservation_specification=capacity_spec,
+            instance_market_options=market,
+            network_interfaces=network_interfaces,
+            tag_specifications=[aws.ec2.LaunchTemplateTagSpecificationArgs(
+                resource_type=kind, tags={**tags, "Name": f"{name}"}) for kind in ("instance", "volume")],
+            update_default_version=True,
+            tags=tags,
+            opts=child,
+        )
+
+        self.node_group = aws.eks.NodeGroup(
+            f"{name}-ng",
+            cluster_name=cluster.eks_cluster.name,
+            node_role_arn=cluster.node_role.arn,
+            subnet_ids=[args.network.private_subnets[pool.zone].id],
+            ami_type=GPU_AMI_TYPE,
+            capacity_type="CAPACITY_BLOCK" if uses_block else "ON_DEMAND",
+            instance_types=None if uses_block else [pool.instance_type],
+            scaling_config=aws.eks.NodeGroupScalingConfigArgs(
+                desired_size=pool.nodes, min_size=pool.nodes, max_size=pool.nodes),
+            update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1),
+            launch_template=aws.eks.NodeGroupLaunchTemplateArgs(
+                id=self.launch_template.id, version=self.launch_template.latest_version.apply(str)),
+            labels={LABEL_POOL: pool.label, LABEL_ROLE: "gpu", LABEL_ZONE: pool.zone},
+            taints=[GPU_TAINT],
+            tags=tags,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=cluster.node_dependencies),
+        )
+        self.register_outputs({
+            "nodeGroupName": self.node_group.node_group_name,
+            "zone": pool.zone,
+            "nodes": pool.nodes,
+        })

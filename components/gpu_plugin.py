@@ -1,0 +1,54 @@
+"""The NVIDIA device plugin: advertises `nvidia.com/gpu` on the GPU nodes so pods can request them.
+
+The EKS NVIDIA AMI already carries the driver and the container toolkit, so the plugin alone is
+enough (no GPU operator). Its chart defaults to node affinity on labels that Node Feature
+Discovery would set; we run no NFD, so the affinity is replaced by our own GPU role label.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from .gpu_node_pool import LABEL_ROLE
+
+CHART = "nvidia-device-plugin"
+CHART_VERSION = "0.19.3"
+CHART_REPO = "https://nvidia.github.io/k8s-device-plugin"
+NAMESPACE = "nvidia-device-plugin"
+GPU_TAINT_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
+
+
+def plugin_values() -> dict:
+    gpu_nodes = {LABEL_ROLE: "gpu"}
+    return {
+        "nodeSelector": gpu_nodes,
+        # Replaces the chart's NFD-based nodeSelectorTerms list (lists are replaced, not merged).
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": LABEL_ROLE, "operator": "In", "values": ["gpu"]}]}]}}},
+        "tolerations": [GPU_TAINT_TOLERATION],
+        "gfd": {"enabled": False},
+        "nfd": {"enabled": False},
+    }
+
+
+@dataclass(frozen=True)
+class GpuPluginArgs:
+    provider: k8s.Provider
+
+
+class GpuPlugin(pulumi.ComponentResource):
+    """One Helm release of the device plugin DaemonSet on every GPU node."""
+
+    def __init__(self, name: str, args: GpuPluginArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("llm-serving:gpu_plugin:GpuPlugin", name, None, opts)
+        self.release = k8s.helm.v3.Release(
+            f"{name}-release",
+            name="nvidia-device-plugin",
+            chart=CHART, version=CHART_VERSION,
+            repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=CHART_REPO),
+            namespace=NAMESPACE, create_namespace=True,
+            values=plugin_values(),
+            opts=pulumi.ResourceOptions(parent=self, provider=args.provider))
+        self.register_outputs({"release": self.release.name})

@@ -1,0 +1,203 @@
+"""Monitoring: Prometheus, Alertmanager and Grafana (kube-prometheus-stack), the DCGM exporter,
+the scrape targets, the alert rules and the dashboard.
+
+- kube-prometheus-stack runs on the system nodes; Prometheus keeps its data on an encrypted gp3
+  volume. When the plan is zone-redundant, Prometheus and Alertmanager run two replicas in
+  different zones, so losing a zone (the event the plan is sized for) does not also blind it.
+- Grafana's admin password is a Pulumi secret that reaches Kubernetes only as a Secret, which the
+  chart reads (`grafana.admin.existingSecret`).
+- The DCGM exporter runs on the GPU nodes (tolerating their taint) for GPU utilisation, memory and
+  temperature.
+- Scrape targets are typed PodMonitor/ServiceMonitor objects (policies and tests can read them)
+  whose relabelings set the `job` and `zone` labels the rules in `observability/` rely on.
+- The rules and the dashboard are built from the plan by `observability/`; the thresholds live there.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from observability import contract
+from observability.dashboard import build_dashboard, dashboard_json
+from observability.rules import AlertPolicy, recorded_names, rule_groups
+from settings import StackSettings
+from sizing.planner import Plan
+
+from .cluster import SYSTEM_ROLE_LABEL
+from .endpoint_picker import PICKER_LABELS, PICKER_METRICS_PORT
+from .gateway import CONTROLLER_NAMESPACE
+from .gpu_node_pool import LABEL_ROLE
+from .gpu_plugin import GPU_TAINT_TOLERATION
+from .serving import APP_LABELS, METRICS_PORT as VLLM_METRICS_PORT
+
+MONITORING_API = "monitoring.coreos.com/v1"
+RELEASE = "kps"                              # short: the chart prefixes every object name with it
+PROMETHEUS_SERVICE_ACCOUNT = f"{RELEASE}-prometheus"
+DCGM_RELEASE = "dcgm-exporter"
+DASHBOARD_LABEL = {"grafana_dashboard": "1"}   # the chart's Grafana sidecar watches this label
+GRAFANA_ADMIN_KEYS = {"user": "admin-user", "password": "admin-password"}
+ZONE_KEY = "topology.kubernetes.io/zone"
+
+# Platform figures (not workload figures), each with the reason for its value.
+SCRAPE_INTERVAL = "15s"          # rate() over 5m then sees 20 samples: steady p95s without much cost
+RETENTION = "15d"                # two weeks of history covers a release cycle and its comparison
+STORAGE_GI = 50                  # ~1.5k series x 15s x 15d, with room for the chart's k8s rules
+RETENTION_SIZE = "45GB"          # keep 10% of the volume free: a full TSDB volume stops ingestion
+PROMETHEUS_RESOURCES = {"requests": {"cpu": "500m", "memory": "2Gi"}, "limits": {"memory": "4Gi"}}
+
+
+@dataclass(frozen=True)
+class MonitoringArgs:
+    plan: Plan
+    settings: StackSettings
+    provider: k8s.Provider
+    grafana_admin_password: pulumi.Input[str]      # a Pulumi secret: settings.pulumi_config.secret(...)
+    namespace: str = "monitoring"
+    gateway_namespace: str = CONTROLLER_NAMESPACE  # where the Envoy proxies and their controller run
+    policy: AlertPolicy = field(default_factory=AlertPolicy)
+    depends_on: tuple = ()
+
+
+def _job(name: str) -> list[dict]:
+    """Relabelings every target gets: a fixed `job` name the rules select on."""
+    return [{"action": "replace", "targetLabel": "job", "replacement": name}]
+
+
+def kube_prometheus_values(args: MonitoringArgs, admin_secret: str, storage_class: str) -> dict:
+    ha = args.plan.redundancy == "zone"
+    on_system = {"nodeSelector": dict(SYSTEM_ROLE_LABEL)}
+    spread = {"podAntiAffinity": "hard", "podAntiAffinityTopologyKey": ZONE_KEY} if ha else {}
+    return {
+        "fullnameOverride": RELEASE,
+        "prometheusOperator": {**on_system, "admissionWebhooks": {"patch": dict(on_system)}},
+        "prometheus": {"prometheusSpec": {
+            **on_system, **spread,
+            "replicas": 2 if ha else 1,
+            "scrapeInterval": SCRAPE_INTERVAL, "evaluationInterval": SCRAPE_INTERVAL,
+            "retention": RETENTION, "retentionSize": RETENTION_SIZE,
+            "resources": PROMETHEUS_RESOURCES,
+            # Pick up every PodMonitor, ServiceMonitor and PrometheusRule, not only the chart's own.
+            "serviceMonitorSelectorNilUsesHelmValues": False,
+            "podMonitorSelectorNilUsesHelmValues": False,
+            "ruleSelectorNilUsesHelmValues": False,
+            "storageSpec": {"volumeClaimTemplate": {"spec": {
+                "storageClassName": storage_class, "accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": f"{STORAGE_GI}Gi"}}}}},
+        }},
+        "alertmanager": {"alertmanagerSpec": {**on_system, **spread, "replicas": 2 if ha else 1}},
+        "grafana": {
+            **on_system,
+            "admin": {"existingSecret": admin_secret, "userKey": GRAFANA_ADMIN_KEYS["user"],
+                      "passwordKey": GRAFANA_ADMIN_KEYS["password"]},
+            "sidecar": {"dashboards": {"enabled": True, "label": next(iter(DASHBOARD_LABEL)),
+                                       "labelValue": DASHBOARD_LABEL["grafana_dashboard"]}},
+        },
+        # The readiness rules join pod readiness with these pod labels (observability/rules.py).
+        "kube-state-metrics": {**on_system, "metricLabelsAllowlist": [
+            "pods=[app.kubernetes.io/name,llm-serving.io/role,llm-serving.io/zone]"]},
+    }
+
+
+def dcgm_values() -> dict:
+    return {
+        "image": {"tag": contract.DCGM_EXPORTER_IMAGE_TAG},
+        "nodeSelector": {LABEL_ROLE: "gpu"},
+        "tolerations": [dict(GPU_TAINT_TOLERATION)],
+        "serviceMonitor": {"enabled": False},      # scraped by the typed ServiceMonitor below
+    }
+
+
+def scrape_targets(args: MonitoringArgs) -> list[tuple[str, str, dict]]:
+    """(suffix, kind, spec) of every PodMonitor/ServiceMonitor, each setting its `job` label."""
+    serving_ns = args.settings.serving.namespace
+    targets = [
+        ("vllm", "PodMonitor", {
+            "namespaceSelector": {"matchNames": [serving_ns]},
+            "selector": {"matchLabels": dict(APP_LABELS)},
+            # /metrics on the serving pods' metrics-only port (components/serving.py).
+            "podMetricsEndpoints": [{"portNumber": VLLM_METRICS_PORT, "path": "/metrics", "relabelings": [
+                *_job(contract.JOBS["vllm"]),
+                {"action": "replace", "sourceLabels": ["__meta_kubernetes_pod_label_llm_serving_io_zone"],
+                 "targetLabel": "zone"}]}]}),
+        ("envoy", "PodMonitor", {
+            "namespaceSelector": {"matchNames": [args.gateway_namespace]},
+            "selector": {"matchLabels": {"app.kubernetes.io/name": "envoy", "app.kubernetes.io/component": "proxy",
+                                         "app.kubernetes.io/managed-by": "envoy-gateway"}},
+            "podMetricsEndpoints": [{"port": "metrics", "path": "/stats/prometheus",
+                                     "relabelings": _job(contract.JOBS["envoy"])}]}),
+        ("envoy-gateway", "ServiceMonitor", {
+            "namespaceSelector": {"matchNames": [args.gateway_namespace]},
+            "selector": {"matchLabels": {"control-plane": "envoy-gateway"}},
+            "endpoints": [{"port": "metrics", "path": "/metrics", "relabelings": _job(contract.JOBS["envoy-gateway"])}]}),
+        ("dcgm", "ServiceMonitor", {
+            "namespaceSelector": {"matchNames": [args.namespace]},
+            "selector": {"matchLabels": {"app.kubernetes.io/name": "dcgm-exporter",
+                                         "app.kubernetes.io/instance": DCGM_RELEASE}},
+            "endpoints": [{"port": "metrics", "path": "/metrics", "relabelings": _job(contract.JOBS["dcgm"])}]}),
+    ]
+    if args.settings.gateway.inferenceExtension:
+        targets.append(("endpoint-picker", "PodMonitor", {
+            "namespaceSelector": {"matchNames": [serving_ns]},
+            "selector": {"matchLabels": dict(PICKER_LABELS)},
+            "podMetricsEndpoints": [{"portNumber": PICKER_METRICS_PORT, "path": "/metrics",
+                                     "relabelings": _job(contract.JOBS["epp"])}]}))
+    return targets
+
+
+class Monitoring(pulumi.ComponentResource):
+    """kube-prometheus-stack, DCGM exporter, scrape targets, PrometheusRule and dashboard."""
+
+    def __init__(self, name: str, args: MonitoringArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("llm-serving:monitoring:Monitoring", name, None, opts)
+        plan, settings, ns = args.plan, args.settings, args.namespace
+        o = pulumi.ResourceOptions(parent=self, provider=args.provider)
+        self.namespace = k8s.core.v1.Namespace(
+            f"{name}-ns", metadata={"name": ns, "labels": {"llm-serving.io/environment": settings.environment}},
+            opts=pulumi.ResourceOptions.merge(o, pulumi.ResourceOptions(depends_on=list(args.depends_on))))
+        in_ns = pulumi.ResourceOptions.merge(o, pulumi.ResourceOptions(depends_on=[self.namespace]))
+
+        admin = k8s.core.v1.Secret(
+            f"{name}-grafana-admin", metadata={"name": "grafana-admin", "namespace": ns}, type="Opaque",
+            string_data={GRAFANA_ADMIN_KEYS["user"]: "admin",
+                         GRAFANA_ADMIN_KEYS["password"]: args.grafana_admin_password}, opts=in_ns)
+        # EKS (1.30+) ships no default StorageClass; this one is encrypted and zone-aware.
+        storage = k8s.storage.v1.StorageClass(
+            f"{name}-gp3", metadata={"name": "prometheus-gp3"}, provisioner="ebs.csi.aws.com",
+            parameters={"type": "gp3", "encrypted": "true"}, volume_binding_mode="WaitForFirstConsumer",
+            allow_volume_expansion=True, reclaim_policy="Retain", opts=o)
+        self.stack_release = k8s.helm.v3.Release(
+            f"{name}-kube-prometheus-stack", name=RELEASE, chart="kube-prometheus-stack",
+            version=contract.KUBE_PROMETHEUS_STACK_CHART,
+            repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=contract.KUBE_PROMETHEUS_STACK_REPO),
+            namespace=ns, values=kube_prometheus_values(args, "grafana-admin", "prometheus-gp3"),
+            opts=pulumi.ResourceOptions.merge(in_ns, pulumi.ResourceOptions(depends_on=[admin, storage])))
+        self.dcgm_release = k8s.helm.v3.Release(
+            f"{name}-dcgm-exporter", name=DCGM_RELEASE, chart="dcgm-exporter", version=contract.DCGM_EXPORTER_CHART,
+            repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=contract.DCGM_EXPORTER_REPO),
+            namespace=ns, values=dcgm_values(), opts=in_ns)
+
+        # Custom resources need the operator's CRDs, which the chart installs.
+        with_crds = pulumi.ResourceOptions.merge(o, pulumi.ResourceOptions(depends_on=[self.stack_release]))
+        self.monitors = {
+            suffix: k8s.apiextensions.CustomResource(
+                f"{name}-{suffix}", api_version=MONITORING_API, kind=kind,
+                metadata={"name": suffix, "namespace": ns}, spec=spec, opts=with_crds)
+            for suffix, kind, spec in scrape_targets(args)
+        }
+        groups = rule_groups(plan, settings.serving.namespace, args.policy)
+        self.rules = k8s.apiextensions.CustomResource(
+            f"{name}-rules", api_version=MONITORING_API, kind="PrometheusRule",
+            metadata={"name": "llm-serving", "namespace": ns}, spec={"groups": groups}, opts=with_crds)
+        board = build_dashboard(plan, settings.stack, recorded_names(groups), args.policy,
+                                settings.gateway.inferenceExtension)
+        self.dashboard = k8s.core.v1.ConfigMap(
+            f"{name}-dashboard", metadata={"name": "llm-serving-dashboard", "namespace": ns,
+                                           "labels": dict(DASHBOARD_LABEL)},
+            data={f"llm-serving-{settings.stack}.json": dashboard_json(board)}, opts=in_ns)
+
+        self.namespace_name = ns
+        self.register_outputs({"namespace": ns, "alerts": json.dumps(sorted(
+            r["alert"] for g in groups for r in g["rules"] if "alert" in r))})

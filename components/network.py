@@ -1,0 +1,164 @@
+"""The VPC: a public and a private subnet in every zone the stack uses, NAT, and routes.
+
+Nodes live in the private subnets and reach the internet (image registries, the model hub)
+through NAT. Public subnets hold only the NAT gateways and internet-facing load balancers.
+
+Subnet CIDRs are indexed by the zone's letter, not by its position in the pool list, so adding
+or removing a zone never renumbers (and so never replaces) the subnets of the others.
+"""
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+
+import pulumi
+import pulumi_aws as aws
+
+# The VPC splits into 8 equal blocks: one private block per zone letter a..g, and the last
+# block cut into 8 small public subnets. With a /16: /19 private (8,190 addresses, room for the
+# VPC CNI's pod IPs), /22 public.
+PRIVATE_SPLIT_BITS = 3
+PUBLIC_SPLIT_BITS = 3
+ZONE_LETTERS = "abcdefg"
+
+# Subnet tags the AWS Load Balancer Controller and the in-tree service controller look for.
+ELB_ROLE_TAG = "kubernetes.io/role/elb"
+INTERNAL_ELB_ROLE_TAG = "kubernetes.io/role/internal-elb"
+
+
+@dataclass(frozen=True)
+class NetworkArgs:
+    vpc_cidr: str
+    region: str
+    zones: tuple[str, ...]          # every zone used: the GPU pools' zones (+ one for EKS if needed)
+    nat_per_zone: bool              # prod: a NAT per zone, so losing a zone never cuts egress elsewhere
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+# Zone IDs where EKS cannot place control-plane interfaces (its CreateCluster error lists them).
+EKS_UNSUPPORTED_ZONE_IDS = frozenset({"use1-az3", "usw1-az2", "cac1-az3"})
+
+
+def network_zones(gpu_zones: tuple[str, ...], region: str) -> tuple[str, ...]:
+    """The GPU pools' zones, plus one more when they use a single zone: EKS needs subnets in two.
+
+    The extra zone comes from the account's own zone list (names map to different physical
+    zones in each account), skipping zones EKS does not support.
+    """
+    if len(gpu_zones) >= 2:
+        return gpu_zones
+    found = aws.get_availability_zones(state="available")
+    for zone, zone_id in zip(found.names, found.zone_ids):
+        if zone not in gpu_zones and zone_id not in EKS_UNSUPPORTED_ZONE_IDS and zone.startswith(region) \
+                and zone[len(region):] in ZONE_LETTERS:
+            return (*gpu_zones, zone)
+    raise ValueError(f"{region}: no second availability zone for the EKS control plane")
+
+
+def subnet_cidrs(vpc_cidr: str, region: str, zone: str) -> tuple[str, str]:
+    """(private, public) CIDRs for `zone`, derived from its letter."""
+    letter = zone[len(region):]
+    if letter not in ZONE_LETTERS:
+        raise ValueError(f"zone {zone}: the subnet layout covers zones {region}a..{region}{ZONE_LETTERS[-1]}")
+    index = ZONE_LETTERS.index(letter)
+    vpc = ipaddress.ip_network(vpc_cidr)
+    blocks = list(vpc.subnets(prefixlen_diff=PRIVATE_SPLIT_BITS))
+    public = list(blocks[-1].subnets(prefixlen_diff=PUBLIC_SPLIT_BITS))
+    return str(blocks[index]), str(public[index])
+
+
+class Network(pulumi.ComponentResource):
+    """VPC, subnets per zone, internet gateway, NAT gateway(s) and route tables."""
+
+    vpc: aws.ec2.Vpc
+    private_subnets: dict[str, aws.ec2.Subnet]
+    public_subnets: dict[str, aws.ec2.Subnet]
+
+    def __init__(self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("llm-serving:network:Network", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+
+        def tags(suffix: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+            return {**args.tags, "Name": f"{name}-{suffix}", **(extra or {})}
+
+        self.vpc = aws.ec2.Vpc(
+            f"{name}-vpc",
+            cidr_block=args.vpc_cidr,
+            enable_dns_hostnames=True,     # EKS nodes register by their private DNS name
+            enable_dns_support=True,
+            tags=tags("vpc"),
+            opts=child,
+        )
+        vpc_child = pulumi.ResourceOptions(parent=self.vpc)
+        self.internet_gateway = aws.ec2.InternetGateway(
+            f"{name}-igw", vpc_id=self.vpc.id, tags=tags("igw"), opts=vpc_child)
+
+        self.public_subnets, self.private_subnets = {}, {}
+        for zone in args.zones:
+            private_cidr, public_cidr = subnet_cidrs(args.vpc_cidr, args.region, zone)
+            self.public_subnets[zone] = aws.ec2.Subnet(
+                f"{name}-public-{zone}",
+                vpc_id=self.vpc.id,
+                availability_zone=zone,
+                cidr_block=public_cidr,
+                map_public_ip_on_launch=False,   # nothing but NAT and load balancers lives here
+                tags=tags(f"public-{zone}", {ELB_ROLE_TAG: "1"}),
+                opts=vpc_child,
+            )
+            self.private_subnets[zone] = aws.ec2.Subnet(
+                f"{name}-private-{zone}",
+                vpc_id=self.vpc.id,
+                availability_zone=zone,
+                cidr_block=private_cidr,
+                tags=tags(f"private-{zone}", {INTERNAL_ELB_ROLE_TAG: "1"}),
+                opts=vpc_child,
+            )
+
+        public_routes = aws.ec2.RouteTable(
+            f"{name}-public-rt",
+            vpc_id=self.vpc.id,
+            routes=[aws.ec2.RouteTableRouteArgs(cidr_block="0.0.0.0/0", gateway_id=self.internet_gateway.id)],
+            tags=tags("public-rt"),
+            opts=vpc_child,
+        )
+        for zone, subnet in self.public_subnets.items():
+            aws.ec2.RouteTableAssociation(
+                f"{name}-public-rta-{zone}", subnet_id=subnet.id, route_table_id=public_routes.id,
+                opts=pulumi.ResourceOptions(parent=subnet))
+
+        # One NAT per zone (prod), or one NAT in the first zone that every private subnet shares.
+        nat_zones = args.zones if args.nat_per_zone else args.zones[:1]
+        self.nat_gateways: dict[str, aws.ec2.NatGateway] = {}
+        for zone in nat_zones:
+            eip = aws.ec2.Eip(f"{name}-nat-eip-{zone}", domain="vpc", tags=tags(f"nat-eip-{zone}"),
+                              opts=pulumi.ResourceOptions(parent=self.vpc, depends_on=[self.internet_gateway]))
+            self.nat_gateways[zone] = aws.ec2.NatGateway(
+                f"{name}-nat-{zone}",
+                allocation_id=eip.id,
+                subnet_id=self.public_subnets[zone].id,
+                connectivity_type="public",
+                tags=tags(f"nat-{zone}"),
+                opts=pulumi.ResourceOptions(parent=self.public_subnets[zone], depends_on=[self.internet_gateway]),
+            )
+
+        for zone, subnet in self.private_subnets.items():
+            nat = self.nat_gateways.get(zone) or self.nat_gateways[nat_zones[0]]
+            routes = aws.ec2.RouteTable(
+                f"{name}-private-rt-{zone}",
+                vpc_id=self.vpc.id,
+                routes=[aws.ec2.RouteTableRouteArgs(cidr_block="0.0.0.0/0", nat_gateway_id=nat.id)],
+                tags=tags(f"private-rt-{zone}"),
+                opts=vpc_child,
+            )
+            aws.ec2.RouteTableAssociation(
+                f"{name}-private-rta-{zone}", subnet_id=subnet.id, route_table_id=routes.id,
+                opts=pulumi.ResourceOptions(parent=subnet))
+
+        self.vpc_id = self.vpc.id
+        self.private_subnet_ids = [s.id for s in self.private_subnets.values()]
+        self.public_subnet_ids = [s.id for s in self.public_subnets.values()]
+        self.register_outputs({
+            "vpcId": self.vpc.id,
+            "privateSubnetIds": self.private_subnet_ids,
+            "publicSubnetIds": self.public_subnet_ids,
+        })

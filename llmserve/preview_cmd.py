@@ -1,0 +1,198 @@
+"""Preview the stack offline, as `pulumi preview` would show it: no Pulumi CLI, no AWS account.
+Runs the program under mocks and prints the resource tree with key inputs, the sizing plan and
+the policy results. Exit 0 fine, 1 a mandatory policy violation, 2 invalid configuration.
+Secrets appear only as [secret]."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from .errors import fail
+
+# The inputs worth a glance, per resource type (dotted paths into the camelCase inputs).
+KEY_INPUTS: dict[str, tuple[str, ...]] = {
+    "aws:ec2/vpc:Vpc": ("cidrBlock",),
+    "aws:ec2/subnet:Subnet": ("availabilityZone", "cidrBlock"),
+    "aws:ec2/natGateway:NatGateway": ("subnetId",),
+    "aws:ec2/routeTable:RouteTable": ("routes",),
+    "aws:eks/cluster:Cluster": ("name", "version", "vpcConfig.publicAccessCidrs", "accessConfig.authenticationMode",
+                                "encryptionConfig.resources"),
+    "aws:eks/addon:Addon": ("addonName", "addonVersion", "configurationValues"),
+    "aws:eks/nodeGroup:NodeGroup": ("amiType", "instanceTypes", "capacityType", "subnetIds",
+                                    "scalingConfig.desiredSize", "labels", "taints"),
+    "aws:ec2/launchTemplate:LaunchTemplate": ("metadataOptions.httpTokens", "blockDeviceMappings",
+                                              "capacityReservationSpecification", "instanceMarketOptions"),
+    "aws:ec2/capacityBlockReservation:CapacityBlockReservation": ("capacityBlockOfferingId",),
+    "aws:eks/accessEntry:AccessEntry": ("principalArn",),
+    "aws:eks/accessPolicyAssociation:AccessPolicyAssociation": ("policyArn",),
+    "aws:iam/rolePolicyAttachment:RolePolicyAttachment": ("policyArn",),
+    "aws:cloudwatch/logGroup:LogGroup": ("name", "retentionInDays"),
+    "kubernetes:helm.sh/v3:Release": ("chart", "version", "namespace"),
+}
+K8S_KEY_INPUTS = ("metadata.namespace", "spec.replicas")
+MAX_VALUE_CHARS = 90
+
+
+def preview(
+    stack: str = typer.Option(..., help="The stack to preview: stacks/Pulumi.STACK.yaml."),
+    config: Optional[Path] = typer.Option(None, help="Read this Pulumi.<stack>.yaml-format file instead of stacks/."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object: stack, plan, resources, "
+                                                       "violations, outputs."),
+) -> None:
+    from settings import SettingsError, read_stack_config, settings_from_config, stack_file
+    from sizing.model import SizingError
+    from sizing.planner import plan as make_plan
+    from sizing.report import plan_to_dict
+
+    try:
+        raw = read_stack_config(config or stack_file(stack))
+        settings = settings_from_config(stack, raw)
+    except SettingsError as exc:
+        fail("; ".join(exc.problems))
+    try:
+        plan_data = plan_to_dict(make_plan(settings.plan_request()))
+    except SizingError as exc:
+        fail(f"no plan for this stack config: {exc}")
+
+    import pulumi
+
+    from .engine import PLACEHOLDER_PREFIX, redacted, run_program
+    try:
+        recording = run_program(stack, raw)
+    except (pulumi.RunError, ValueError) as exc:    # a component rejecting the config
+        fail(str(exc).replace("\n", "; "))
+    from policies.offline import evaluate
+
+    violations = [dict(v) for v in evaluate(recording, settings.environment)]
+    resources = [{"urn": r.urn, "type": r.type, "name": r.name, "id": r.id, "parent": r.parent,
+                  "inputs": redacted(r.inputs)} for r in recording.resources]
+    outputs = redacted(recording.outputs)
+    # Belt and braces: a secret that lost its wrapping on the way into a plain input is a bug
+    # in the program; never print it, and fail the preview so CI catches it.
+    for res in resources:
+        if PLACEHOLDER_PREFIX in json.dumps(res["inputs"], default=str):
+            res["inputs"] = _scrub(res["inputs"], PLACEHOLDER_PREFIX)
+            violations.append({"policy": "preview-no-plaintext-secrets", "level": "mandatory", "urn": res["urn"],
+                               "message": "a secret reaches this resource's inputs unwrapped; read it with "
+                                          "settings.pulumi_config.secret() and keep it an Output"})
+    outputs = _scrub(outputs, PLACEHOLDER_PREFIX)
+
+    if as_json:
+        print(json.dumps({"stack": stack, "plan": plan_data, "resources": resources,
+                          "violations": violations, "outputs": outputs}, indent=2, default=str))
+    else:
+        _print_text(stack, settings, plan_data, resources, violations, outputs)
+    if any(v.get("level") == "mandatory" for v in violations):
+        raise typer.Exit(1)
+
+
+def _scrub(value: Any, marker: str) -> Any:
+    if isinstance(value, str):
+        return "[secret]" if marker in value else value
+    if isinstance(value, dict):
+        return {k: _scrub(v, marker) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_scrub(v, marker) for v in value]
+    return value
+
+
+# -- text output -------------------------------------------------------------------------------
+def _lookup(inputs: dict, path: str) -> Any:
+    value: Any = inputs
+    for part in path.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+def _show(value: Any, names: dict[str, str]) -> str:
+    """Compact text for one input; ids of recorded resources shown as their names."""
+    from pulumi.runtime.rpc import UNKNOWN
+
+    if isinstance(value, str):
+        text = "(known after apply)" if value == UNKNOWN else names.get(value, value)
+    elif isinstance(value, float) and value.is_integer():
+        text = str(int(value))
+    elif isinstance(value, list):
+        text = "[" + ", ".join(_show(v, names) for v in value) + "]"
+    elif isinstance(value, dict):
+        text = "{" + ", ".join(f"{k}: {_show(v, names)}" for k, v in value.items()) + "}"
+    else:
+        text = json.dumps(value)
+    return text if len(text) <= MAX_VALUE_CHARS else text[:MAX_VALUE_CHARS - 3] + "..."
+
+
+def key_inputs(res: dict, names: dict[str, str]) -> list[str]:
+    paths = KEY_INPUTS.get(res["type"]) or (K8S_KEY_INPUTS if res["type"].startswith("kubernetes:") else ())
+    out = []
+    for path in paths:
+        value = _lookup(res["inputs"], path)
+        if value is not None:
+            out.append(f"{path.rsplit('.', 1)[-1]}={_show(value, names)}")
+    return out
+
+
+def _print_text(stack, settings, plan_data, resources, violations, outputs) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+    from rich.tree import Tree
+
+    from sizing.report import table_rows
+
+    console = Console(width=160)
+    names = {r["id"]: r["name"] for r in resources if r["id"]}
+    by_parent: dict[str, list[dict]] = {}
+    urns = {r["urn"] for r in resources}
+    for r in resources:
+        by_parent.setdefault(r["parent"] if r["parent"] in urns else "", []).append(r)
+
+    root = Tree(Text(f"pulumi:pulumi:Stack llm-serving-{stack}  "
+                     f"({len(resources)} resources, {settings.region}, {settings.environment})", style="bold"))
+
+    def grow(node, parent_urn: str) -> None:
+        for r in by_parent.get(parent_urn, []):
+            label = Text(r["type"], style="cyan")
+            label.append(f" {r['name']}", style="bold")
+            details = key_inputs(r, names)
+            if details:
+                label.append("  " + "  ".join(details), style="dim")
+            grow(node.add(label), r["urn"])
+
+    grow(root, "")
+    console.print(root)
+
+    table = Table(title=f"Sizing plan: {plan_data['model']} {plan_data['weights']} on {plan_data['instance_type']}, "
+                        f"TP={plan_data['tp']}", title_justify="left")
+    for col, justify in (("figure", "left"), ("ideal", "right"), ("real", "right")):
+        table.add_column(col, justify=justify)
+    for row in table_rows(plan_data):
+        table.add_row(*row)
+    console.print(table)
+    console.print(Text(f"Binding constraint: {plan_data['binding_constraint']}."))
+    console.print(Text(f"Replicas by zone: {plan_data['replicas_by_zone']}."))
+    for note in plan_data["notes"]:
+        console.print(Text(f"Note: {note}."))
+
+    if violations:
+        vt = Table(title="Policy violations", title_justify="left")
+        for col in ("level", "policy", "resource", "message"):
+            vt.add_column(col)
+        for v in violations:
+            vt.add_row(v.get("level", ""), v.get("policy", ""), (v.get("urn") or "stack").rsplit("::", 1)[-1],
+                       v.get("message", ""))
+        console.print(vt)
+    mandatory = sum(v.get("level") == "mandatory" for v in violations)
+    console.print(Text(f"Policies: {mandatory} mandatory, {len(violations) - mandatory} advisory violation(s)."))
+
+    console.print(Text("Outputs:", style="bold"))
+    for key, value in outputs.items():
+        console.print(Text(f"  {key}: {json.dumps(value, default=str)}"))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("preview", help=__doc__)(preview)

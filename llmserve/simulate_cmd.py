@@ -1,0 +1,157 @@
+"""Simulate the planned layout request by request: continuous batching with chunked prefill on
+each replica, a router, Poisson or bursty arrivals, and optionally the loss of a zone
+(`--fail-zone ZONE@T[:T2]`). Prints p50/p95/p99 of TTFT, TPOT, queue time and end-to-end latency,
+goodput, per-replica utilisation, and each window around the failure. Exit code 1 when a request
+is lost."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .errors import fail
+
+
+def simulate(
+    stack: Optional[str] = typer.Option(None, help="Plan from stacks/Pulumi.STACK.yaml (default: reference design)."),
+    duration: float = typer.Option(600.0, help="Seconds of arrivals to simulate (all of them are then served)."),
+    qps: Optional[float] = typer.Option(None, help="Arrival rate, requests per second (default: the stack's)."),
+    router: str = typer.Option("least-outstanding", help="round-robin, least-outstanding or least-pending-tokens."),
+    arrivals: str = typer.Option("poisson", help="poisson, or gamma (bursty)."),
+    burstiness: float = typer.Option(2.0, help="Coefficient of variation of gamma inter-arrival times (1 = Poisson)."),
+    lengths: str = typer.Option("fixed", help="fixed (the workload's lengths) or lognormal around them."),
+    length_cv: float = typer.Option(0.5, "--length-cv", help="Coefficient of variation of lognormal lengths."),
+    max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens",
+                                                         help="Token budget per step (default: the plan's)."),
+    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="Running-sequence cap (default: plan's)."),
+    fail_zone: Optional[str] = typer.Option(None, "--fail-zone", help="ZONE@T[:T2]: lose a zone at T s (back at T2)."),
+    seed: int = typer.Option(0, help="Random seed; the same seed gives the same result."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    plot: Optional[Path] = typer.Option(None, help="Write a PNG: latency percentiles over time."),
+) -> None:
+    from simulator import ARRIVALS, LENGTHS, ROUTERS, config_from_plan, parse_fail_zone, simulate as run, to_dict
+
+    for name, value in (("--duration", duration), ("--qps", qps), ("--burstiness", burstiness),
+                        ("--length-cv", length_cv), ("--max-num-batched-tokens", max_num_batched_tokens),
+                        ("--max-num-seqs", max_num_seqs)):
+        if value is not None and value <= 0:
+            fail(f"{name}: must be greater than 0 (got {value:g})")
+    for name, value, choices in (("--router", router, ROUTERS), ("--arrivals", arrivals, ARRIVALS),
+                                 ("--lengths", lengths, LENGTHS)):
+        if value not in choices:
+            fail(f"{name}: unknown value '{value}'; choose one of: {', '.join(choices)}")
+    p = _plan(stack)
+    failure = None
+    if fail_zone is not None:
+        try:
+            failure = parse_fail_zone(fail_zone, duration)
+        except ValueError as exc:
+            fail(f"--fail-zone: {exc}")
+        if failure.zone not in p.replicas_by_zone or not p.replicas_by_zone[failure.zone]:
+            zones = ", ".join(z for z, n in p.replicas_by_zone.items() if n)
+            fail(f"--fail-zone: zone {failure.zone} holds no replica of this plan (zones: {zones})")
+    batched = max_num_batched_tokens or p.model_args["max_num_batched_tokens"]
+    seqs = max_num_seqs or p.model_args["max_num_seqs"]
+    if batched < seqs:
+        fail(f"--max-num-batched-tokens: {batched} is below max_num_seqs {seqs} (vLLM refuses this too)")
+    try:
+        cfg = config_from_plan(p, duration, qps, router=router, arrivals=arrivals, burstiness_cv=burstiness,
+                               lengths=lengths, length_cv=length_cv, seed=seed, failure=failure,
+                               max_num_batched_tokens=batched, max_num_seqs=seqs)
+        result = run(cfg)
+    except ValueError as exc:
+        fail(str(exc))
+    data = {"stack": stack, **to_dict(result), "analytic": _analytic(p, cfg)}
+    if plot is not None:
+        from simulator.plot import plot_timeline
+        plot_timeline(result, plot, _title(stack, cfg))
+    if as_json:
+        print(json.dumps(data, indent=2))
+    else:
+        _print(data, cfg, stack, plot)
+    if data["requests_lost"]:
+        raise typer.Exit(1)
+
+
+def _plan(stack: str | None):
+    from sizing.model import SizingError, Workload
+    from sizing.planner import PlanRequest, plan
+
+    if stack is None:
+        req = PlanRequest(workload=Workload())
+    else:
+        from settings import SettingsError, load_stack
+        try:
+            req = load_stack(stack).plan_request()
+        except SettingsError as exc:
+            fail(f"--stack {stack}: " + "; ".join(exc.problems))
+    try:
+        return plan(req)
+    except SizingError as exc:
+        fail(f"--stack {stack or '(reference)'}: {exc}")
+
+
+def _analytic(p, cfg) -> dict:
+    """The analytic engine at the same load per replica (all replicas up), for comparison."""
+    from simulator import replica_model
+    per_replica = cfg.workload.qps / len(cfg.replicas)
+    point = replica_model(p).at(per_replica)
+    fin = (lambda x: round(x, 3) if x == x and x not in (float("inf"),) else None)
+    return {"load_per_replica_qps": round(per_replica, 4), "ttft_ms": fin(point.ttft_ms),
+            "ttft_p95_ms": fin(point.ttft_p95_ms), "tpot_ms": fin(point.tpot_ms),
+            "tpot_p95_ms": fin(point.tpot_p95_ms), "capacity_per_replica_qps": round(p.capacity_per_replica.qps, 4)}
+
+
+def _title(stack, cfg) -> str:
+    w = cfg.workload
+    arr = "Poisson" if w.arrivals == "poisson" else f"gamma (cv {w.burstiness_cv:g})"
+    return (f"{stack or 'reference'}: {len(cfg.replicas)} replicas, {w.qps:g} QPS {arr}, "
+            f"{w.input_tokens} in / {w.output_tokens} out ({w.lengths}), router {cfg.router}, seed {w.seed}")
+
+
+def _print(data: dict, cfg, stack, plot) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=max(Console().width, 110))
+    console.print(f"Simulated {_title(stack, cfg)}, {cfg.workload.duration_s:g} s of arrivals.")
+    console.print(f"{data['requests']:,} requests, {data['requests_lost']} lost, {data['requests_retried']} retried; "
+                  f"goodput {100 * (data['goodput'] or 0):.1f}% (TTFT <= {data['slo']['ttft_ms']:g} ms and "
+                  f"TPOT <= {data['slo']['tpot_ms']:g} ms)")
+    table = Table("latency (ms)", "mean", "p50", "p95", "p99")
+    for key, label in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("queue_ms", "queue"), ("e2e_ms", "end to end")):
+        table.add_row(label, *(_ms(data[key][q]) for q in ("mean", "p50", "p95", "p99")))
+    console.print(table)
+    reps = Table("replica", "zone", "requests", "busy", "mean batch", "prefill share", "preemptions")
+    for r in data["replicas"]:
+        reps.add_row(r["name"], r["zone"], f"{r['requests']:,}", f"{100 * r['utilization']:.0f}%",
+                     f"{r['mean_running']:.1f}",
+                     f"{100 * r['prefill_share']:.0f}%", str(r["preemptions"]))
+    console.print(reps)
+    if "windows" in data:
+        f = data["failure"]
+        win = Table("window", "arrivals (s)", "requests", "lost", "goodput", "TTFT p95", "TPOT p95")
+        for name, w in data["windows"].items():
+            win.add_row(name, f"{w['from_s']:g}-{w['to_s']:g}", f"{w['requests']:,}", str(w["requests_lost"]),
+                        f"{100 * (w['goodput'] or 0):.1f}%", _ms(w["ttft_ms"]["p95"]), _ms(w["tpot_ms"]["p95"]))
+        console.print(f"Zone {f['zone']} lost at {f['start_s']:g} s" +
+                      (f", back at {f['end_s']:g} s" if f["end_s"] is not None else ", not back") +
+                      f" ({', '.join(f['replicas_lost'])}):")
+        console.print(win)
+    a = data["analytic"]
+    console.print(f"Analytic engine at {a['load_per_replica_qps']:g} QPS per replica: "
+                  f"mean TTFT {_ms(a['ttft_ms'])} ms, "
+                  f"mean TPOT {_ms(a['tpot_ms'])} ms (simulated: {_ms(data['ttft_ms']['mean'])} / "
+                  f"{_ms(data['tpot_ms']['mean'])} ms).")
+    if plot is not None:
+        console.print(f"Plot: {plot}")
+
+
+def _ms(x) -> str:
+    return "-" if x is None else f"{x:,.1f}"
+
+
+def register(app: typer.Typer) -> None:
+    app.command("simulate", help=__doc__)(simulate)

@@ -1,0 +1,153 @@
+"""The serving dashboard, built with grafana-foundation-sdk from the plan.
+
+SLO lines, the sized capacity and the capacity left after losing a zone are drawn as threshold
+lines whose values come from the plan (`rules.Thresholds`), the same figures the alerts use.
+Panels read the recorded series of `rules.py` where one exists, so the dashboard and the alerts
+show the same numbers. Each panel states its unit.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from grafana_foundation_sdk.builders import common as common_builders
+from grafana_foundation_sdk.builders import dashboard as dashboard_builders
+from grafana_foundation_sdk.builders import prometheus, timeseries
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models import common, dashboard as dashboard_models
+
+from sizing.planner import Plan
+
+from . import contract
+from .rules import (
+    GATEWAY_5XX_RATIO, GATEWAY_429_RATIO, KV_POD, OFFERED_LOAD, READY_SERVICE, READY_ZONE, AlertPolicy, Thresholds,
+    gauge_series, quantile_series, rate_series,
+)
+
+# kube-prometheus-stack provisions its Prometheus data source with this uid.
+DATASOURCE = dashboard_models.DataSourceRef(type_val="prometheus", uid="prometheus")
+SLO_RED, PLAN_ORANGE, BASE = "red", "orange", "green"
+
+
+@dataclass(frozen=True)
+class Query:
+    expr: str
+    legend: str
+
+
+@dataclass(frozen=True)
+class PanelSpec:
+    title: str
+    unit: str                                  # a Grafana unit id
+    queries: tuple[Query, ...]
+    description: str
+    lines: tuple[tuple[float, str], ...] = ()  # (value, color) drawn as dashed threshold lines
+    minimum: float | None = 0
+    maximum: float | None = None
+
+
+def _latency(short: str, title: str, line: float | None, line_words: str) -> PanelSpec:
+    queries = (Query(quantile_series(short, "service", 0.95), "p95 all"),
+               Query(quantile_series(short, "service", 0.5), "p50 all"),
+               Query(quantile_series(short, "zone", 0.95), "p95 {{zone}}"))
+    return PanelSpec(title, "s", queries, line_words,
+                     lines=((line, SLO_RED),) if line is not None else ())
+
+
+def panel_specs(plan: Plan, policy: AlertPolicy = AlertPolicy(), inference_extension: bool = True) -> list[PanelSpec]:
+    t = Thresholds.from_plan(plan)
+    capacity_lines = ((t.capacity_qps, SLO_RED),)
+    if t.capacity_after_loss_qps is not None:
+        capacity_lines = ((t.capacity_after_loss_qps, PLAN_ORANGE),) + capacity_lines
+    ready_queries = (Query(READY_SERVICE, "ready, all zones"), Query(READY_ZONE, "ready {{zone}}"))
+    if inference_extension:
+        ready_queries += (Query("sum by (name) (inference_pool_ready_pods)", "endpoint picker: {{name}}"),)
+    return [
+        _latency("ttft", "p95 time to first token", t.ttft_p95_s,
+                 f"Red line: the {t.ttft_p95_s:g} s TTFT SLO (alert LLMServingTTFTAboveSLO)."),
+        _latency("tpot", "p95 time per output token", t.tpot_p95_s,
+                 f"vllm:request_time_per_output_token_seconds. Red line: the {t.tpot_p95_s * 1e3:g} ms TPOT SLO."),
+        _latency("itl", "inter-token latency", t.tpot_p95_s,
+                 "Gaps between tokens of one request; red line: the TPOT SLO."),
+        _latency("queue", "queue time", t.ttft_p95_s,
+                 f"Wait before a request is scheduled; it counts towards TTFT (red line: TTFT SLO). "
+                 f"The plan expects {t.queue_s * 1e3:.0f} ms on average after losing {t.lost_domain or 'nothing'}."),
+        _latency("e2e", "end-to-end latency", None, "Whole request, first byte in to last token out."),
+        PanelSpec("KV-cache usage per replica", "percentunit", (Query(KV_POD, "{{zone}} {{pod}}"),),
+                  f"Red line: {policy.kv_cache_usage:.0%} (alert LLMServingKVCacheNearlyFull).",
+                  lines=((policy.kv_cache_usage, SLO_RED),), maximum=1),
+        PanelSpec("running and waiting requests per replica", "suffix: requests",
+                  (Query(gauge_series("running", "pod"), "running {{pod}}"),
+                   Query(gauge_series("waiting", "pod"), "waiting {{pod}}")),
+                  f"Orange line: the {t.in_flight_per_replica:g} requests in flight per replica the plan expects "
+                  "at its worst case (alert LLMServingQueueBeyondPlan).",
+                  lines=((t.in_flight_per_replica, PLAN_ORANGE),)),
+        PanelSpec("request rate against capacity", "reqps",
+                  (Query(OFFERED_LOAD, "offered at the gateway"),
+                   Query(rate_series("requests", "service"), "finished by vLLM"),
+                   Query(rate_series("requests", "zone"), "finished {{zone}}")),
+                  f"Red line: the sized capacity, {t.capacity_qps:g} QPS. "
+                  + (f"Orange line: the {t.capacity_after_loss_qps:g} QPS left after losing {t.lost_domain} "
+                     "(N+1)." if t.capacity_after_loss_qps is not None else "The plan has no failure domain to lose."),
+                  lines=capacity_lines),
+        PanelSpec("tokens per second", "suffix: tokens/s",
+                  (Query(rate_series("generation_tokens", "service"), "generated"),
+                   Query(rate_series("prompt_tokens", "service"), "prompt (prefill)")),
+                  "Throughput over all replicas."),
+        PanelSpec("ready replicas per zone", "suffix: replicas", ready_queries,
+                  f"Orange line: the {t.replicas} replicas the plan runs, "
+                  + ", ".join(f"{n} in {z}" for z, n in plan.replicas_by_zone.items() if n) + ".",
+                  lines=((float(t.replicas), PLAN_ORANGE),)),
+        PanelSpec("GPU utilisation", "percent", (Query("avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL)", "{{Hostname}}"),),
+                  "Mean over the GPUs of each node (DCGM exporter).", maximum=100),
+        PanelSpec("GPU memory used", "percentunit",
+                  (Query("sum by (Hostname) (DCGM_FI_DEV_FB_USED) / (sum by (Hostname) (DCGM_FI_DEV_FB_USED) "
+                         "+ sum by (Hostname) (DCGM_FI_DEV_FB_FREE))", "{{Hostname}}"),),
+                  "Framebuffer memory in use per node; vLLM reserves most of it for the KV cache at start.",
+                  maximum=1),
+        PanelSpec("GPU temperature", "celsius", (Query("max by (Hostname) (DCGM_FI_DEV_GPU_TEMP)", "{{Hostname}}"),),
+                  "Hottest GPU per node."),
+        PanelSpec("gateway 429 and 5xx share", "percentunit",
+                  (Query(GATEWAY_429_RATIO, "429 rate limited"), Query(GATEWAY_5XX_RATIO, "5xx")),
+                  f"Orange line: {policy.gateway_429_ratio:.0%} rate limited (LLMServingGatewayRateLimited); "
+                  f"red line: {policy.gateway_5xx_ratio:.0%} 5xx (LLMServingGateway5xxRate).",
+                  lines=((policy.gateway_5xx_ratio, SLO_RED), (policy.gateway_429_ratio, PLAN_ORANGE))),
+    ]
+
+
+def _panel(spec: PanelSpec) -> timeseries.Panel:
+    steps = [dashboard_models.Threshold(value=None, color=BASE)]
+    steps += [dashboard_models.Threshold(value=v, color=c) for v, c in sorted(spec.lines)]
+    panel = (timeseries.Panel().title(spec.title).description(spec.description).unit(spec.unit)
+             .datasource(DATASOURCE).span(12).height(8)
+             .thresholds(dashboard_builders.ThresholdsConfig().mode(dashboard_models.ThresholdsMode.ABSOLUTE).steps(steps))
+             .thresholds_style(common_builders.GraphThresholdsStyleConfig().mode(
+                 common.GraphTresholdsStyleMode.DASHED if spec.lines else common.GraphTresholdsStyleMode.OFF))
+             .legend(common_builders.VizLegendOptions().display_mode(common.LegendDisplayMode.LIST)
+                     .placement(common.LegendPlacement.BOTTOM).show_legend(True)))
+    if spec.minimum is not None:
+        panel = panel.min(spec.minimum)
+    if spec.maximum is not None:
+        panel = panel.max(spec.maximum)
+    for i, q in enumerate(spec.queries):
+        panel = panel.with_target(prometheus.Dataquery().expr(q.expr).legend_format(q.legend).ref_id(chr(ord("A") + i)))
+    return panel
+
+
+def build_dashboard(plan: Plan, stack: str, recorded: set[str], policy: AlertPolicy = AlertPolicy(),
+                    inference_extension: bool = True) -> dict:
+    """The dashboard as Grafana JSON (a dict). `recorded`: the rule names panels may read."""
+    specs = panel_specs(plan, policy, inference_extension)
+    board = (dashboard_builders.Dashboard(f"LLM serving: {stack}").uid(f"llm-serving-{stack}")
+             .tags(["llm-serving", stack]).refresh("30s").time("now-6h", "now").timezone("utc")
+             .description(f"{plan.request.model} on {plan.replicas} x TP={plan.tp} {plan.instance.id} replicas; "
+                          "lines come from the sizing plan."))
+    for spec in specs:
+        for q in spec.queries:
+            contract.check_expr(q.expr, recorded, where=f"panel '{spec.title}'")
+        board = board.with_panel(_panel(spec))
+    return json.loads(json.dumps(board.build(), cls=JSONEncoder))
+
+
+def dashboard_json(board: dict) -> str:
+    return json.dumps(board, indent=2, sort_keys=True) + "\n"

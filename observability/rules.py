@@ -1,0 +1,259 @@
+"""Recording rules and alerts, built from the sizing plan and the SLOs.
+
+Every threshold is read from the plan (`Thresholds.from_plan`) or from the alert policy (the
+shares and ratios an operator chooses, `AlertPolicy`); none is typed into an expression. The same
+groups go into the PrometheusRule object and the plain rule file `llmserve render` writes.
+
+Recorded series follow Prometheus' `level:metric:operation` naming, at three levels:
+`pod` (one replica: labels zone, pod), `zone` and `service` (everything).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import yaml
+
+from sizing.planner import Plan
+
+from . import contract
+
+RATE_WINDOW = "5m"
+LEVELS: tuple[tuple[str, tuple[str, ...]], ...] = (("pod", ("zone", "pod")), ("zone", ("zone",)), ("service", ()))
+QUANTILES = (0.5, 0.95)
+
+# vLLM latency histograms, by the short name the dashboard and alerts use.
+LATENCY_HISTOGRAMS = {
+    "ttft": "vllm:time_to_first_token_seconds",
+    "tpot": "vllm:request_time_per_output_token_seconds",
+    "itl": "vllm:inter_token_latency_seconds",
+    "queue": "vllm:request_queue_time_seconds",
+    "e2e": "vllm:e2e_request_latency_seconds",
+}
+VLLM_COUNTERS = {
+    "requests": "vllm:request_success_total",
+    "prompt_tokens": "vllm:prompt_tokens_total",
+    "generation_tokens": "vllm:generation_tokens_total",
+}
+VLLM_GAUGES = {"running": "vllm:num_requests_running", "waiting": "vllm:num_requests_waiting"}
+# Envoy's own listeners (readiness, stats) are not client traffic.
+ENVOY_CLIENT_TRAFFIC = 'envoy_http_conn_manager_prefix!~"eg-.*|admin"'
+
+
+@dataclass(frozen=True)
+class AlertPolicy:
+    """The shares and ratios an operator chooses; the plan supplies every other figure."""
+    kv_cache_usage: float = 0.90          # of the KV cache, per replica
+    capacity_share: float = 0.80          # of the sized capacity (all replicas)
+    gateway_5xx_ratio: float = 0.01       # of client requests
+    gateway_429_ratio: float = 0.05       # of client requests, answered by the rate limit
+    slo_for: str = "10m"                  # how long a p95 must stay above its SLO
+    replicas_for: str = "15m"             # a 70B model takes minutes to load: ride out restarts
+    load_for: str = "15m"
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """What each alert compares with, read from the plan once."""
+    ttft_p95_s: float
+    tpot_p95_s: float
+    in_flight_per_replica: float          # the plan's worst case: one replica after the loss
+    replicas: int
+    zones: tuple[str, ...]                # zones the plan puts replicas in
+    capacity_qps: float
+    capacity_after_loss_qps: float | None  # None when the plan has no failure domain to lose
+    redundancy: str                        # zone | node | none
+    lost_domain: str
+    queue_s: float                         # mean queue wait the plan expects after the loss
+
+    @classmethod
+    def from_plan(cls, plan: Plan) -> "Thresholds":
+        w = plan.request.workload
+        in_flight = plan.real.in_flight
+        if not math.isfinite(in_flight):
+            in_flight = float(plan.model_args["max_num_seqs"])
+        return cls(
+            ttft_p95_s=w.ttft_slo_s, tpot_p95_s=w.tpot_slo_s,
+            in_flight_per_replica=round(in_flight, 2), replicas=plan.replicas,
+            zones=tuple(z for z, n in plan.replicas_by_zone.items() if n > 0),
+            capacity_qps=round(plan.capacity_qps, 3),
+            capacity_after_loss_qps=None if plan.redundancy == "none" else round(plan.capacity_after_zone_loss_qps, 3),
+            redundancy=plan.redundancy, lost_domain=plan.lost_domain,
+            queue_s=round(plan.real.queue_ms / 1e3, 4) if math.isfinite(plan.real.queue_ms) else 0.0,
+        )
+
+
+# -- names --------------------------------------------------------------------------------------
+def _metric(name: str) -> str:
+    return name.replace("vllm:", "vllm_").removesuffix("_total")
+
+
+def quantile_series(short: str, level: str, q: float) -> str:
+    return f"{level}:{_metric(LATENCY_HISTOGRAMS[short])}:p{round(q * 100)}_{RATE_WINDOW}"
+
+
+def rate_series(short: str, level: str) -> str:
+    return f"{level}:{_metric(VLLM_COUNTERS[short])}:rate{RATE_WINDOW}"
+
+
+def gauge_series(short: str, level: str) -> str:
+    return f"{level}:{_metric(VLLM_GAUGES[short])}:sum"
+
+
+KV_POD = "pod:vllm_kv_cache_usage:max"
+KV_ZONE = "zone:vllm_kv_cache_usage:avg"
+KV_SERVICE = "service:vllm_kv_cache_usage:avg"
+READY_ZONE = "zone:llm_serving_ready_replicas:sum"
+READY_SERVICE = "service:llm_serving_ready_replicas:sum"
+OFFERED_LOAD = f"service:envoy_downstream_requests:rate{RATE_WINDOW}"
+GATEWAY_5XX = f"service:envoy_downstream_5xx:rate{RATE_WINDOW}"
+GATEWAY_429 = f"service:envoy_rate_limited:rate{RATE_WINDOW}"
+GATEWAY_5XX_RATIO = f"service:envoy_downstream_5xx:ratio_rate{RATE_WINDOW}"
+GATEWAY_429_RATIO = f"service:envoy_rate_limited:ratio_rate{RATE_WINDOW}"
+
+
+def _by(labels: tuple[str, ...]) -> str:
+    return f" by ({', '.join(labels)})" if labels else ""
+
+
+# -- recording rules ----------------------------------------------------------------------------
+def recording_rules(serving_namespace: str) -> list[dict]:
+    rules: list[dict] = []
+    for short, family in LATENCY_HISTOGRAMS.items():
+        buckets = f"pod:{_metric(family)}_bucket:rate{RATE_WINDOW}"
+        rules.append({"record": buckets,
+                      "expr": f"sum by (le, zone, pod) (rate({family}_bucket[{RATE_WINDOW}]))"})
+        for level, labels in LEVELS:
+            for q in QUANTILES:
+                rules.append({"record": quantile_series(short, level, q),
+                              "expr": f"histogram_quantile({q}, sum by ({', '.join(('le',) + labels)}) ({buckets}))"})
+    for short, family in VLLM_COUNTERS.items():
+        for level, labels in LEVELS:
+            rules.append({"record": rate_series(short, level),
+                          "expr": f"sum{_by(labels)} (rate({family}[{RATE_WINDOW}]))"})
+    for short, family in VLLM_GAUGES.items():
+        for level, labels in LEVELS:
+            rules.append({"record": gauge_series(short, level), "expr": f"sum{_by(labels)} ({family})"})
+    rules += [
+        {"record": KV_POD, "expr": "max by (zone, pod) (vllm:kv_cache_usage_perc)"},
+        {"record": KV_ZONE, "expr": "avg by (zone) (vllm:kv_cache_usage_perc)"},
+        {"record": KV_SERVICE, "expr": "avg (vllm:kv_cache_usage_perc)"},
+        # Readiness from kube-state-metrics, so a replica that is down (no /metrics) still counts.
+        {"record": READY_ZONE, "expr": (
+            'sum by (zone) (label_replace('
+            f'kube_pod_status_ready{{condition="true", namespace="{serving_namespace}"}}'
+            ' * on (namespace, pod) group_left (label_llm_serving_io_zone) '
+            f'kube_pod_labels{{namespace="{serving_namespace}", label_app_kubernetes_io_name="vllm", '
+            'label_llm_serving_io_role="serving"}, "zone", "$1", "label_llm_serving_io_zone", "(.+)"))')},
+        {"record": READY_SERVICE, "expr": f"sum ({READY_ZONE})"},
+        # Offered load is measured at the gateway: vLLM only counts what it finishes, which
+        # levels off at its capacity exactly when the load exceeds it.
+        {"record": OFFERED_LOAD,
+         "expr": f"sum (rate(envoy_http_downstream_rq_total{{{ENVOY_CLIENT_TRAFFIC}}}[{RATE_WINDOW}]))"},
+        {"record": GATEWAY_5XX, "expr": (
+            f'sum (rate(envoy_http_downstream_rq_xx{{envoy_response_code_class="5", {ENVOY_CLIENT_TRAFFIC}}}'
+            f'[{RATE_WINDOW}]))')},
+        {"record": GATEWAY_429, "expr": (
+            f"sum (rate(envoy_http_local_rate_limiter_http_local_rate_limit_rate_limited[{RATE_WINDOW}]))")},
+        {"record": GATEWAY_5XX_RATIO, "expr": f"{GATEWAY_5XX} / {OFFERED_LOAD}"},
+        {"record": GATEWAY_429_RATIO, "expr": f"{GATEWAY_429} / {OFFERED_LOAD}"},
+    ]
+    return rules
+
+
+# -- alerts -------------------------------------------------------------------------------------
+def _alert(name: str, expr: str, for_: str, severity: str, summary: str, description: str) -> dict:
+    return {"alert": name, "expr": expr, "for": for_, "labels": {"severity": severity},
+            "annotations": {"summary": summary, "description": description}}
+
+
+def alert_rules(t: Thresholds, policy: AlertPolicy) -> list[dict]:
+    ttft, tpot = quantile_series("ttft", "service", 0.95), quantile_series("tpot", "service", 0.95)
+    running, waiting = gauge_series("running", "pod"), gauge_series("waiting", "pod")
+    share_qps = round(policy.capacity_share * t.capacity_qps, 3)
+    zones_absent = " or ".join(f'absent({READY_ZONE}{{zone="{z}"}})' for z in t.zones)
+    alerts = [
+        _alert("LLMServingTTFTAboveSLO", f"{ttft} > {t.ttft_p95_s}", policy.slo_for, "critical",
+               f"p95 time to first token is above its {t.ttft_p95_s:g} s SLO",
+               f"p95 TTFT over all replicas has stayed above {t.ttft_p95_s:g} s for {policy.slo_for}. "
+               "Check queue time and KV-cache usage per replica."),
+        _alert("LLMServingTPOTAboveSLO", f"{tpot} > {t.tpot_p95_s}", policy.slo_for, "critical",
+               f"p95 time per output token is above its {t.tpot_p95_s * 1e3:g} ms SLO",
+               f"p95 TPOT over all replicas has stayed above {t.tpot_p95_s:g} s for {policy.slo_for}: "
+               "the decode batches are larger than the plan sized for."),
+        _alert("LLMServingKVCacheNearlyFull", f"{KV_POD} > {policy.kv_cache_usage}", "5m", "warning",
+               f"KV cache of {{{{ $labels.pod }}}} is above {policy.kv_cache_usage:.0%}",
+               f"Replica {{{{ $labels.pod }}}} in {{{{ $labels.zone }}}} uses more than {policy.kv_cache_usage:.0%} "
+               "of its KV cache; new requests will wait or preempt running ones."),
+        _alert("LLMServingQueueBeyondPlan",
+               f"({running} + {waiting}) > {t.in_flight_per_replica} and {waiting} > 0", "5m", "warning",
+               f"{{{{ $labels.pod }}}} holds more requests than the plan's {t.in_flight_per_replica:g}",
+               f"Replica {{{{ $labels.pod }}}} in {{{{ $labels.zone }}}} has requests waiting and more in flight "
+               f"than the {t.in_flight_per_replica:g} the plan expects per replica even after losing "
+               f"{t.lost_domain or 'a replica'}."),
+        _alert("LLMServingReplicasBelowPlan", f"({READY_SERVICE} or vector(0)) < {t.replicas}",
+               policy.replicas_for, "warning",
+               f"fewer ready vLLM replicas than the {t.replicas} planned",
+               f"Fewer than {t.replicas} serving replicas have been ready for {policy.replicas_for}; "
+               "the service has less headroom than its plan."),
+        _alert("LLMServingZoneWithoutReadyReplica", f"{READY_ZONE} < 1 or {zones_absent}", "5m", "critical",
+               "zone {{ $labels.zone }} has no ready vLLM replica",
+               "Zone {{ $labels.zone }} has no ready serving replica: "
+               + ("the other zones carry the load without zone redundancy." if len(t.zones) > 1
+                  else "it is the only zone in the plan, so nothing is serving.")),
+        _alert("LLMServingLoadNearCapacity", f"{OFFERED_LOAD} > {share_qps}", policy.load_for, "warning",
+               f"load is above {policy.capacity_share:.0%} of the sized {t.capacity_qps:g} QPS",
+               f"Requests reaching the gateway have stayed above {share_qps:g} QPS "
+               f"({policy.capacity_share:.0%} of the {t.capacity_qps:g} QPS all replicas carry within the SLOs)."),
+    ]
+    if t.capacity_after_loss_qps is not None:
+        alerts.append(_alert(
+            "LLMServingLoadAboveCapacityAfterLoss", f"{OFFERED_LOAD} > {t.capacity_after_loss_qps}",
+            policy.load_for, "warning",
+            f"N+1 by {t.redundancy} no longer holds: load is above {t.capacity_after_loss_qps:g} QPS",
+            f"Requests reaching the gateway have stayed above {t.capacity_after_loss_qps:g} QPS, what the "
+            f"replicas left after losing {t.lost_domain} carry within the SLOs. Add replicas or capacity."))
+    alerts += [
+        _alert("LLMServingGateway5xxRate", f"{GATEWAY_5XX_RATIO} > {policy.gateway_5xx_ratio}", "5m", "critical",
+               f"more than {policy.gateway_5xx_ratio:.0%} of requests fail with 5xx at the gateway",
+               f"Over {policy.gateway_5xx_ratio:.0%} of client requests got a 5xx from Envoy for 5m."),
+        _alert("LLMServingGatewayRateLimited", f"{GATEWAY_429_RATIO} > {policy.gateway_429_ratio}", "10m",
+               "warning", f"more than {policy.gateway_429_ratio:.0%} of requests are rate limited (429)",
+               f"Over {policy.gateway_429_ratio:.0%} of client requests got 429 from the gateway's rate limit "
+               "for 10m: clients exceed their share, or the load exceeds what the limits allow."),
+    ]
+    return alerts
+
+
+# -- the file -----------------------------------------------------------------------------------
+def rule_groups(plan: Plan, serving_namespace: str, policy: AlertPolicy = AlertPolicy()) -> list[dict]:
+    groups = [
+        {"name": "llm-serving.recording", "rules": recording_rules(serving_namespace)},
+        {"name": "llm-serving.alerts", "rules": alert_rules(Thresholds.from_plan(plan), policy)},
+    ]
+    check_groups(groups)
+    return groups
+
+
+def check_groups(groups: list[dict]) -> None:
+    """Every expression reads only contract series or series recorded earlier."""
+    recorded: set[str] = set()
+    for group in groups:
+        for rule in group["rules"]:
+            label = rule.get("record") or rule.get("alert")
+            contract.check_expr(rule["expr"], recorded, where=f"rule {label}")
+            if "record" in rule:
+                recorded.add(rule["record"])
+
+
+def recorded_names(groups: list[dict]) -> set[str]:
+    return {r["record"] for g in groups for r in g["rules"] if "record" in r}
+
+
+def alert_names(groups: list[dict]) -> list[str]:
+    return [r["alert"] for g in groups for r in g["rules"] if "alert" in r]
+
+
+def render_rule_file(groups: list[dict]) -> str:
+    """Prometheus rule-file YAML (`promtool check rules` reads it)."""
+    return yaml.safe_dump({"groups": groups}, sort_keys=False, width=120)

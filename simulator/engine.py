@@ -1,0 +1,136 @@
+"""The discrete-event loop: arrivals through the router onto replicas, and zone failures.
+
+Replicas only meet at the router, so between two events each replica runs on its own; at each
+event every replica is brought up to that time (only the step in progress stays pending), the
+router looks at them, and the request joins its replica's next step.
+
+A lost zone takes its replicas out at `start` (and back, empty and ready, at `end`). Every
+request they held, waiting or running, is sent through the router once more at that instant,
+from scratch (its latencies still count from its first arrival). A request with no healthy
+replica to go to, or lost a second time, is lost: the gateway answers 503.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .cost import StepCost
+from .replica import Replica
+from .router import Router
+from .workload import Request, WorkloadSpec, generate
+
+
+@dataclass(frozen=True)
+class ZoneFailure:
+    zone: str
+    start_s: float
+    end_s: float | None = None      # None: the zone stays down
+
+
+@dataclass(frozen=True)
+class ReplicaSpec:
+    name: str
+    zone: str
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    workload: WorkloadSpec
+    replicas: tuple[ReplicaSpec, ...]
+    cost: StepCost
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    kv_capacity_tokens: int
+    ttft_slo_s: float
+    tpot_slo_s: float
+    router: str = "least-outstanding"
+    failure: ZoneFailure | None = None
+
+
+@dataclass
+class SimResult:
+    config: SimConfig
+    requests: list[Request]
+    replicas: list[Replica]
+    end_s: float
+    retried: int = 0
+    lost: list[Request] = field(default_factory=list)
+
+
+def simulate(config: SimConfig, on_route=None) -> SimResult:
+    """Run it. `on_route(t, replicas, chosen)`, if given, sees every routing decision (tests)."""
+    if not config.replicas:
+        raise ValueError("no replicas to simulate")
+    if config.workload.max_model_len > config.kv_capacity_tokens:
+        raise ValueError(f"max_model_len {config.workload.max_model_len} exceeds the KV cache "
+                         f"({config.kv_capacity_tokens} tokens): one sequence would not fit")
+    fail = config.failure
+    if fail is not None and fail.zone not in {r.zone for r in config.replicas}:
+        zones = ", ".join(sorted({r.zone for r in config.replicas}))
+        raise ValueError(f"zone {fail.zone} holds no replica (zones: {zones})")
+    requests = generate(config.workload)
+    done: list[Request] = []
+    replicas = [Replica(r.name, r.zone, config.cost, config.max_num_batched_tokens, config.max_num_seqs,
+                        config.kv_capacity_tokens, done.append) for r in config.replicas]
+    router = Router(config.router, replicas)
+    result = SimResult(config, requests, replicas, 0.0)
+
+    # Failure events, merged with the arrivals in time order.
+    events: list[tuple[float, str]] = []
+    if fail is not None:
+        events.append((fail.start_s, "fail"))
+        if fail.end_s is not None:
+            events.append((fail.end_s, "recover"))
+    ei = 0
+
+    def route(r: Request, t: float) -> None:
+        r.attempts += 1
+        target = router.pick(t)
+        if on_route is not None:
+            on_route(t, replicas, target)
+        if target is None:
+            r.lost = True
+            result.lost.append(r)
+            return
+        target.enqueue(r, t)
+
+    def handle(kind: str, t: float) -> None:
+        zone = [rep for rep in replicas if rep.zone == fail.zone]
+        for rep in replicas:
+            rep.run_until(t)
+        if kind == "recover":
+            for rep in zone:
+                rep.recover(t)
+            router.refresh()
+            return
+        held: list[Request] = []
+        for rep in zone:
+            if rep.up:
+                held += rep.fail(t)
+        router.refresh()
+        for r in sorted(held, key=lambda q: q.arrival):
+            if r.attempts >= 2:              # retried once already
+                r.lost = True
+                result.lost.append(r)
+                continue
+            result.retried += 1
+            route(r, t)
+
+    for r in requests:
+        t = r.arrival
+        while ei < len(events) and events[ei][0] <= t:
+            handle(events[ei][1], events[ei][0])
+            ei += 1
+        for rep in replicas:
+            rep.run_until(t)
+        route(r, t)
+    # Drain: later failure events still happen, then everything left runs to completion.
+    while ei < len(events):
+        handle(events[ei][1], events[ei][0])
+        ei += 1
+    for rep in replicas:
+        rep.run_until(math.inf)
+    result.end_s = max([config.workload.duration_s] + [r.t_done for r in done])
+    for rep in replicas:
+        rep.finish_accounting(result.end_s)
+    return result

@@ -1,0 +1,106 @@
+"""A simulation of a sizing plan: the same replica model, engine arguments and placement."""
+from __future__ import annotations
+
+import math
+import re
+
+from sizing.catalog import load_catalog
+from sizing.model import ReplicaModel, Shape
+from sizing.planner import Plan
+from sizing.profiles import get_profile
+
+from .cost import kv_capacity_tokens, step_cost
+from .engine import ReplicaSpec, SimConfig, ZoneFailure, simulate
+from .report import summarize
+from .workload import WorkloadSpec
+
+FAIL_ZONE = re.compile(r"^(?P<zone>[a-z0-9-]+)@(?P<start>\d+(\.\d+)?)(:(?P<end>\d+(\.\d+)?))?$")
+
+
+def replica_model(plan: Plan) -> ReplicaModel:
+    """The plan's real replica model, built as the planner builds it."""
+    req = plan.request
+    shape = Shape(load_catalog().model(req.model), plan.instance, plan.tp, req.weights, req.kv_dtype)
+    return ReplicaModel(shape, req.workload, get_profile(req.profile), real=True)
+
+
+def replica_specs(plan: Plan) -> tuple[ReplicaSpec, ...]:
+    """One per planned replica, named after its node: `<pool>/node-<i>/<j>`."""
+    out = []
+    for slot in plan.nodes:
+        for j in range(slot.replicas):
+            out.append(ReplicaSpec(f"{slot.pool}/node-{slot.node}/{j}", slot.zone))
+    return tuple(out)
+
+
+def parse_fail_zone(text: str, duration_s: float) -> ZoneFailure:
+    """`ZONE@T[:T2]`: the zone is lost at T seconds (and back at T2)."""
+    m = FAIL_ZONE.match(text.strip())
+    if not m:
+        raise ValueError(f"'{text}': expected ZONE@T or ZONE@T:T2 in seconds, e.g. us-east-1b@600:1200")
+    start = float(m["start"])
+    end = float(m["end"]) if m["end"] is not None else None
+    if start >= duration_s:
+        raise ValueError(f"'{text}': the failure starts at {start:g} s, after the {duration_s:g} s run")
+    if end is not None and end <= start:
+        raise ValueError(f"'{text}': the zone comes back at {end:g} s, not after it fails at {start:g} s")
+    return ZoneFailure(m["zone"], start, end)
+
+
+def config_from_plan(plan: Plan, duration_s: float, qps: float | None = None, *, router: str = "least-outstanding",
+                     arrivals: str = "poisson", burstiness_cv: float = 2.0, lengths: str = "fixed",
+                     length_cv: float = 0.5, seed: int = 0, failure: ZoneFailure | None = None,
+                     max_num_batched_tokens: int | None = None, max_num_seqs: int | None = None,
+                     replicas: int | None = None) -> SimConfig:
+    """The plan's replicas, engine arguments and workload; `replicas` keeps only the first N."""
+    w = plan.request.workload
+    rate = qps if qps is not None else w.qps
+    if rate is None:
+        raise ValueError(f"the workload is closed-loop ({w.concurrency} clients): give an open-loop QPS")
+    model = replica_model(plan)
+    args = plan.model_args
+    specs = replica_specs(plan)
+    if replicas is not None:
+        specs = specs[:replicas]
+    return SimConfig(
+        workload=WorkloadSpec(qps=rate, duration_s=duration_s, input_tokens=w.input_tokens,
+                              output_tokens=w.output_tokens, max_model_len=args["max_model_len"],
+                              arrivals=arrivals, burstiness_cv=burstiness_cv, lengths=lengths,
+                              length_cv=length_cv, seed=seed),
+        replicas=specs, cost=step_cost(model),
+        max_num_batched_tokens=max_num_batched_tokens or args["max_num_batched_tokens"],
+        max_num_seqs=max_num_seqs or args["max_num_seqs"],
+        kv_capacity_tokens=kv_capacity_tokens(model),
+        ttft_slo_s=w.ttft_slo_s, tpot_slo_s=w.tpot_slo_s, router=router, failure=failure,
+    )
+
+
+def meets_slos(plan: Plan, qps: float, duration_s: float, seed: int = 0) -> tuple[bool, dict]:
+    """One replica at `qps` (Poisson): mean TTFT and mean TPOT within the SLOs, as the plan counts."""
+    cfg = config_from_plan(plan, duration_s, qps, seed=seed, replicas=1)
+    stats = summarize(simulate(cfg).requests, cfg.ttft_slo_s, cfg.tpot_slo_s)
+    ok = (stats["ttft_ms"]["mean"] is not None and stats["ttft_ms"]["mean"] <= 1e3 * cfg.ttft_slo_s
+          and stats["tpot_ms"]["mean"] is not None and stats["tpot_ms"]["mean"] <= 1e3 * cfg.tpot_slo_s)
+    return ok, stats
+
+
+def simulated_capacity_qps(plan: Plan, duration_s: float = 300.0, seed: int = 0, rel_tol: float = 0.02) -> float:
+    """The most QPS one replica carries with mean TTFT and TPOT within the SLOs (bisection).
+
+    The same definition as the analytic capacity (means, Poisson arrivals); it brackets the
+    analytic figure first, so a handful of short runs suffice.
+    """
+    guess = plan.capacity_per_replica.qps
+    if not math.isfinite(guess) or guess <= 0:
+        raise ValueError("the plan has no finite per-replica capacity to start from")
+    lo, hi = 0.8 * guess, 1.25 * guess
+    while not meets_slos(plan, lo, duration_s, seed)[0]:
+        lo, hi = lo / 1.5, lo
+        if lo < 1e-3 * guess:
+            return 0.0
+    while meets_slos(plan, hi, duration_s, seed)[0]:
+        lo, hi = hi, hi * 1.5
+    while hi - lo > rel_tol * lo:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if meets_slos(plan, mid, duration_s, seed)[0] else (lo, mid)
+    return lo

@@ -1,0 +1,286 @@
+"""One vLLM-like replica: continuous batching with chunked prefill, a step at a time.
+
+The scheduler follows vLLM's V1 engine: each step first gives every decoding sequence one token
+of the step's budget (`max_num_batched_tokens`), then continues the partial prefills, then admits
+waiting requests first-come first-served while budget, `max_num_seqs` and free KV cache allow
+(a request takes KV for the tokens it has computed, not for its whole context). When the decoding
+sequences' next tokens do not fit in the KV cache, the most recently admitted request is
+preempted: it frees its cache and goes back to the front of the queue to be recomputed.
+
+Speed (the simulator's point): a decoding sequence is never touched per step. Its last step is
+known when its decode starts (`finish`), so a step only costs O(1) plus its prefill chunks, and a
+run of pure-decode steps (no prefill, nothing admissible) is one event up to the next finish,
+the next arrival, or the KV limit. Completions come off a heap keyed by finish step.
+"""
+from __future__ import annotations
+
+import heapq
+from collections import deque
+
+from .cost import StepCost
+from .workload import Request
+
+
+class Replica:
+    def __init__(self, name: str, zone: str, cost: StepCost, max_num_batched_tokens: int,
+                 max_num_seqs: int, kv_capacity_tokens: int, on_done):
+        if max_num_batched_tokens < max_num_seqs:
+            # vLLM refuses this too: the decodes alone could exceed the step's budget.
+            raise ValueError(f"max_num_batched_tokens ({max_num_batched_tokens}) must be at least "
+                             f"max_num_seqs ({max_num_seqs})")
+        self.name, self.zone = name, zone
+        br = cost.decode_branches
+        (self._a1, self._b1), (self._a2, self._b2) = (br[0], br[1]) if len(br) > 1 else (br[0], br[0])
+        self._pf_tok = cost.prefill_s_per_token
+        self.budget, self.max_seqs, self.kv_cap = max_num_batched_tokens, max_num_seqs, kv_capacity_tokens
+        self._on_done = on_done
+        self.up = True
+        self.busy_s = self.prefill_s = self.batch_s = 0.0   # utilisation: busy, prefill, sum of n x dt
+        self.up_s = 0.0
+        self._up_since = 0.0
+        self.preemptions = 0
+        self.served = 0
+        self._seq = 0
+        self._reset(0.0)
+
+    def _reset(self, t: float) -> None:
+        self.clock = t
+        self.k = 0                       # steps completed
+        self.waiting: deque[Request] = deque()
+        self.running: dict[int, Request] = {}   # admission order; popitem() gives the newest
+        self.prefilling: list[Request] = []
+        self.n = 0                       # decoding sequences
+        self.kv_dec = 0                  # sum over decoders of (pf_total - k0); KV = kv_dec + n k
+        self.kv_pf = 0                   # KV held by partial prefills
+        self.heap: list = []             # (finish step, seq, epoch, request)
+        self.fin_sum = 0                 # sum of decoders' finish steps (pending decode tokens)
+        self.pend = 0                    # pending prefill + output tokens of non-decoding requests
+        self.busy = False
+        self.s_start = self.s_dur = 0.0
+        self.s_count = 0
+        self.s_n = 0
+        self.s_chunks = None             # [(request, tokens)] of a prefill step; None: pure decode
+
+    # -- what the router sees --------------------------------------------------------------------
+    def outstanding(self) -> int:
+        return len(self.waiting) + len(self.running)
+
+    def pending_tokens(self, t: float) -> int:
+        """Prefill and output tokens still to compute, at time t (inside a pure-decode run too)."""
+        k = self.k
+        if self.busy and self.s_chunks is None and t > self.s_start:
+            k += min(self.s_count, int((t - self.s_start) / self.s_dur))
+        return self.pend + self.fin_sum - self.n * k
+
+    # -- driving the clock -------------------------------------------------------------------------
+    def run_until(self, t: float) -> None:
+        """Apply every step that ends by t (the step in progress at t stays pending)."""
+        while self.busy:
+            end = self.s_start + self.s_count * self.s_dur
+            if end > t:
+                return
+            self._apply(self.s_count)
+            self.clock = end
+            self.busy = False
+            self._start()
+
+    def enqueue(self, r: Request, t: float) -> None:
+        """A request arrives at t (after run_until(t)); it joins the next step."""
+        r.replica = self.name
+        self.waiting.append(r)
+        self.pend += r.pf_total + r.out - r.gen
+        if self.busy:
+            self._cut(t)
+        else:
+            self.clock = t
+            self._start()
+
+    def _cut(self, t: float) -> None:
+        """End a pure-decode run at the step in progress at t, so that t's arrival joins the next."""
+        if self.s_chunks is not None or self.s_count == 1:
+            return
+        done = int((t - self.s_start) / self.s_dur)
+        if done >= self.s_count:
+            done = self.s_count - 1
+        if done > 0:
+            self._apply(done)
+            self.s_start += done * self.s_dur
+        self.s_count = 1
+
+    # -- one step ------------------------------------------------------------------------------------
+    def _start(self) -> None:
+        """Schedule the next step at self.clock, or go idle."""
+        cap = self.kv_cap
+        while True:
+            n = self.n
+            used = self.kv_pf + self.kv_dec + n * self.k
+            if used + n > cap and self.running:
+                self._preempt()
+                continue
+            budget = self.budget - n
+            free = cap - used - n
+            chunks = None
+            c_total = 0
+            for r in self.prefilling:
+                if budget <= 0 or free <= 0:
+                    break
+                c = r.pf_left
+                if c > budget:
+                    c = budget
+                if c > free:
+                    c = free
+                if chunks is None:
+                    chunks = []
+                chunks.append((r, c))
+                budget -= c
+                free -= c
+                c_total += c
+            waiting = self.waiting
+            while waiting and budget > 0 and len(self.running) < self.max_seqs:
+                r = waiting[0]
+                c = r.pf_total if r.pf_total < budget else budget
+                if c > free:
+                    break
+                waiting.popleft()
+                r.pf_left = r.pf_total
+                self.running[r.id] = r
+                self.prefilling.append(r)
+                if r.t_sched is None:
+                    r.t_sched = self.clock
+                if chunks is None:
+                    chunks = []
+                chunks.append((r, c))
+                budget -= c
+                free -= c
+                c_total += c
+            if n == 0 and c_total == 0:
+                if self.prefilling:         # partial prefills stuck on a full cache: make room
+                    self._preempt()
+                    continue
+                return                      # idle until the next arrival
+            break
+        a = self._a1 + self._b1 * n
+        b = self._a2 + self._b2 * n
+        dec = (a if a > b else b) if n else 0.0
+        self.s_start, self.s_n, self.busy = self.clock, n, True
+        if c_total:
+            self.s_dur, self.s_count, self.s_chunks = dec + c_total * self._pf_tok, 1, chunks
+            return
+        # Pure decode: run to the next finish, or until the cache holds no more tokens.
+        heap = self.heap
+        while heap[0][2] != heap[0][3].epoch:
+            heapq.heappop(heap)
+        steps = heap[0][0] - self.k
+        room = (cap - used) // n
+        self.s_dur, self.s_count, self.s_chunks = dec, (steps if steps < room else room), None
+
+    def _apply(self, steps: int) -> None:
+        """Apply `steps` steps of the pending work (all of a prefill step's one step)."""
+        dur = self.s_dur
+        self.busy_s += steps * dur
+        self.batch_s += self.s_n * steps * dur
+        end = self.s_start + steps * dur
+        chunks = self.s_chunks
+        self.k += steps
+        k = self.k
+        if chunks is not None:
+            pf = 0
+            for r, c in chunks:
+                pf += c
+                r.pf_left -= c
+                self.pend -= c
+                if r.pf_left:
+                    self.kv_pf += c
+                    continue
+                # prefill done: the step samples a token
+                self.kv_pf -= r.pf_total - c
+                self.prefilling.remove(r)
+                r.gen += 1
+                self.pend -= r.out - r.gen + 1
+                if r.t_first is None:
+                    r.t_first = end
+                if r.gen >= r.out:
+                    del self.running[r.id]
+                    r.t_done = end
+                    self.served += 1
+                    self._on_done(r)
+                    continue
+                r.decoding = True
+                r.k0 = k
+                r.finish = k + r.out - r.gen
+                self.kv_dec += r.pf_total - k
+                self.fin_sum += r.finish
+                self.n += 1
+                self._seq += 1
+                heapq.heappush(self.heap, (r.finish, self._seq, r.epoch, r))
+            self.prefill_s += pf * self._pf_tok
+        heap = self.heap
+        while heap and heap[0][0] <= k:
+            _, _, epoch, r = heapq.heappop(heap)
+            if epoch != r.epoch:
+                continue
+            r.gen = r.out
+            r.decoding = False
+            self.kv_dec -= r.pf_total - r.k0
+            self.fin_sum -= r.finish
+            self.n -= 1
+            del self.running[r.id]
+            r.t_done = end
+            self.served += 1
+            self._on_done(r)
+
+    def _preempt(self) -> None:
+        """Evict the newest running request; it is recomputed from the front of the queue."""
+        _, r = self.running.popitem()
+        self.preemptions += 1
+        r.preemptions += 1
+        if r.decoding:
+            r.gen += self.k - r.k0
+            self.kv_dec -= r.pf_total - r.k0
+            self.fin_sum -= r.finish
+            self.n -= 1
+            r.decoding = False
+            r.epoch += 1
+        else:
+            self.prefilling.remove(r)
+            self.kv_pf -= r.pf_total - r.pf_left
+            self.pend += r.pf_total - r.pf_left      # its computed tokens are lost
+            self.pend -= r.pf_total + r.out - r.gen  # re-added below with the new prefill size
+        r.pf_total = r.pf_left = r.prompt + r.gen
+        self.pend += r.pf_total + r.out - r.gen
+        self.waiting.appendleft(r)
+
+    # -- failure -------------------------------------------------------------------------------------
+    def fail(self, t: float) -> list[Request]:
+        """The replica is lost at t: its step in progress is wasted; returns what it held."""
+        if self.busy:
+            self._cut(t)
+            self.busy_s += max(0.0, t - self.s_start)
+        held = list(self.running.values()) + list(self.waiting)
+        for r in held:
+            r.restart()
+        self.up_s += t - self._up_since
+        self.up = False
+        self._reset(t)
+        return held
+
+    def recover(self, t: float) -> None:
+        self._reset(t)
+        self.up = True
+        self._up_since = t
+
+    def finish_accounting(self, t: float) -> None:
+        if self.up:
+            self.up_s += t - self._up_since
+            self._up_since = t
+
+    # -- checks (tests) --------------------------------------------------------------------------------
+    def kv_used(self) -> int:
+        return self.kv_pf + self.kv_dec + self.n * self.k
+
+    def pending_tokens_slow(self) -> int:
+        """pending_tokens recomputed from every request: the incremental sums must agree."""
+        total = sum(r.pf_total + r.out - r.gen for r in self.waiting)
+        for r in self.running.values():
+            total += r.finish - self.k if r.decoding else r.pf_left + r.out - r.gen
+        return total

@@ -1,0 +1,121 @@
+"""Latency statistics of a simulation, overall and per window around a zone failure.
+
+Per request: TTFT (arrival to first token), TPOT (mean time per output token after the first, as
+vLLM counts it), queue time (arrival to first scheduled on the replica that served it) and
+end-to-end latency. Goodput is the share of requests that meet both SLOs. Windows group requests
+by arrival: before the failure, during it, and after the zone is back.
+"""
+from __future__ import annotations
+
+import math
+
+from .engine import SimResult
+from .workload import Request
+
+LATENCIES = ("ttft_ms", "tpot_ms", "queue_ms", "e2e_ms")
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    if not sorted_values:
+        return math.nan
+    pos = (len(sorted_values) - 1) * q
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def distribution(values: list[float]) -> dict:
+    v = sorted(values)
+    if not v:
+        return {"mean": None, "p50": None, "p95": None, "p99": None}
+    return {"mean": round(sum(v) / len(v), 3), "p50": round(percentile(v, 0.50), 3),
+            "p95": round(percentile(v, 0.95), 3), "p99": round(percentile(v, 0.99), 3)}
+
+
+def latencies(r: Request) -> tuple[float, float | None, float, float]:
+    """(ttft, tpot or None for one-token answers, queue, e2e), in ms."""
+    ttft = r.t_first - r.arrival
+    tpot = (r.t_done - r.t_first) / (r.out - 1) if r.out > 1 else None
+    return 1e3 * ttft, None if tpot is None else 1e3 * tpot, 1e3 * (r.t_sched - r.arrival), 1e3 * (r.t_done - r.arrival)
+
+
+def summarize(requests: list[Request], ttft_slo_s: float, tpot_slo_s: float) -> dict:
+    served = [r for r in requests if not r.lost and r.t_done is not None]
+    cols: dict[str, list[float]] = {k: [] for k in LATENCIES}
+    good = 0
+    for r in served:
+        ttft, tpot, queue, e2e = latencies(r)
+        cols["ttft_ms"].append(ttft)
+        if tpot is not None:
+            cols["tpot_ms"].append(tpot)
+        cols["queue_ms"].append(queue)
+        cols["e2e_ms"].append(e2e)
+        if ttft <= 1e3 * ttft_slo_s and (tpot is None or tpot <= 1e3 * tpot_slo_s):
+            good += 1
+    out = {k: distribution(v) for k, v in cols.items()}
+    out["goodput"] = round(good / len(requests), 4) if requests else None
+    out["requests"] = len(requests)
+    out["requests_lost"] = len(requests) - len(served)
+    return out
+
+
+def windows(result: SimResult) -> dict | None:
+    fail = result.config.failure
+    if fail is None:
+        return None
+    cfg = result.config
+    end = fail.end_s if fail.end_s is not None else math.inf
+    groups = {"before": [], "during": [], "after": []}
+    for r in result.requests:
+        key = "before" if r.arrival < fail.start_s else "during" if r.arrival < end else "after"
+        groups[key].append(r)
+    out = {}
+    for name, reqs in groups.items():
+        if name == "after" and fail.end_s is None:
+            continue
+        lo = 0.0 if name == "before" else fail.start_s if name == "during" else fail.end_s
+        hi = fail.start_s if name == "before" else min(end, cfg.workload.duration_s) if name == "during" \
+            else cfg.workload.duration_s
+        out[name] = {"from_s": round(lo, 3), "to_s": round(hi, 3),
+                     **summarize(reqs, cfg.ttft_slo_s, cfg.tpot_slo_s)}
+    return out
+
+
+def replica_usage(result: SimResult) -> list[dict]:
+    rows = []
+    for rep in result.replicas:
+        rows.append({
+            "name": rep.name, "zone": rep.zone,
+            # busy: share of its up time spent stepping (continuous batching steps whenever any
+            # sequence runs, so this saturates early; the mean batch says how full the steps are)
+            "utilization": round(min(1.0, rep.busy_s / rep.up_s), 4) if rep.up_s else 0.0,
+            "requests": rep.served,
+            "prefill_share": round(rep.prefill_s / rep.busy_s, 4) if rep.busy_s else 0.0,
+            "mean_running": round(rep.batch_s / rep.busy_s, 2) if rep.busy_s else 0.0,
+            "up_s": round(rep.up_s, 3),
+            "preemptions": rep.preemptions,
+        })
+    return rows
+
+
+def to_dict(result: SimResult) -> dict:
+    cfg = result.config
+    w = cfg.workload
+    out = {
+        "qps": w.qps, "duration_s": w.duration_s, "router": cfg.router, "arrivals": w.arrivals,
+        "lengths": w.lengths, "seed": w.seed,
+        "max_num_batched_tokens": cfg.max_num_batched_tokens, "max_num_seqs": cfg.max_num_seqs,
+        "kv_capacity_tokens": cfg.kv_capacity_tokens,
+        "slo": {"ttft_ms": 1e3 * cfg.ttft_slo_s, "tpot_ms": 1e3 * cfg.tpot_slo_s},
+        **summarize(result.requests, cfg.ttft_slo_s, cfg.tpot_slo_s),
+        "requests_retried": result.retried,
+        "replicas": replica_usage(result),
+        "simulated_until_s": round(result.end_s, 3),
+    }
+    if cfg.failure is not None:
+        f = cfg.failure
+        out["failure"] = {"zone": f.zone, "start_s": f.start_s, "end_s": f.end_s,
+                          "replicas_lost": [r.name for r in cfg.replicas if r.zone == f.zone]}
+        out["windows"] = windows(result)
+    return out

@@ -1,0 +1,44 @@
+"""The gateway's choice of replica for each request.
+
+- round-robin: in turn, blind to load (Envoy's default).
+- least-outstanding: fewest requests waiting or running (Envoy's least-request; with two
+  replicas its power-of-two-choices sampling is exactly this).
+- least-pending-tokens: fewest prefill and output tokens still to compute, close to what the
+  Gateway API Inference Extension's endpoint picker scores (queue depth and KV-cache load).
+Ties go to the next replica in turn, so equal replicas share the load evenly.
+"""
+from __future__ import annotations
+
+from .replica import Replica
+
+ROUTERS = ("round-robin", "least-outstanding", "least-pending-tokens")
+
+
+class Router:
+    def __init__(self, policy: str, replicas: list[Replica]):
+        if policy not in ROUTERS:
+            raise ValueError(f"router '{policy}': choose one of {', '.join(ROUTERS)}")
+        self.policy = policy
+        self.replicas = replicas
+        self._turn = 0
+        self.healthy = [r for r in replicas if r.up]
+
+    def refresh(self) -> None:
+        """After a replica is lost or back."""
+        self.healthy = [r for r in self.replicas if r.up]
+
+    def pick(self, t: float) -> Replica | None:
+        healthy = self.healthy
+        count = len(healthy)
+        if count == 0:
+            return None
+        self._turn = turn = (self._turn + 1) % count
+        if self.policy == "round-robin" or count == 1:
+            return healthy[turn]
+        best, best_load = None, None
+        for i in range(count):
+            rep = healthy[(turn + i) % count]
+            load = rep.outstanding() if self.policy == "least-outstanding" else rep.pending_tokens(t)
+            if best_load is None or load < best_load:
+                best, best_load = rep, load
+        return best

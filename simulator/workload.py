@@ -1,0 +1,103 @@
+"""Requests: arrival times (Poisson or bursty gamma) and prompt/output lengths (fixed or drawn).
+
+Each stream has its own seeded generator (`random.Random` with a string seed is deterministic
+across runs and platforms), so changing the length distribution never moves the arrivals.
+"""
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+ARRIVALS = ("poisson", "gamma")
+LENGTHS = ("fixed", "lognormal")
+
+
+class Request:
+    """One request and what happened to it. Times in seconds from the start of the run."""
+
+    __slots__ = (
+        "id", "arrival", "prompt", "out",
+        # state on the replica that holds it
+        "gen", "pf_total", "pf_left", "k0", "finish", "epoch", "decoding",
+        # outcome
+        "t_sched", "t_first", "t_done", "attempts", "preemptions", "lost", "replica",
+    )
+
+    def __init__(self, rid: int, arrival: float, prompt: int, out: int):
+        self.id, self.arrival, self.prompt, self.out = rid, arrival, prompt, out
+        self.gen = 0                 # output tokens produced so far (on this attempt)
+        self.pf_total = prompt       # tokens this attempt must prefill (prompt, + output after preemption)
+        self.pf_left = prompt
+        self.k0 = 0                  # step index at which its decode began
+        self.finish = 0              # step index of its last token while decoding
+        self.epoch = 0               # bumps on preemption or replica loss: stale heap entries
+        self.decoding = False
+        self.t_sched = None          # first scheduled on the replica that served it
+        self.t_first = None
+        self.t_done = None
+        self.attempts = 0            # times routed (a retry after a replica loss is the second)
+        self.preemptions = 0
+        self.lost = False
+        self.replica = ""
+
+    def restart(self) -> None:
+        """Back to the start: a retry on another replica recomputes everything."""
+        self.gen = 0
+        self.pf_total = self.pf_left = self.prompt
+        self.decoding = False
+        self.t_sched = self.t_first = None
+        self.epoch += 1
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    qps: float
+    duration_s: float
+    input_tokens: int
+    output_tokens: int
+    max_model_len: int
+    arrivals: str = "poisson"
+    burstiness_cv: float = 2.0     # gamma inter-arrival coefficient of variation (1 = Poisson)
+    lengths: str = "fixed"
+    length_cv: float = 0.5         # lognormal lengths: coefficient of variation around the means
+    seed: int = 0
+
+
+def generate(spec: WorkloadSpec) -> list[Request]:
+    """All requests arriving in [0, duration)."""
+    if spec.arrivals not in ARRIVALS:
+        raise ValueError(f"arrivals '{spec.arrivals}': choose one of {', '.join(ARRIVALS)}")
+    if spec.lengths not in LENGTHS:
+        raise ValueError(f"lengths '{spec.lengths}': choose one of {', '.join(LENGTHS)}")
+    arr = random.Random(f"{spec.seed}-arrivals")
+    lens = random.Random(f"{spec.seed}-lengths")
+    if spec.arrivals == "poisson":
+        def gap() -> float:
+            return arr.expovariate(spec.qps)
+    else:
+        shape = 1.0 / (spec.burstiness_cv ** 2)
+        scale = 1.0 / (spec.qps * shape)       # mean gap 1/qps
+
+        def gap() -> float:
+            return arr.gammavariate(shape, scale)
+    if spec.lengths == "fixed":
+        def draw() -> tuple[int, int]:
+            return spec.input_tokens, spec.output_tokens
+    else:
+        sigma = math.sqrt(math.log(1 + spec.length_cv ** 2))
+
+        def lognormal(mean: float) -> int:
+            return max(1, round(lens.lognormvariate(math.log(mean) - sigma * sigma / 2, sigma)))
+
+        def draw() -> tuple[int, int]:
+            # vLLM refuses a prompt beyond max_model_len and stops generation at it: clip the same.
+            p = min(lognormal(spec.input_tokens), spec.max_model_len - 1)
+            return p, min(lognormal(spec.output_tokens), spec.max_model_len - p)
+    out: list[Request] = []
+    t = gap()
+    while t < spec.duration_s:
+        p, o = draw()
+        out.append(Request(len(out), t, p, o))
+        t += gap()
+    return out

@@ -1,0 +1,188 @@
+"""The FP8 accuracy gate: the verdict against the BF16 baseline, and the awaited Job that makes a
+failed gate fail `pulumi up`, on by default in staging and prod."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from components import accuracy_check
+from components.accuracy_gate import GATE_TIMEOUT_S, LM_EVAL, PYTHON_IMAGE, gate_spec, rollout_digest
+from llmserve.engine import unwrap
+from llmserve.render_cmd import kubernetes_objects
+from llmserve.validate import validate
+from settings import SettingsError, settings_from_config
+from sizing.planner import plan as make_plan
+from tests.conftest import stack_config
+
+JOB = "kubernetes:batch/v1:Job"
+GATE = {"max_drop": 0.01, "tasks": {"gsm8k": {"metric": "exact_match,strict-match", "baseline": 0.93},
+                                    "mmlu_pro": {"metric": "exact_match,custom-extract", "baseline": 0.69}}}
+_BUILT: dict = {}
+
+
+def lm_eval_results(gsm8k: float | None, mmlu_pro: float) -> dict:
+    """The shape lm-eval 0.4 writes: results.<task>.<metric>,<filter> (and its _stderr twin)."""
+    results = {"mmlu_pro": {"exact_match,custom-extract": mmlu_pro, "exact_match_stderr,custom-extract": 0.004}}
+    if gsm8k is not None:
+        results["gsm8k"] = {"exact_match,strict-match": gsm8k, "exact_match_stderr,strict-match": 0.007}
+    return {"results": results}
+
+
+# -- the verdict --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("gsm8k, mmlu_pro, passed, lines", [
+    (0.925, 0.69, True, [
+        "PASS gsm8k: exact_match,strict-match 0.9250 +/- 0.0070, BF16 baseline 0.9300, drop +0.0050 (allowed 0.0100)",
+        "PASS mmlu_pro: exact_match,custom-extract 0.6900 +/- 0.0040, BF16 baseline 0.6900, drop +0.0000 "
+        "(allowed 0.0100)"]),
+    (0.92, 0.70, True, [
+        "PASS gsm8k: exact_match,strict-match 0.9200 +/- 0.0070, BF16 baseline 0.9300, drop +0.0100 (allowed 0.0100)",
+        "PASS mmlu_pro: exact_match,custom-extract 0.7000 +/- 0.0040, BF16 baseline 0.6900, drop -0.0100 "
+        "(allowed 0.0100)"]),
+    (0.91, 0.69, False, [
+        "FAIL gsm8k: exact_match,strict-match 0.9100 +/- 0.0070, BF16 baseline 0.9300, drop +0.0200 (allowed 0.0100)",
+        "PASS mmlu_pro: exact_match,custom-extract 0.6900 +/- 0.0040, BF16 baseline 0.6900, drop +0.0000 "
+        "(allowed 0.0100)"]),
+    (None, 0.69, False, [
+        "FAIL gsm8k: no 'exact_match,strict-match' score in the results",
+        "PASS mmlu_pro: exact_match,custom-extract 0.6900 +/- 0.0040, BF16 baseline 0.6900, drop +0.0000 "
+        "(allowed 0.0100)"]),
+], ids=["within", "exactly-at-the-margin", "beyond", "missing"])
+def test_a_task_fails_when_it_drops_more_than_the_margin_below_bf16(gsm8k, mmlu_pro, passed, lines):
+    assert accuracy_check.judge(lm_eval_results(gsm8k, mmlu_pro), GATE) == (passed, lines)
+
+
+@pytest.mark.parametrize("gsm8k, code", [(0.93, 0), (0.90, 1)])
+def test_the_script_reads_the_newest_results_and_exits_with_the_verdict(tmp_path, capsys, gsm8k, code):
+    gate = tmp_path / "gate.json"
+    gate.write_text(json.dumps(GATE))
+    out = tmp_path / "results" / "llama-3-70b"
+    out.mkdir(parents=True)
+    old = out / "results_2026-01-01T00-00-00.json"
+    old.write_text(json.dumps(lm_eval_results(0.5, 0.5)))
+    new = out / "results_2026-01-02T00-00-00.json"
+    new.write_text(json.dumps(lm_eval_results(gsm8k, 0.69)))
+    os.utime(old, (1, 1))                 # older on disk too: the newest file wins
+    assert accuracy_check.main(["accuracy_check.py", str(gate), str(tmp_path / "results")]) == code
+    assert capsys.readouterr().out.splitlines()[0] == ("FP8 accuracy gate: passed" if code == 0
+                                                        else "FP8 accuracy gate: FAILED")
+
+
+def test_no_results_at_all_fails_the_gate(tmp_path, capsys):
+    gate = tmp_path / "gate.json"
+    gate.write_text(json.dumps(GATE))
+    assert accuracy_check.main(["accuracy_check.py", str(gate), str(tmp_path)]) == 1
+    assert f"FAIL no lm-eval results_*.json under {tmp_path}" in capsys.readouterr().out
+
+
+# -- the settings it reads ---------------------------------------------------------------------------
+def settings_for(stack: str, overrides: dict | None = None):
+    raw = stack_config(stack)
+    for key, value in (overrides or {}).items():
+        raw[f"llm-serving:{key}"] = value
+    return settings_from_config(stack, raw)
+
+
+def test_every_task_needs_a_baseline():
+    with pytest.raises(SettingsError) as exc:
+        settings_for("prod", {"accuracyGate": {"tasks": ["gsm8k", "mmlu_pro"], "baseline": {"gsm8k": 0.93}}})
+    assert "tasks mmlu_pro have no BF16 baseline; add them to baseline" in str(exc.value)
+
+
+def test_a_task_without_a_known_metric_is_refused():
+    settings = settings_for("prod", {"accuracyGate": {"tasks": ["hellaswag"], "baseline": {"hellaswag": 0.85}}})
+    with pytest.raises(ValueError) as exc:
+        gate_spec(settings)
+    assert str(exc.value) == ("accuracyGate.tasks: no known metric for hellaswag; "
+                              "supported: gsm8k, gsm8k_cot, mmlu_pro")
+
+
+def test_the_gate_judges_the_configured_tasks_baselines_and_margin():
+    settings = settings_for("prod", {"accuracyGate": {"tasks": ["gsm8k"], "baseline": {"gsm8k": 0.9}, "maxDrop": 0.02}})
+    assert gate_spec(settings) == {"max_drop": 0.02,
+                                   "tasks": {"gsm8k": {"metric": "exact_match,strict-match", "baseline": 0.9}}}
+
+
+@pytest.mark.parametrize("overrides", [
+    {"workload": {"qps": 6, "inputTokens": 2000, "outputTokens": 300, "ttftSeconds": 1.0, "tpotSeconds": 0.040}},
+    {"accuracyGate": {"baseline": {"gsm8k": 0.94, "mmlu_pro": 0.69}}},
+    {"model": {"id": "llama-3-70b", "weights": "fp8", "kvCacheDtype": "fp8"}},
+])
+def test_a_new_rollout_or_new_thresholds_run_the_gate_again(overrides):
+    base = settings_for("prod")
+    changed = settings_for("prod", overrides)
+    assert rollout_digest(make_plan(base.plan_request()), base) != \
+        rollout_digest(make_plan(changed.plan_request()), changed)
+
+
+# -- the Job in the program ------------------------------------------------------------------------------
+def built(build_program, stack: str, overrides: dict | None = None):
+    key = (stack, json.dumps(overrides, sort_keys=True))
+    if key not in _BUILT:
+        _BUILT[key] = build_program(stack, overrides)
+    return _BUILT[key]
+
+
+def gate_resources(recording) -> dict:
+    return {r.type: r for r in recording.resources if r.name.startswith("accuracy-gate")}
+
+
+@pytest.mark.parametrize("stack, overrides, present", [
+    ("prod", None, True),
+    ("staging", None, True),
+    ("dev", None, False),
+    ("dev", {"accuracyGate": {"enabled": True}}, True),
+    ("prod", {"accuracyGate": {"enabled": False}}, False),
+])
+def test_on_by_default_in_staging_and_prod(build_program, stack, overrides, present):
+    assert bool(gate_resources(built(build_program, stack, overrides))) is present
+
+
+def test_the_job_is_awaited_and_fails_on_the_first_failed_check(build_program):
+    job = gate_resources(built(build_program, "prod"))[JOB].inputs
+    annotations = job["metadata"].get("annotations", {})
+    assert "pulumi.com/skipAwait" not in annotations
+    assert annotations["pulumi.com/replaceUnready"] == "true"
+    assert job["spec"]["backoffLimit"] == 0
+    assert job["spec"]["activeDeadlineSeconds"] == GATE_TIMEOUT_S
+
+
+def test_the_job_runs_after_the_serving_rollout_and_the_gateway(build_program):
+    rec = built(build_program, "prod")
+    job = gate_resources(rec)[JOB]
+    deployments = [r.urn for r in rec.of_type("kubernetes:apps/v1:Deployment")
+                   if r.inputs["metadata"].get("labels", {}).get("llm-serving.io/role") == "serving"]
+    route = [r.urn for r in rec.resources if r.name == "llm-gateway-route"]
+    assert deployments and route and set(deployments + route) <= set(job.dependencies)
+
+
+def test_the_job_runs_pinned_lm_eval_and_ships_the_tested_check(build_program):
+    res = gate_resources(built(build_program, "prod"))
+    container = res[JOB].inputs["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == PYTHON_IMAGE and ":" in PYTHON_IMAGE and "latest" not in PYTHON_IMAGE
+    assert "==" in LM_EVAL
+    data = res["kubernetes:core/v1:ConfigMap"].inputs["data"]
+    assert data["accuracy_check.py"] == Path(accuracy_check.__file__).read_text()
+    assert json.loads(data["gate.json"]) == gate_spec(settings_for("prod"))
+    assert f"'{LM_EVAL}'" in data["run.sh"]
+    assert "base_url=https://llm.example.com/v1/completions" in data["run.sh"]
+    assert {e["name"] for e in container["env"]} >= {"OPENAI_API_KEY"}
+
+
+def test_the_key_reaches_kubernetes_only_as_a_secret(build_program):
+    res = gate_resources(built(build_program, "prod"))
+    string_data = res["kubernetes:core/v1:Secret"].inputs["stringData"]
+    assert unwrap(string_data)["api-key"] == "offline-preview-secret-apiKeys-team-a"
+    assert "offline-preview-secret" not in json.dumps(res[JOB].inputs)
+    assert "offline-preview-secret" not in json.dumps(res["kubernetes:core/v1:ConfigMap"].inputs)
+
+
+def test_the_rendered_objects_are_valid_kubernetes(build_program):
+    res = gate_resources(built(build_program, "prod"))
+    objects = kubernetes_objects(SimpleNamespace(resources=[r for t, r in res.items() if t.startswith("kubernetes:")]))
+    assert len(objects) == 3
+    for obj in objects:
+        validate(obj, "1.33")

@@ -1,0 +1,212 @@
+"""The gateway: auth on every route, quotas within capacity, SLO timeouts, safe retries, routing."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from components.endpoint_picker import picker_replicas
+from components.gateway import (
+    CLIENT_ID_HEADER, Gateway, check_key_names, per_key_rate_limit, proxy_replicas, route_timeouts,
+)
+from components.serving import drain_timing, longest_request_s
+from llmserve.engine import is_secret
+from tests.test_serving import plan_for, program  # noqa: F401 (fixture)
+
+CR = "kubernetes:{}"
+ROUTE = CR.format("gateway.networking.k8s.io/v1:HTTPRoute")
+GATEWAY = CR.format("gateway.networking.k8s.io/v1:Gateway")
+SECURITY = CR.format("gateway.envoyproxy.io/v1alpha1:SecurityPolicy")
+TRAFFIC = CR.format("gateway.envoyproxy.io/v1alpha1:BackendTrafficPolicy")
+POOL = CR.format("inference.networking.k8s.io/v1:InferencePool")
+
+
+def one(recording, type_: str) -> dict:
+    (r,) = recording.of_type(type_)
+    return r.inputs
+
+
+# -- auth ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("stack", ["prod", "staging", "dev"])
+def test_every_route_requires_an_api_key(program, stack):
+    recording = program(stack)
+    protected = {(p["spec"]["targetRefs"][0]["kind"], p["spec"]["targetRefs"][0]["name"])
+                 for p in (r.inputs for r in recording.of_type(SECURITY)) if "apiKeyAuth" in p["spec"]}
+    routes = recording.of_type(ROUTE)
+    assert routes
+    for route in routes:
+        for parent in route.inputs["spec"]["parentRefs"]:
+            assert ("Gateway", parent["name"]) in protected, route.name
+
+
+def test_api_keys_come_from_a_secret_and_name_the_client(program):
+    recording = program("prod")
+    auth = one(recording, SECURITY)["spec"]["apiKeyAuth"]
+    (ref,) = auth["credentialRefs"]
+    secret = next(r.inputs for r in recording.of_type("kubernetes:core/v1:Secret")
+                  if r.inputs["metadata"]["name"] == ref["name"])
+    assert is_secret(secret["stringData"])
+    assert auth["extractFrom"] == [{"headers": ["authorization"]}]
+    assert auth["forwardClientIDHeader"] == CLIENT_ID_HEADER
+
+
+@pytest.mark.parametrize("keys,names,message", [
+    ({"a": "k1"}, ("a", "b"), "secret apiKeys names ['a'] but gateway.apiKeyNames is ['a', 'b']; make them the same"),
+    ({"a": "k1", "c": "k3"}, ("a",), "secret apiKeys names ['a', 'c'] but gateway.apiKeyNames is ['a']; make them the same"),
+])
+def test_a_key_without_a_quota_is_refused(keys, names, message):
+    with pytest.raises(ValueError) as exc:
+        check_key_names(keys, names)
+    assert str(exc.value) == message
+
+
+def test_gateway_listens_on_https_only(program):
+    listeners = one(program("prod"), GATEWAY)["spec"]["listeners"]
+    assert [(l["protocol"], int(l["port"]), l["tls"]["mode"]) for l in listeners] == [("HTTPS", 443, "Terminate")]
+
+
+@pytest.mark.parametrize("gateway,secret,annotations", [
+    ({"tlsSecretName": "my-tls"}, "my-tls", {}),
+    ({"tlsSecretName": None, "certManagerIssuer": "letsencrypt"}, "gw-tls", {"cert-manager.io/cluster-issuer": "letsencrypt"}),
+])
+def test_certificate_from_a_secret_or_cert_manager(gateway, secret, annotations):
+    from settings.schema import GatewaySettings
+
+    settings, _ = plan_for("prod")
+    settings = settings.model_copy(update={"gateway": GatewaySettings(**gateway)})
+    assert Gateway._certificate("gw", settings) == (secret, annotations)
+
+
+def test_no_certificate_is_an_error():
+    from settings.schema import GatewaySettings
+
+    settings, _ = plan_for("prod")
+    settings = settings.model_copy(update={"gateway": GatewaySettings(tlsSecretName=None)})
+    with pytest.raises(ValueError, match="set tlsSecretName or certManagerIssuer"):
+        Gateway._certificate("gw", settings)
+
+
+# -- quotas --------------------------------------------------------------------------------
+@pytest.mark.parametrize("capacity,share,keys,proxies", [
+    (15.9368, 0.9, 2, 2), (15.9368, 0.9, 1, 2), (5.83, 0.9, 1, 2), (5.47, 0.5, 3, 2),
+    (100.0, 1.0, 16, 3), (0.5, 0.9, 4, 6), (1000.0, 0.9, 7, 2),
+])
+def test_the_sum_of_key_limits_never_exceeds_capacity(capacity, share, keys, proxies):
+    limit = per_key_rate_limit(capacity, share, keys, proxies)
+    assert limit.requests >= 1
+    assert limit.total_qps(keys, proxies) <= capacity * share
+    assert limit.total_qps(keys, proxies) >= 0.95 * capacity * share or limit.unit == "Hour"
+
+
+@pytest.mark.parametrize("keys,message", [
+    (0, "gateway.apiKeyNames: 0 keys; local rate limits take 1 to 16"),
+    (17, "gateway.apiKeyNames: 17 keys; local rate limits take 1 to 16"),
+])
+def test_key_count_limits(keys, message):
+    with pytest.raises(ValueError) as exc:
+        per_key_rate_limit(10.0, 0.9, keys, 2)
+    assert str(exc.value) == message
+
+
+@pytest.mark.parametrize("stack,gateway", [
+    ("prod", None), ("staging", None), ("dev", None),
+    ("prod", {"hostname": "llm.example.com", "apiKeyNames": ["a", "b", "c", "d", "e"], "rateLimitShare": 0.5}),
+])
+def test_recorded_quotas_fit_the_capacity_after_a_zone_loss(program, stack, gateway):
+    overrides = {"gateway": gateway} if gateway else None
+    settings, plan = plan_for(stack, overrides)
+    recording = program(stack, overrides)
+    rules = one(recording, TRAFFIC)["spec"]["rateLimit"]["local"]["rules"]
+    seconds = {"Second": 1, "Minute": 60, "Hour": 3600}
+    proxies = int(one(recording, CR.format("gateway.envoyproxy.io/v1alpha1:EnvoyProxy"))
+                  ["spec"]["provider"]["kubernetes"]["envoyDeployment"]["replicas"])
+    total_qps = sum(r["limit"]["requests"] / seconds[r["limit"]["unit"]] for r in rules) * proxies
+    assert total_qps <= plan.capacity_after_zone_loss_qps * settings.gateway.rateLimitShare
+    assert [r["clientSelectors"][0]["headers"][0]["value"] for r in rules] == list(settings.gateway.apiKeyNames)
+    assert all(r["shared"] for r in rules)
+
+
+# -- timeouts, retries, circuit breaking ---------------------------------------------------
+@pytest.mark.parametrize("stack", ["prod", "dev"])
+def test_timeouts_follow_the_slos(program, stack):
+    _, plan = plan_for(stack)
+    longest = longest_request_s(plan)
+    recording = program(stack)
+    timeouts = one(recording, ROUTE)["spec"]["rules"][0]["timeouts"]
+    assert timeouts == {"request": route_timeouts(plan).request, "backendRequest": route_timeouts(plan).backend_request}
+    assert int(timeouts["backendRequest"].rstrip("s")) == math.ceil(longest)
+    assert int(timeouts["request"].rstrip("s")) >= 2 * longest
+    # The replica drains exactly the requests the gateway lets run.
+    assert drain_timing(longest).shutdown_timeout_s == int(timeouts["backendRequest"].rstrip("s"))
+    connect = one(recording, TRAFFIC)["spec"]["timeout"]["tcp"]["connectTimeout"]
+    assert int(connect.rstrip("ms")) * 2 < plan.request.workload.ttft_slo_s * 1000
+
+
+def test_retries_only_on_connect_failure_and_503(program):
+    retry = one(program("prod"), TRAFFIC)["spec"]["retry"]
+    assert sorted(retry["retryOn"]["triggers"]) == ["connect-failure", "retriable-status-codes"]
+    assert retry["retryOn"]["httpStatusCodes"] == [503]
+
+
+def test_circuit_breaking_holds_what_the_engines_can(program):
+    _, plan = plan_for("prod")
+    recording = program("prod")
+    breaker = one(recording, TRAFFIC)["spec"]["circuitBreaker"]
+    proxies = proxy_replicas(2)
+    assert int(breaker["maxParallelRequests"]) * proxies >= plan.replicas * plan.model_args["max_num_seqs"]
+    assert int(breaker["maxParallelRequests"]) * proxies < (plan.replicas * plan.model_args["max_num_seqs"]) + proxies
+
+
+# -- load-aware routing --------------------------------------------------------------------
+def test_the_route_goes_to_the_inference_pool_with_a_fail_open_picker(program):
+    recording = program("prod")
+    (backend,) = one(recording, ROUTE)["spec"]["rules"][0]["backendRefs"]
+    pool = one(recording, POOL)
+    assert (backend["group"], backend["kind"], backend["name"]) == \
+        ("inference.networking.k8s.io", "InferencePool", pool["metadata"]["name"])
+    assert pool["spec"]["endpointPickerRef"]["failureMode"] == "FailOpen"
+    assert pool["spec"]["selector"]["matchLabels"] == {"app.kubernetes.io/name": "vllm", "llm-serving.io/role": "serving"}
+    assert "loadBalancer" not in one(recording, TRAFFIC)["spec"]
+
+
+@pytest.mark.parametrize("stack", ["prod", "staging"])
+def test_the_picker_runs_two_or_more_replicas_across_zones_with_a_pdb(program, stack):
+    settings, _ = plan_for(stack)
+    recording = program(stack)
+    picker = recording.named("llm-gateway-picker-deploy").inputs
+    assert int(picker["spec"]["replicas"]) == picker_replicas(len(settings.zones)) >= 2
+    keys = {(c["topologyKey"], c["whenUnsatisfiable"]) for c in picker["spec"]["template"]["spec"]["topologySpreadConstraints"]}
+    assert ("topology.kubernetes.io/zone", "DoNotSchedule") in keys
+    pdb = recording.named("llm-gateway-picker-pdb").inputs["spec"]
+    assert int(pdb["minAvailable"]) == 1 < int(picker["spec"]["replicas"])
+    config = recording.named("llm-gateway-picker-config").inputs["data"]["scorers.yaml"]
+    assert "queue-scorer" in config and "kv-cache-utilization-scorer" in config
+
+
+def test_without_the_extension_envoy_balances_by_least_request(program):
+    recording = program("dev")       # dev turns the inference extension off
+    (backend,) = one(recording, ROUTE)["spec"]["rules"][0]["backendRefs"]
+    assert (backend["kind"], backend["name"], int(backend["port"])) == ("Service", "vllm", 8000)
+    assert one(recording, TRAFFIC)["spec"]["loadBalancer"] == {"type": "LeastRequest"}
+    assert recording.of_type(POOL) == []
+
+
+def test_gateway_pods_run_on_system_nodes_across_zones(program):
+    recording = program("prod")
+    pod = one(recording, CR.format("gateway.envoyproxy.io/v1alpha1:EnvoyProxy"))["spec"]["provider"]["kubernetes"][
+        "envoyDeployment"]["pod"]
+    assert pod["nodeSelector"] == {"llm-serving.io/role": "system"}
+    assert "topology.kubernetes.io/zone" in {c["topologyKey"] for c in pod["topologySpreadConstraints"]}
+    controller = recording.named("llm-gateway-envoy-gateway").inputs
+    assert controller["version"] == "v1.9.0"
+    assert controller["values"]["deployment"]["pod"]["nodeSelector"] == {"llm-serving.io/role": "system"}
+
+
+def test_api_key_placeholder_names_match_the_quota_keys(program):
+    from llmserve.engine import unwrap
+
+    recording = program("prod")
+    keys = unwrap(recording.named("llm-gateway-api-keys").inputs["stringData"])
+    rules = one(recording, TRAFFIC)["spec"]["rateLimit"]["local"]["rules"]
+    assert sorted(keys) == sorted(r["clientSelectors"][0]["headers"][0]["value"] for r in rules)

@@ -1,0 +1,212 @@
+"""The load test: the GuideLLM Job follows the plan, and `llmserve loadtest-report` reads GuideLLM's
+report (the real 0.8.0.dev18 capture in ../shared/samples) and judges the plan with it."""
+from __future__ import annotations
+
+import json
+import re
+from types import SimpleNamespace
+
+import pytest
+from typer.testing import CliRunner
+
+from components.loadtest import GUIDELLM_IMAGE, loadtest_rates
+from llmserve.cli import app
+from llmserve.engine import is_secret, unwrap
+from llmserve.loadtest_cmd import Benchmark, Report, ReportError, Stat, assess, parse_report, read_report
+from llmserve.render_cmd import kubernetes_objects
+from llmserve.validate import validate
+from settings import load_stack
+from sizing.planner import plan as make_plan
+
+SAMPLE = "samples/guidellm-report-0.8.0.dev18.json"
+JOB = "kubernetes:batch/v1:Job"
+ENABLED = {"loadTest": {"enabled": True}}
+_BUILT: dict = {}
+
+
+@pytest.fixture
+def sample(shared_dir):
+    return shared_dir / SAMPLE
+
+
+@pytest.fixture(scope="module")
+def prod_plan():
+    return make_plan(load_stack("prod").plan_request())
+
+
+# -- the parser, on the real report ---------------------------------------------------------------
+def test_the_sample_is_guidellm_schema_2_with_two_constant_steps(sample):
+    report = read_report(sample)
+    assert report.guidellm_version == "0.8.0.dev18"
+    assert (report.target, report.model) == ("http://127.0.0.1:8765", "e2e-mock-model")
+    assert [(b.strategy, b.rate, b.successful, b.errored, b.incomplete) for b in report.benchmarks] == [
+        ("constant", 2.0, 2, 0, 0), ("constant", 4.0, 2, 0, 0)]
+
+
+@pytest.mark.parametrize("field, metric, scale", [
+    ("ttft_ms", "time_to_first_token_ms", 1.0),
+    ("tpot_ms", "inter_token_latency_ms", 1.0),       # vLLM's TPOT: after the first token
+    ("e2e_ms", "request_latency", 1e3),               # seconds in the report
+])
+def test_each_figure_comes_from_its_metric(sample, field, metric, scale):
+    raw = json.loads(sample.read_text())
+    for parsed, bench in zip(read_report(sample).benchmarks, raw["benchmarks"]):
+        source = bench["metrics"][metric]["successful"]
+        stat = getattr(parsed, field)
+        assert (stat.mean, stat.p50, stat.p95, stat.p99, stat.count) == (
+            scale * source["mean"], scale * source["percentiles"]["p50"], scale * source["percentiles"]["p95"],
+            scale * source["percentiles"]["p99"], source["count"])
+
+
+def test_achieved_rate_is_the_successful_requests_per_second(sample):
+    raw = json.loads(sample.read_text())
+    assert [b.requests_per_s for b in read_report(sample).benchmarks] == [
+        b["metrics"]["requests_per_second"]["successful"]["mean"] for b in raw["benchmarks"]]
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda d: d["metadata"].update(version=1), "report schema version 1; this parser reads version 2 (GuideLLM 0.8)"),
+    (lambda d: d.pop("metadata"), "missing key metadata.version"),
+    (lambda d: d["benchmarks"][1]["metrics"].pop("inter_token_latency_ms"),
+     "benchmarks[1]: missing key inter_token_latency_ms.successful"),
+])
+def test_a_report_this_parser_cannot_read_says_why(sample, mutate, message):
+    data = json.loads(sample.read_text())
+    mutate(data)
+    with pytest.raises(ReportError) as exc:
+        parse_report(data)
+    assert str(exc.value) == message
+
+
+# -- the verdict -----------------------------------------------------------------------------------
+def step(rate: float, ttft: float, tpot: float, errored: int = 0) -> Benchmark:
+    def s(mean):
+        return Stat(mean, mean, 1.5 * mean, 2 * mean, 100)
+    return Benchmark("poisson", rate, rate, 300.0, 1000 - errored, errored, 0, s(ttft), s(tpot), s(ttft + 300 * tpot))
+
+
+def verdict(plan, *steps: Benchmark) -> dict:
+    simulation = {"analytic": {"ttft_p95_ms": 1.0, "tpot_p95_ms": 1.0}, "ttft_p95_ms": 1.0, "tpot_p95_ms": 1.0,
+                  "capacity_qps": 1.0, "duration_s": 1.0}
+    return assess(Report("0.8.1", "https://llm.example.com", "llama-3-70b", steps), plan, simulation)
+
+
+def test_the_plan_holds_when_the_planned_rate_meets_the_slos_and_capacity_covers_a_zone_loss(prod_plan):
+    v = verdict(prod_plan, step(10, 120, 17), step(20, 300, 30), step(32, 5000, 45))
+    assert v["holds"]
+    assert v["measured"] == {"ttft_p95_ms": 180.0, "tpot_p95_ms": 25.5, "capacity_qps": 20, "capacity_reached": True}
+    assert [c["ok"] for c in v["checks"]] == [True, True]
+
+
+@pytest.mark.parametrize("steps, failed, detail", [
+    ([step(10, 1200, 17), step(20, 300, 30)], "slos_at_planned_rate",
+     "at 10 QPS: mean TTFT 1200.0 ms (SLO 1000), mean TPOT 17.0 ms (SLO 40), errors 0.0% (budget 1%)"),
+    ([step(10, 120, 17, errored=50), step(20, 300, 30)], "slos_at_planned_rate",
+     "at 10 QPS: mean TTFT 120.0 ms (SLO 1000), mean TPOT 17.0 ms (SLO 40), errors 5.0% (budget 1%)"),
+    ([step(10, 120, 17), step(15, 300, 30), step(18, 300, 41)], "n_plus_one",
+     "measured capacity 15 QPS on 2 replica(s); 1 left after losing us-east-1b carry 7.50 QPS against 10 planned"),
+    ([step(20, 300, 30)], "slos_at_planned_rate", "no constant or poisson step at the planned 10 QPS (rates: 20)"),
+])
+def test_the_plan_fails_on_the_check_that_breaks(prod_plan, steps, failed, detail):
+    v = verdict(prod_plan, *steps)
+    assert not v["holds"]
+    broken = [c for c in v["checks"] if not c["ok"]]
+    assert [(c["name"], c["detail"]) for c in broken][0] == (failed, detail)
+
+
+def test_a_sweep_that_never_broke_the_slos_gives_a_lower_bound(prod_plan):
+    v = verdict(prod_plan, step(10, 120, 17), step(16, 200, 25))
+    assert v["measured"]["capacity_reached"] is False
+    assert v["checks"][1]["detail"].startswith("measured capacity at least 16 QPS")
+
+
+# -- the CLI on the real report --------------------------------------------------------------------
+def run(*args: str):
+    return CliRunner().invoke(app, ["loadtest-report", *args])
+
+
+def test_dev_plan_holds_on_the_sample(sample):
+    result = run(str(sample), "--stack", "dev")
+    assert result.exit_code == 0, result.stderr
+    assert "GuideLLM 0.8.0.dev18 against http://127.0.0.1:8765 (e2e-mock-model); plan: stack dev." in result.stdout
+    assert result.stdout.rstrip().endswith("The plan holds.")
+
+
+def test_prod_plan_is_not_shown_by_the_sample_and_exits_1(sample):
+    result = run(str(sample), "--stack", "prod")
+    assert result.exit_code == 1
+    assert "FAIL slos_at_planned_rate: no constant or poisson step at the planned 10 QPS (rates: 2, 4)" in result.stdout
+
+
+def test_json_puts_measured_plan_and_simulation_side_by_side(sample):
+    result = run(str(sample), "--stack", "dev", "--json")
+    data = json.loads(result.stdout)
+    assert set(data) == {"stack", "report", "measured", "plan", "simulation", "checks", "holds"}
+    for side in ("measured", "plan", "simulation"):
+        assert {"ttft_p95_ms", "tpot_p95_ms", "capacity_qps"} <= set(data[side])
+    assert data["measured"]["ttft_p95_ms"] == read_report(sample).benchmarks[0].ttft_ms.p95
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda tmp: tmp / "missing.json", "error: RESULTS: {tmp}/missing.json: no such file"),
+    (lambda tmp: (tmp / "x.json").write_text("{oops") and tmp / "x.json",
+     "error: RESULTS: {tmp}/x.json: not JSON (Expecting property name enclosed in double quotes at line 1)"),
+    (lambda tmp: (tmp / "y.json").write_text("[1]") and tmp / "y.json",
+     "error: RESULTS: {tmp}/y.json: not a GuideLLM report (a JSON object with metadata, config, benchmarks)"),
+])
+def test_bad_results_are_one_line_and_exit_code_2(tmp_path, make, message):
+    result = run(str(make(tmp_path)))
+    assert result.exit_code == 2
+    assert result.stderr == message.format(tmp=tmp_path) + "\n"
+
+
+# -- the Job -------------------------------------------------------------------------------------------
+def enabled_program(build_program):
+    """Built once for this file: the checks only read the recording."""
+    if "prod" not in _BUILT:
+        _BUILT["prod"] = build_program("prod", ENABLED)
+    return _BUILT["prod"]
+
+
+def loadtest_resources(recording):
+    return [r for r in recording.resources if r.name.startswith("load-test")]
+
+
+def test_the_load_test_is_off_by_default(build_program):
+    assert loadtest_resources(build_program("prod")) == []
+
+
+def test_enabled_it_runs_guidellm_pinned_against_the_gateway_with_a_key(build_program, prod_plan):
+    rec = enabled_program(build_program)
+    names = {r.type: r for r in loadtest_resources(rec)}
+    assert set(names) == {"llm-serving:loadtest:LoadTest", "kubernetes:core/v1:Secret",
+                          "kubernetes:core/v1:ConfigMap", "kubernetes:core/v1:PersistentVolumeClaim", JOB}
+    job = names[JOB].inputs
+    assert re.fullmatch(r"ghcr\.io/vllm-project/guidellm:v\d+\.\d+\.\d+", GUIDELLM_IMAGE)
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == GUIDELLM_IMAGE
+    assert job["metadata"]["annotations"]["pulumi.com/skipAwait"] == "true"
+    env = {e["name"]: e for e in container["env"]}
+    assert env["GUIDELLM__SPEC__BACKEND__API_KEY"]["valueFrom"]["secretKeyRef"]["key"] == "api-key"
+    secret = names["kubernetes:core/v1:Secret"].inputs["stringData"]
+    assert is_secret(secret) or all(is_secret(v) for v in secret.values())
+    assert unwrap(secret)["api-key"] == "offline-preview-secret-apiKeys-team-a"
+    scenario = json.loads(names["kubernetes:core/v1:ConfigMap"].inputs["data"]["scenario.json"])
+    assert scenario["spec"]["backend"]["target"] == "https://llm.example.com"
+    assert scenario["spec"]["profile"] == {"kind": "poisson", "rate": loadtest_rates(prod_plan, 5)}
+
+
+def test_the_rates_are_the_planned_qps_then_a_sweep_up_to_the_sized_capacity(prod_plan):
+    rates = loadtest_rates(prod_plan, 5)
+    assert rates[0] == prod_plan.request.workload.qps
+    assert rates[-1] == round(prod_plan.capacity_qps, 2)
+    assert rates[1:] == sorted(rates[1:]) and len(rates) == 6
+
+
+def test_the_rendered_objects_are_valid_kubernetes(build_program):
+    rec = enabled_program(build_program)
+    ours = {r.urn for r in loadtest_resources(rec)}
+    objects = kubernetes_objects(SimpleNamespace(resources=[r for r in rec.resources if r.urn in ours]))
+    assert len(objects) == 4
+    for obj in objects:
+        validate(obj, "1.33")

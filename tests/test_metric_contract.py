@@ -1,0 +1,150 @@
+"""The metric contract: rules and panels read only the listed series, never a deprecated vLLM name,
+and the listed vLLM names are the ones the pinned vLLM really exposes (checked against captures)."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from observability import contract
+from observability.contract import ContractError, check_expr, series_in
+from observability.dashboard import build_dashboard
+from observability.rules import AlertPolicy, check_groups, recorded_names, rule_groups
+from tests.conftest import stack_config
+
+CAPTURE_NEW = "vllm-metrics-0.29.0-inferstack.txt"
+CAPTURE_OLD = "vllm-metrics-0.11.x-hardware-aware-router.txt"
+STACKS = ("prod", "staging", "dev")
+
+
+def plan_for(stack: str):
+    from settings import settings_from_config
+    from sizing.planner import plan
+
+    settings = settings_from_config(stack, stack_config(stack))
+    return settings, plan(settings.plan_request())
+
+
+def exposition_types(text: str) -> dict[str, str]:
+    """family -> type, from the `# TYPE` lines of a Prometheus text exposition."""
+    return {m.group(1): m.group(2) for m in re.finditer(r"^# TYPE (\S+) (\S+)$", text, re.M)}
+
+
+def sample_names(text: str) -> set[str]:
+    return {m.group(1) for m in re.finditer(r"^([A-Za-z_:][A-Za-z0-9_:]*)[{ ]", text, re.M)}
+
+
+def rules_and_panels(stack: str) -> list[tuple[str, str]]:
+    settings, plan = plan_for(stack)
+    groups = rule_groups(plan, settings.serving.namespace)
+    board = build_dashboard(plan, stack, recorded_names(groups), AlertPolicy(), inference_extension=True)
+    exprs = [(f"rule {r.get('record') or r.get('alert')}", r["expr"]) for g in groups for r in g["rules"]]
+    exprs += [(f"panel {p['title']}", t["expr"]) for p in board["panels"] for t in p["targets"]]
+    return exprs
+
+
+# -- what rules and panels read ----------------------------------------------------------------
+@pytest.mark.parametrize("stack", STACKS)
+def test_rules_and_panels_read_only_contract_or_recorded_series(stack):
+    settings, plan = plan_for(stack)
+    allowed = contract.exposed_names() | recorded_names(rule_groups(plan, settings.serving.namespace))
+    for where, expr in rules_and_panels(stack):
+        assert series_in(expr) <= allowed, f"{where}: {sorted(series_in(expr) - allowed)}"
+
+
+def test_every_contract_series_is_read_by_a_rule_or_panel():
+    read = set().union(*(series_in(expr) for _, expr in rules_and_panels("prod")))
+    unread = {s.name for s in contract.SERIES
+              if not ({s.name} | {s.name + x for x in contract.HISTOGRAM_SUFFIXES}) & read}
+    assert unread == set()
+
+
+@pytest.mark.parametrize("expr, message", [
+    ("rate(vllm:time_per_output_token_seconds_bucket[5m])",
+     "panel: vllm:time_per_output_token_seconds_bucket is deprecated in vLLM; use vllm:inter_token_latency_seconds"),
+    ("avg(vllm:gpu_cache_usage_perc)",
+     "panel: vllm:gpu_cache_usage_perc is deprecated in vLLM; use vllm:kv_cache_usage_perc"),
+    ("sum(vllm:num_requests_swapped)", "panel: vllm:num_requests_swapped is deprecated in vLLM and removed"),
+    ("rate(vllm:gpu_prefix_cache_hits_total[5m])",
+     "panel: vllm:gpu_prefix_cache_hits_total is deprecated in vLLM; use the vllm:prefix_cache_* counters"),
+    ("sum(vllm:num_requests_waiting_by_reason)",
+     "panel: vllm:num_requests_waiting_by_reason is not in the metric contract (observability/contract.py)"),
+    ("rate(envoy_cluster_upstream_rq_total[5m])",
+     "panel: envoy_cluster_upstream_rq_total is not in the metric contract (observability/contract.py)"),
+])
+def test_check_expr_refuses(expr, message):
+    with pytest.raises(ContractError) as exc:
+        check_expr(expr, where="panel")
+    assert str(exc.value) == message
+
+
+def test_a_rule_outside_the_contract_fails_the_rule_groups():
+    groups = [{"name": "g", "rules": [{"record": "zone:kv:avg", "expr": "avg by (zone) (vllm:gpu_cache_usage_perc)"}]}]
+    with pytest.raises(ContractError, match="rule zone:kv:avg: vllm:gpu_cache_usage_perc is deprecated"):
+        check_groups(groups)
+
+
+def test_a_recorded_series_may_be_read_only_after_it_is_recorded():
+    groups = [{"name": "g", "rules": [
+        {"alert": "A", "expr": "zone:kv:avg > 0.9"},
+        {"record": "zone:kv:avg", "expr": "avg by (zone) (vllm:kv_cache_usage_perc)"}]}]
+    with pytest.raises(ContractError, match="rule A: zone:kv:avg is not in the metric contract"):
+        check_groups(groups)
+
+
+@pytest.mark.parametrize("expr, names", [
+    ('histogram_quantile(0.95, sum by (le, zone) (rate(vllm:time_to_first_token_seconds_bucket[5m])))',
+     {"vllm:time_to_first_token_seconds_bucket"}),
+    ('a:b:c > 0.5 and on (pod) x{zone="us-east-1a", le="+Inf"} or absent(y{z="1"}) or vector(0)', {"a:b:c", "x", "y"}),
+    ('label_replace(k * on (namespace, pod) group_left (label_z) m, "zone", "$1", "label_z", "(.+)")', {"k", "m"}),
+    ("sum by (Hostname) (DCGM_FI_DEV_FB_USED) / 1e-9", {"DCGM_FI_DEV_FB_USED"}),
+])
+def test_series_in_reads_the_selected_names(expr, names):
+    assert series_in(expr) == names
+
+
+# -- the names against what vLLM really exposes --------------------------------------------------
+VLLM_SERIES = [s for s in contract.SERIES if s.source == "vllm"]
+
+
+@pytest.mark.parametrize("series", VLLM_SERIES, ids=lambda s: s.name)
+def test_vllm_series_is_exposed_by_the_pinned_vllm(series, shared_dir):
+    text = (shared_dir / "samples" / CAPTURE_NEW).read_text()
+    types = exposition_types(text)     # a counter's TYPE line may name it with or without _total
+    assert types.get(series.name, types.get(series.name.removesuffix("_total"))) == series.kind
+    expected = {series.name + s for s in contract.HISTOGRAM_SUFFIXES} if series.kind == "histogram" else {series.name}
+    assert expected <= sample_names(text)
+
+
+def test_the_capture_matches_the_pinned_vllm_version():
+    assert CAPTURE_NEW.startswith(f"vllm-metrics-{contract.VLLM_VERSION}-")
+
+
+def test_the_serving_component_deploys_the_pinned_vllm():
+    from components.serving import VLLM_IMAGE
+
+    assert VLLM_IMAGE.rsplit(":", 1)[1] == f"v{contract.VLLM_VERSION}"
+
+
+@pytest.mark.parametrize("deprecated", sorted(contract.DEPRECATED))
+def test_the_pinned_vllm_no_longer_exposes_deprecated_names(deprecated, shared_dir):
+    text = (shared_dir / "samples" / CAPTURE_NEW).read_text()
+    assert not any(n.startswith(deprecated) for n in sample_names(text))
+
+
+def test_the_older_capture_still_has_the_deprecated_tpot_name(shared_dir):
+    """Why the refusal matters: on 0.11.x a panel on the old name still shows data; on the pinned
+    version it would show "No data"."""
+    text = (shared_dir / "samples" / CAPTURE_OLD).read_text()
+    assert exposition_types(text).get("vllm:time_per_output_token_seconds") == "histogram"
+    assert "vllm:time_per_output_token_seconds_bucket" in sample_names(text)
+    assert contract.deprecated_reason("vllm:time_per_output_token_seconds") is not None
+
+
+def test_burst_scaling_queries_read_contract_series(build_program):
+    recording = build_program("prod", {"serving": {"burstScaling": True}})
+    queries = [t["metadata"]["query"] for r in recording.resources if r.type.endswith(":ScaledObject")
+               for t in r.inputs["spec"]["triggers"] if t.get("type") == "prometheus"]
+    assert queries
+    for query in queries:
+        check_expr(query, where="ScaledObject")

@@ -1,0 +1,215 @@
+"""The Monitoring component in the built program: what it deploys, where, and how it is wired to
+the serving pods, the gateway and the plan."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from llmserve.engine import PLACEHOLDER_PREFIX, is_secret, unwrap
+from llmserve.render_cmd import kubernetes_objects
+from llmserve.validate import validate
+from observability.rules import rule_groups
+
+MONITORING = "llm-serving:monitoring:Monitoring"
+MONITOR_KINDS = ("PodMonitor", "ServiceMonitor", "PrometheusRule")
+RELEASE = "kubernetes:helm.sh/v3:Release"
+PINNED = re.compile(r"^\d+\.\d+\.\d+$")
+
+
+@pytest.fixture(scope="module")
+def programs():
+    """Each stack built once for this module (the tests only read the recordings)."""
+    from llmserve.engine import run_program
+    from tests.conftest import stack_config
+
+    return {stack: run_program(stack, stack_config(stack)) for stack in ("prod", "dev")}
+
+
+def plan_for(stack: str):
+    from settings import settings_from_config
+    from sizing.planner import plan
+    from tests.conftest import stack_config
+
+    settings = settings_from_config(stack, stack_config(stack))
+    return settings, plan(settings.plan_request())
+
+
+def objects(recording, kind: str | None = None) -> list[dict]:
+    return [o for o in kubernetes_objects(recording) if kind is None or o["kind"] == kind]
+
+
+def named(recording, kind: str, name: str) -> dict:
+    return next(o for o in objects(recording, kind) if o["metadata"]["name"] == name)
+
+
+def releases(recording) -> dict[str, dict]:
+    return {r.inputs["chart"]: r.inputs for r in recording.of_type(RELEASE)}
+
+
+def dashboard(recording) -> dict:
+    cm = next(o for o in objects(recording, "ConfigMap") if (o["metadata"].get("labels") or {}).get("grafana_dashboard"))
+    (text,) = cm["data"].values()
+    return json.loads(text)
+
+
+# -- validity ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("stack", ["prod", "dev"])
+def test_monitors_and_rules_validate_against_their_crds(programs, stack):
+    found = [o for o in objects(programs[stack]) if o["kind"] in MONITOR_KINDS]
+    assert {o["kind"] for o in found} == set(MONITOR_KINDS)
+    for obj in found:
+        validate(obj, "1.33")
+
+
+@pytest.mark.parametrize("stack", ["prod", "dev"])
+def test_its_builtin_objects_validate_against_kubernetes(programs, stack):
+    recording = programs[stack]
+    (component,) = recording.of_type(MONITORING)
+    kinds = {r.type.rsplit(":", 1)[1] for r in recording.resources if r.parent == component.urn
+             and r.type.startswith(("kubernetes:core/", "kubernetes:storage.k8s.io/"))}
+    assert kinds == {"Namespace", "Secret", "StorageClass", "ConfigMap"}
+    names = {(r.type.rsplit(":", 1)[1], (r.inputs.get("metadata") or {}).get("name")) for r in recording.resources
+             if r.parent == component.urn}
+    mine = [o for o in objects(recording) if (o["kind"], o["metadata"].get("name")) in names and o["kind"] in kinds]
+    assert {o["kind"] for o in mine} == kinds
+    for obj in mine:
+        validate(obj, "1.33")
+
+
+def test_every_child_is_parented_to_the_component(programs):
+    recording = programs["prod"]
+    (component,) = recording.of_type(MONITORING)
+    children = [r for r in recording.resources if r.parent == component.urn]
+    assert {r.type.rsplit(":", 1)[1] for r in children} >= {
+        "Namespace", "Secret", "StorageClass", "Release", "PodMonitor", "ServiceMonitor", "PrometheusRule", "ConfigMap"}
+    assert all(r.name.startswith(f"{component.name}-") for r in children)
+
+
+# -- secrets -----------------------------------------------------------------------------------
+def test_grafana_admin_password_reaches_kubernetes_only_as_a_secret(programs):
+    recording = programs["prod"]
+    (secret,) = [r for r in recording.of_type("kubernetes:core/v1:Secret") if r.name == "monitoring-grafana-admin"]
+    data = secret.inputs["stringData"]      # secret as a whole, or the password entry
+    assert is_secret(data) or is_secret(data["admin-password"])
+    assert unwrap(data)["admin-password"] == f"{PLACEHOLDER_PREFIX}-grafanaAdminPassword"
+    grafana = releases(recording)["kube-prometheus-stack"]["values"]["grafana"]
+    assert grafana["admin"]["existingSecret"] == secret.inputs["metadata"]["name"]
+    assert "adminPassword" not in grafana
+
+
+def test_grafana_password_value_appears_in_no_plain_input(programs):
+    placeholder = f"{PLACEHOLDER_PREFIX}-grafanaAdminPassword"
+
+    def plain_strings(value):
+        if is_secret(value):
+            return
+        if isinstance(value, dict):
+            for v in value.values():
+                yield from plain_strings(v)
+        elif isinstance(value, list):
+            for v in value:
+                yield from plain_strings(v)
+        elif isinstance(value, str):
+            yield value
+
+    recording = programs["prod"]
+    leaks = [r.name for r in recording.resources if any(placeholder in s for s in plain_strings(r.inputs))]
+    assert leaks == []
+    assert any(placeholder in json.dumps(unwrap(r.inputs)) for r in recording.resources)   # it is there, wrapped
+
+
+# -- where things run --------------------------------------------------------------------------
+def test_charts_are_pinned(programs):
+    for chart, release in releases(programs["prod"]).items():
+        assert PINNED.match(release["version"].lstrip("v")), chart
+
+
+def test_prometheus_stack_runs_on_system_nodes_with_retention_and_a_volume(programs):
+    values = releases(programs["prod"])["kube-prometheus-stack"]["values"]
+    spec = values["prometheus"]["prometheusSpec"]
+    for part in (spec, values["alertmanager"]["alertmanagerSpec"], values["grafana"], values["prometheusOperator"]):
+        assert part["nodeSelector"] == {"llm-serving.io/role": "system"}
+    assert spec["retention"] and spec["retentionSize"]
+    claim = spec["storageSpec"]["volumeClaimTemplate"]["spec"]
+    storage_class = named(programs["prod"], "StorageClass", claim["storageClassName"])
+    assert storage_class["parameters"] == {"type": "gp3", "encrypted": "true"}
+
+
+@pytest.mark.parametrize("stack, replicas", [("prod", 2), ("dev", 1)])
+def test_prometheus_and_alertmanager_survive_a_zone_loss_when_the_plan_does(programs, stack, replicas):
+    values = releases(programs[stack])["kube-prometheus-stack"]["values"]
+    for spec in (values["prometheus"]["prometheusSpec"], values["alertmanager"]["alertmanagerSpec"]):
+        assert spec["replicas"] == replicas
+        assert (spec.get("podAntiAffinityTopologyKey") == "topology.kubernetes.io/zone") == (replicas == 2)
+
+
+def test_dcgm_exporter_runs_on_gpu_nodes_through_their_taint(programs):
+    values = releases(programs["prod"])["dcgm-exporter"]["values"]
+    assert values["nodeSelector"] == {"llm-serving.io/role": "gpu"}
+    assert {"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"} in values["tolerations"]
+    assert PINNED.match(values["image"]["tag"].split("-")[0])
+
+
+# -- scrape targets match what the other components deploy -------------------------------------
+def _pod_templates(recording, labels: dict) -> list[dict]:
+    return [d["spec"]["template"] for d in objects(recording, "Deployment")
+            if labels.items() <= d["spec"]["template"]["metadata"]["labels"].items()]
+
+
+@pytest.mark.parametrize("monitor", ["vllm", "endpoint-picker"])
+def test_pod_monitor_selects_pods_and_a_port_they_expose(programs, monitor):
+    recording = programs["prod"]
+    spec = named(recording, "PodMonitor", monitor)["spec"]
+    templates = _pod_templates(recording, spec["selector"]["matchLabels"])
+    assert templates
+    (endpoint,) = spec["podMetricsEndpoints"]
+    for template in templates:
+        ports = {p["containerPort"]: p["name"] for c in template["spec"]["containers"] for p in c.get("ports", [])}
+        assert ports.get(endpoint["portNumber"]) == "metrics"
+    namespaces = {d["metadata"]["namespace"] for d in objects(recording, "Deployment")
+                  if spec["selector"]["matchLabels"].items() <= d["spec"]["template"]["metadata"]["labels"].items()}
+    assert namespaces == set(spec["namespaceSelector"]["matchNames"])
+
+
+def test_vllm_series_get_a_zone_label_from_the_pod(programs):
+    endpoint = named(programs["prod"], "PodMonitor", "vllm")["spec"]["podMetricsEndpoints"][0]
+    assert {"action": "replace", "sourceLabels": ["__meta_kubernetes_pod_label_llm_serving_io_zone"],
+            "targetLabel": "zone"} in endpoint["relabelings"]
+
+
+def test_no_endpoint_picker_monitor_without_the_inference_extension(programs):
+    assert [o for o in objects(programs["dev"], "PodMonitor") if o["metadata"]["name"] == "endpoint-picker"] == []
+
+
+# -- the plan reaches the rules and the dashboard ------------------------------------------------
+@pytest.mark.parametrize("stack", ["prod", "dev"])
+def test_deployed_rules_are_the_ones_built_from_the_plan(programs, stack):
+    settings, plan = plan_for(stack)
+    deployed = named(programs[stack], "PrometheusRule", "llm-serving")["spec"]["groups"]
+    assert json.loads(json.dumps(deployed, sort_keys=True)) == json.loads(
+        json.dumps(rule_groups(plan, settings.serving.namespace), sort_keys=True))
+
+
+@pytest.mark.parametrize("stack", ["prod", "dev"])
+def test_every_dashboard_panel_states_its_unit_and_has_a_query(programs, stack):
+    panels = dashboard(programs[stack])["panels"]
+    assert panels
+    for panel in panels:
+        assert panel["fieldConfig"]["defaults"].get("unit"), panel["title"]
+        assert panel["targets"], panel["title"]
+
+
+def _lines(panel: dict) -> set[float]:
+    return {s["value"] for s in panel["fieldConfig"]["defaults"]["thresholds"]["steps"] if s["value"] is not None}
+
+
+def test_dashboard_draws_slo_and_capacity_lines_from_the_plan(programs):
+    _, plan = plan_for("prod")
+    panels = {p["title"]: p for p in dashboard(programs["prod"])["panels"]}
+    w = plan.request.workload
+    assert w.ttft_slo_s in _lines(panels["p95 time to first token"])
+    assert w.tpot_slo_s in _lines(panels["p95 time per output token"])
+    capacity = sorted(_lines(panels["request rate against capacity"]))
+    assert capacity == pytest.approx(sorted([plan.capacity_after_zone_loss_qps, plan.capacity_qps]), abs=1e-3)

@@ -1,0 +1,522 @@
+"""The guard policy pack: layouts in, violations out, by policy name.
+
+Two tables: layouts the program builds from stack-config variations, and hand-built resource
+sets for what the program cannot produce. Both go through `policies.offline.evaluate`, which
+runs the pack's own policy functions. Every policy has a failing and a passing case.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from llmserve.engine import SECRET_SIG, SIG_KEY, Recording, Registration, is_secret
+from policies.offline import evaluate
+from policies.registry import RULES, levels
+
+ROOT = Path(__file__).resolve().parent.parent
+ALL_POLICIES = {r.name for r in RULES}
+
+
+def names(violations: list[dict]) -> set[str]:
+    return {v["policy"] for v in violations}
+
+
+def messages(violations: list[dict], policy: str) -> list[str]:
+    return [v["message"] for v in violations if v["policy"] == policy]
+
+
+# -- program-built layouts ------------------------------------------------------------------
+WORKLOAD_40_QPS = {"qps": 40, "inputTokens": 1000, "outputTokens": 300, "ttftSeconds": 1.0, "tpotSeconds": 0.040}
+ONE_ZONE_TWO_POOLS = [{"zone": "us-east-1a", "instanceType": "p5.48xlarge", "nodes": 1},
+                      {"zone": "us-east-1a", "name": "second", "instanceType": "p5.48xlarge", "nodes": 1}]
+ONE_POOL_TWO_NODES = [{"zone": "us-east-1a", "instanceType": "p5.48xlarge", "nodes": 2}]
+SPREAD_AND_CAPACITY = {"gpu-capacity-spans-zones", "serving-replicas-spread-across-zones", "capacity-after-zone-loss"}
+
+
+@pytest.mark.parametrize("stack, overrides, expected", [
+    pytest.param("prod", {}, set(), id="prod as committed"),
+    pytest.param("staging", {}, set(), id="staging as committed"),
+    pytest.param("prod", {"gpuPools": ONE_ZONE_TWO_POOLS}, SPREAD_AND_CAPACITY, id="both pools in one zone"),
+    pytest.param("prod", {"gpuPools": ONE_POOL_TWO_NODES}, SPREAD_AND_CAPACITY, id="one pool with two nodes"),
+    pytest.param("prod", {"workload": WORKLOAD_40_QPS, "replicas": 2}, {"capacity-after-zone-loss"},
+                 id="40 QPS the surviving zone cannot carry"),
+    pytest.param("prod", {"apiAllowedCidrs": ["0.0.0.0/0"]}, {"eks-api-endpoint-restricted"}, id="open API endpoint"),
+    pytest.param("prod", {"hubToken": "hf_plaintext_token"}, set(), id="plain-text hub token in the stack file"),
+])
+def test_program_layouts(build_program, stack, overrides, expected):
+    violations = evaluate(build_program(stack, overrides), stack)
+    assert names(violations) == expected
+    assert all(v["level"] == "mandatory" for v in violations)
+
+
+def test_dev_single_replica_is_advised_not_blocked(build_program):
+    violations = evaluate(build_program("dev"), "dev")
+    assert names(violations) == SPREAD_AND_CAPACITY | {"eks-api-endpoint-restricted"}
+    assert {v["level"] for v in violations} == {"advisory"}
+    assert messages(violations, "serving-replicas-spread-across-zones") == [
+        "serving runs 1 replica; at least 2 are needed so that losing a node or a zone leaves one serving"]
+
+
+def test_prod_replicas_one_is_refused_before_any_resource(build_program):
+    """replicas: 1 leaves no capacity after a zone loss; the gateway refuses to size rate limits
+    for it, so that layout never reaches the policies (the hand-built table covers it)."""
+    with pytest.raises(ValueError, match="capacity 0 QPS"):
+        build_program("prod", {"replicas": 1})
+
+
+def test_plain_text_token_still_reaches_kubernetes_as_a_secret(build_program):
+    rec = build_program("prod", {"hubToken": "hf_plaintext_token"})
+    secrets = [r for r in rec.of_type("kubernetes:core/v1:Secret") if "hf_plaintext_token" in json.dumps(r.inputs)]
+    assert secrets and all(is_secret(r.inputs["stringData"]) for r in secrets)
+
+
+def test_exact_messages_of_program_layouts(build_program):
+    one_zone = evaluate(build_program("prod", {"gpuPools": ONE_POOL_TWO_NODES}), "prod")
+    assert messages(one_zone, "gpu-capacity-spans-zones") == [
+        "all GPU capacity (1 node group, 2 nodes) sits in one zone, us-east-1a; losing it stops serving"]
+    assert messages(one_zone, "serving-replicas-spread-across-zones") == [
+        "all 2 serving replicas run in us-east-1a; spread them over at least two zones"]
+    open_api = evaluate(build_program("prod", {"apiAllowedCidrs": ["0.0.0.0/0"]}), "prod")
+    assert messages(open_api, "eks-api-endpoint-restricted") == ["the EKS API endpoint is open to 0.0.0.0/0"]
+
+
+# -- hand-built resource sets ---------------------------------------------------------------
+NS = "llm-serving"
+SERVING_LABELS = {"app.kubernetes.io/name": "vllm", "llm-serving.io/role": "serving"}
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+ZONE_SPREAD = {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule"}
+
+
+class Layout:
+    """A resource graph built by hand, recorded as the engine records the program's."""
+
+    def __init__(self) -> None:
+        self.resources: list[Registration] = []
+
+    def add(self, type_: str, name: str, inputs: dict, prop_deps: dict | None = None, rid: str = "") -> str:
+        urn = f"urn:pulumi:prod::llm-serving::{type_}::{name}"
+        prop_deps = prop_deps or {}
+        self.resources.append(Registration(
+            urn=urn, type=type_, name=name, id=rid or f"{name}-id", inputs=inputs,
+            outputs={**inputs, "id": rid or f"{name}-id"}, parent="",
+            dependencies=sorted({u for us in prop_deps.values() for u in us}), property_dependencies=prop_deps,
+            provider="", custom=True))
+        return urn
+
+    def find(self, name: str) -> Registration:
+        return next(r for r in self.resources if r.name == name)
+
+    def remove(self, name: str) -> None:
+        self.resources = [r for r in self.resources if r.name != name]
+
+    def recording(self) -> Recording:
+        for r in self.resources:                    # edits in a case go to the inputs; keep outputs in step
+            r.outputs = {**r.inputs, "id": r.id}
+        return Recording(stack="prod", resources=self.resources)
+
+
+def k8s(kind: str, name: str, spec: dict, labels: dict | None = None, annotations: dict | None = None, **extra) -> dict:
+    meta = {"name": name, "namespace": NS, **({"labels": labels} if labels else {}),
+            **({"annotations": annotations} if annotations else {})}
+    return {"apiVersion": "v1", "kind": kind, "metadata": meta, **({"spec": spec} if spec is not None else {}), **extra}
+
+
+def vllm_deployment(zone: str | None, replicas: int, gpus: int = 4, capacity_qps: str = "15.94") -> dict:
+    pod = {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.11.0",
+                           "env": [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hub-token",
+                                                                                       "key": "HF_TOKEN"}}}],
+                           "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}],
+           "tolerations": [GPU_TOLERATION]}
+    if zone:
+        pod["nodeSelector"] = {"topology.kubernetes.io/zone": zone, "llm-serving.io/role": "gpu"}
+    else:
+        pod["nodeSelector"] = {"llm-serving.io/role": "gpu"}
+        pod["topologySpreadConstraints"] = [{**ZONE_SPREAD, "labelSelector": {"matchLabels": SERVING_LABELS}}]
+    annotations = {"llm-serving.io/target-qps": "10.0", "llm-serving.io/replica-capacity-qps": capacity_qps,
+                   "llm-serving.io/tensor-parallel": str(gpus)}
+    return k8s("Deployment", f"vllm-{zone or 'spread'}", {
+        "replicas": float(replicas), "selector": {"matchLabels": SERVING_LABELS},
+        "template": {"metadata": {"labels": SERVING_LABELS}, "spec": pod}}, labels=SERVING_LABELS,
+        annotations=annotations)
+
+
+def reference_layout() -> Layout:
+    """The reference design: one p5.48xlarge per zone in two zones, one TP=4 replica each."""
+    lay = Layout()
+    subnets = {z: lay.add("aws:ec2/subnet:Subnet", f"private-{z}", {"availabilityZone": z, "cidrBlock": cidr},
+                          rid=f"subnet-{z}")
+               for z, cidr in (("us-east-1a", "10.40.0.0/19"), ("us-east-1b", "10.40.32.0/19"))}
+    lay.add("aws:eks/cluster:Cluster", "eks", {"vpcConfig": {"endpointPublicAccess": True,
+                                                            "publicAccessCidrs": ["203.0.113.0/24"]}})
+    encrypted_root = [{"deviceName": "/dev/xvda", "ebs": {"encrypted": "true", "volumeSize": 500.0}}]
+    for pool in ("us-east-1a", "us-east-1b", "system"):
+        lt = lay.add("aws:ec2/launchTemplate:LaunchTemplate", f"lt-{pool}", {
+            "metadataOptions": {"httpTokens": "required", "httpPutResponseHopLimit": 2.0},
+            "blockDeviceMappings": encrypted_root})
+        zones = list(subnets) if pool == "system" else [pool]
+        gpu = pool != "system"
+        lay.add("aws:eks/nodeGroup:NodeGroup", f"ng-{pool}", {
+            "subnetIds": [f"subnet-{z}" for z in zones], "launchTemplate": {"id": f"lt-{pool}-id", "version": "1"},
+            "instanceTypes": ["p5.48xlarge" if gpu else "m7i.2xlarge"],
+            "labels": {"llm-serving.io/role": "gpu" if gpu else "system", "llm-serving.io/pool": pool},
+            "taints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}] if gpu else [],
+            "tags": {"llm-serving.io/gpus-per-node": "8"} if gpu else {},
+            "scalingConfig": {"desiredSize": float(len(zones)), "minSize": 1.0, "maxSize": 2.0}},
+            prop_deps={"subnetIds": [subnets[z] for z in zones], "launchTemplate": [lt]})
+    lay.add("kubernetes:core/v1:Secret", "hub-token", k8s("Secret", "hub-token", None, stringData={
+        SIG_KEY: SECRET_SIG, "value": {"HF_TOKEN": "offline-preview-secret-hubToken"}}))
+    for zone in subnets:
+        lay.add("kubernetes:apps/v1:Deployment", f"vllm-{zone}", vllm_deployment(zone, 1))
+    lay.add("kubernetes:policy/v1:PodDisruptionBudget", "vllm-pdb",
+            k8s("PodDisruptionBudget", "vllm", {"selector": {"matchLabels": SERVING_LABELS}, "maxUnavailable": 1.0}))
+    picker_labels = {"app.kubernetes.io/name": "endpoint-picker"}
+    lay.add("kubernetes:core/v1:Service", "epp-svc", k8s("Service", "vllm-epp", {"selector": picker_labels}))
+    lay.add("kubernetes:apps/v1:Deployment", "epp", k8s("Deployment", "vllm-epp", {
+        "replicas": 2.0, "selector": {"matchLabels": picker_labels},
+        "template": {"metadata": {"labels": picker_labels}, "spec": {
+            "nodeSelector": {"llm-serving.io/role": "system"},
+            "topologySpreadConstraints": [{**ZONE_SPREAD, "labelSelector": {"matchLabels": picker_labels}}],
+            "containers": [{"name": "epp", "image": "registry.k8s.io/gateway-api-inference-extension/epp:v1.0.0"}]}}},
+        labels=picker_labels))
+    lay.add("kubernetes:inference.networking.k8s.io/v1:InferencePool", "pool", k8s("InferencePool", "vllm", {
+        "selector": {"matchLabels": SERVING_LABELS}, "targetPorts": [{"number": 8000.0}],
+        "endpointPickerRef": {"name": "vllm-epp", "port": {"number": 9002.0}, "failureMode": "FailOpen"}}))
+    lay.add("kubernetes:gateway.networking.k8s.io/v1:Gateway", "gateway", k8s("Gateway", "llm", {
+        "gatewayClassName": "envoy", "listeners": [{"name": "https", "port": 443.0, "protocol": "HTTPS"}]}))
+    lay.add("kubernetes:gateway.networking.k8s.io/v1:HTTPRoute", "route", k8s("HTTPRoute", "openai", {
+        "parentRefs": [{"name": "llm"}],
+        "rules": [{"backendRefs": [{"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": "vllm"}]}]}))
+    lay.add("kubernetes:gateway.envoyproxy.io/v1alpha1:SecurityPolicy", "auth", k8s("SecurityPolicy", "api-keys", {
+        "targetRefs": [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "llm"}],
+        "apiKeyAuth": {"credentialRefs": [{"kind": "Secret", "name": "api-keys"}],
+                       "extractFrom": [{"headers": ["authorization"]}]}}))
+    lay.add("kubernetes:gateway.envoyproxy.io/v1alpha1:BackendTrafficPolicy", "traffic", k8s(
+        "BackendTrafficPolicy", "openai", {
+            "targetRefs": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "openai"}],
+            "rateLimit": {"local": {"rules": [{"limit": {"requests": 9.0, "unit": "Second"}}]}}}))
+    return lay
+
+
+def spec_of(lay: Layout, name: str) -> dict:
+    return lay.find(name).inputs["spec"]
+
+
+def pod_of(lay: Layout, name: str) -> dict:
+    return spec_of(lay, name)["template"]["spec"]
+
+
+def set_zone(lay: Layout, subnet: str, zone: str) -> None:
+    lay.find(subnet).inputs["availabilityZone"] = zone
+
+
+def one_spread_deployment(lay: Layout, **pod_changes) -> None:
+    lay.remove("vllm-us-east-1a")
+    lay.remove("vllm-us-east-1b")
+    dep = vllm_deployment(None, 2)
+    dep["spec"]["template"]["spec"].update(pod_changes)
+    lay.add("kubernetes:apps/v1:Deployment", "vllm-spread", dep)
+
+
+def add_helm_release(lay: Layout, values: dict) -> None:
+    lay.add("kubernetes:helm.sh/v3:Release", "grafana", {"chart": "grafana", "version": "10.1.4", "values": values})
+
+
+def add_capacity_block(lay: Layout, tags: dict) -> None:
+    lay.add("aws:ec2/capacityBlockReservation:CapacityBlockReservation", "block", {
+        "capacityBlockOfferingId": "cbr-0123456789abcdef0", "instancePlatform": "Linux/UNIX", "tags": tags})
+
+
+def route_policy(lay: Layout, type_: str, name: str, spec: dict) -> None:
+    kind = type_.rsplit(":", 1)[-1]
+    lay.add(type_, name, k8s(kind, name, {
+        "targetRefs": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "openai"}], **spec}))
+
+
+SP = "kubernetes:gateway.envoyproxy.io/v1alpha1:SecurityPolicy"
+BTP = "kubernetes:gateway.envoyproxy.io/v1alpha1:BackendTrafficPolicy"
+
+# (mutation of the reference layout, the policies that must fail)
+CASES = {
+    # failure domains
+    "reference layout": (lambda lay: None, set()),
+    "GPU subnets in one zone": (lambda lay: set_zone(lay, "private-us-east-1b", "us-east-1a"),
+                                {"gpu-capacity-spans-zones", "serving-replicas-spread-across-zones",
+                                 "capacity-after-zone-loss", "tp-group-fits-on-node", "endpoint-picker-redundant"}),
+    "one replica": (lambda lay: spec_of(lay, "vllm-us-east-1b").update(replicas=0.0),
+                    {"serving-replicas-spread-across-zones", "capacity-after-zone-loss"}),
+    "one spread Deployment (DoNotSchedule)": (one_spread_deployment, set()),
+    "spread with ScheduleAnyway": (
+        lambda lay: one_spread_deployment(lay, topologySpreadConstraints=[{**ZONE_SPREAD,
+                                                                           "whenUnsatisfiable": "ScheduleAnyway"}]),
+        {"serving-replicas-spread-across-zones", "capacity-after-zone-loss"}),
+    "replica capacity below target": (
+        lambda lay: lay.find("vllm-us-east-1a").inputs["metadata"]["annotations"].update(
+            {"llm-serving.io/replica-capacity-qps": "5.83"}) or lay.find("vllm-us-east-1b").inputs["metadata"][
+            "annotations"].update({"llm-serving.io/replica-capacity-qps": "5.83"}),
+        {"capacity-after-zone-loss"}),
+    "second zone has no GPU node": (lambda lay: lay.find("ng-us-east-1b").inputs["scalingConfig"].update(
+        desiredSize=0.0), {"capacity-after-zone-loss"}),
+    "no PodDisruptionBudget": (lambda lay: lay.remove("vllm-pdb"), {"pdb-covers-serving"}),
+    "PDB minAvailable = replicas": (
+        lambda lay: spec_of(lay, "vllm-pdb").update(minAvailable=2.0, maxUnavailable=None),
+        {"pdb-covers-serving"}),
+    "PDB maxUnavailable 50%": (lambda lay: spec_of(lay, "vllm-pdb").update(maxUnavailable="50%"), set()),
+    "PDB maxUnavailable 100%": (lambda lay: spec_of(lay, "vllm-pdb").update(maxUnavailable="100%"),
+                                {"pdb-covers-serving"}),
+    "TP group larger than a node": (
+        lambda lay: [lay.find(n).inputs.update(vllm_deployment(z, 1, gpus=16))
+                     for n, z in (("vllm-us-east-1a", "us-east-1a"), ("vllm-us-east-1b", "us-east-1b"))],
+        {"tp-group-fits-on-node", "capacity-after-zone-loss"}),
+    "serving pods without the GPU toleration": (
+        lambda lay: [pod_of(lay, n).update(tolerations=[]) for n in ("vllm-us-east-1a", "vllm-us-east-1b")],
+        {"tp-group-fits-on-node", "capacity-after-zone-loss"}),
+    "picker fails closed": (lambda lay: spec_of(lay, "pool")["endpointPickerRef"].update(failureMode="FailClose"),
+                            {"endpoint-picker-redundant"}),
+    "picker has one replica": (lambda lay: spec_of(lay, "epp").update(replicas=1.0), {"endpoint-picker-redundant"}),
+    "picker not spread": (lambda lay: pod_of(lay, "epp").pop("topologySpreadConstraints"),
+                          {"endpoint-picker-redundant"}),
+    "picker missing": (lambda lay: lay.remove("epp"), {"endpoint-picker-redundant"}),
+    # security
+    "EKS endpoint open to the world": (
+        lambda lay: lay.find("eks").inputs["vpcConfig"].update(publicAccessCidrs=["0.0.0.0/0"]),
+        {"eks-api-endpoint-restricted"}),
+    "EKS endpoint public without CIDRs": (lambda lay: lay.find("eks").inputs["vpcConfig"].pop("publicAccessCidrs"),
+                                          {"eks-api-endpoint-restricted"}),
+    "EKS endpoint private": (
+        lambda lay: lay.find("eks").inputs.update(vpcConfig={"endpointPublicAccess": False,
+                                                             "publicAccessCidrs": ["0.0.0.0/0"]}), set()),
+    "launch template allows IMDSv1": (
+        lambda lay: lay.find("lt-system").inputs["metadataOptions"].update(httpTokens="optional"),
+        {"launch-template-imdsv2"}),
+    "node group without launch template": (lambda lay: lay.find("ng-system").inputs.pop("launchTemplate"),
+                                           {"launch-template-imdsv2"}),
+    "unencrypted volume": (lambda lay: lay.find("lt-us-east-1a").inputs.update(
+        blockDeviceMappings=[{"deviceName": "/dev/xvda", "ebs": {"volumeSize": 500.0}}]),
+        {"launch-template-volumes-encrypted"}),
+    "no root volume declared": (lambda lay: lay.find("lt-us-east-1a").inputs.pop("blockDeviceMappings"),
+                                {"launch-template-volumes-encrypted"}),
+    "token as a literal env value": (
+        lambda lay: pod_of(lay, "vllm-us-east-1a")["containers"][0].update(
+            env=[{"name": "HF_TOKEN", "value": "hf_abc"}]), {"secrets-only-as-secrets"}),
+    "API key as a literal flag": (
+        lambda lay: pod_of(lay, "vllm-us-east-1a")["containers"][0].update(args=["--api-key", "sk-123"]),
+        {"secrets-only-as-secrets"}),
+    "API key flag from an env var": (
+        lambda lay: pod_of(lay, "vllm-us-east-1a")["containers"][0].update(args=["--api-key=$(VLLM_API_KEY)"]),
+        set()),
+    "API key in a ConfigMap": (
+        lambda lay: lay.add("kubernetes:core/v1:ConfigMap", "cm", k8s("ConfigMap", "cm", None,
+                                                                      data={"api-key": "sk-123"})),
+        {"secrets-only-as-secrets"}),
+    "Grafana password as a chart value": (
+        lambda lay: add_helm_release(lay, {"adminPassword": "hunter2"}), {"secrets-only-as-secrets"}),
+    "Grafana password from an existing Secret": (
+        lambda lay: add_helm_release(lay, {"admin": {"existingSecret": "grafana-admin",
+                                                     "passwordKey": "admin-password"}}), set()),
+    "route without authentication": (lambda lay: lay.remove("auth"), {"routes-behind-auth"}),
+    "route-level policy without auth overrides the Gateway's": (
+        lambda lay: route_policy(lay, SP, "cors", {"cors": {"allowOrigins": ["https://example.com"]}}),
+        {"routes-behind-auth"}),
+    "route-level API key auth": (
+        lambda lay: lay.remove("auth") or route_policy(lay, SP, "keys", {"apiKeyAuth": {"credentialRefs": []}}),
+        set()),
+    "no rate limit": (lambda lay: spec_of(lay, "traffic").pop("rateLimit"), {"rate-limit-exists"}),
+    "rate limit on the Gateway": (
+        lambda lay: spec_of(lay, "traffic").update(targetRefs=[{"kind": "Gateway", "name": "llm"}]), set()),
+    # cost
+    "capacity block bought without opt-in": (lambda lay: add_capacity_block(lay, {"team": "ml-platform"}),
+                                             {"capacity-block-opt-in"}),
+    "capacity block bought with opt-in": (
+        lambda lay: add_capacity_block(lay, {"llm-serving.io/purchase-approved": "true"}), set()),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_hand_built_layouts(case):
+    mutate, expected = CASES[case]
+    lay = reference_layout()
+    mutate(lay)
+    assert names(evaluate(lay.recording(), "prod")) == expected
+
+
+def test_every_policy_has_a_failing_and_a_passing_case():
+    failing = set().union(*(expected for _, expected in CASES.values()))
+    assert failing == ALL_POLICIES
+    assert CASES["reference layout"][1] == set()    # passes every policy
+
+
+@pytest.mark.parametrize("case, policy, message", [
+    ("one replica", "serving-replicas-spread-across-zones",
+     "serving runs 1 replica; at least 2 are needed so that losing a node or a zone leaves one serving"),
+    ("replica capacity below target", "capacity-after-zone-loss",
+     "losing us-east-1a leaves 5.83 of 11.66 QPS of serving capacity at the SLOs (2 replicas of 5.83 QPS), "
+     "short of the 10 QPS target"),
+    ("second zone has no GPU node", "capacity-after-zone-loss",
+     "losing us-east-1a leaves 0 of 15.94 QPS of serving capacity at the SLOs (1 replica of 15.94 QPS), short of "
+     "the 10 QPS target; vllm-us-east-1b: only 0 of 1 replicas fit on the GPU nodes of us-east-1b"),
+    ("PDB minAvailable = replicas", "pdb-covers-serving",
+     "PodDisruptionBudget vllm allows no disruption of the 2 pods it covers: draining a node would block forever"),
+    ("TP group larger than a node", "tp-group-fits-on-node",
+     "Deployment vllm-us-east-1a requests 16 GPUs per pod but a node of ng-us-east-1a has 8; a tensor-parallel "
+     "group cannot span nodes"),
+    ("picker fails closed", "endpoint-picker-redundant",
+     "InferencePool vllm fails closed: when its endpoint picker is down every request fails; set "
+     "endpointPickerRef.failureMode: FailOpen"),
+    ("token as a literal env value", "secrets-only-as-secrets",
+     "Deployment vllm-us-east-1a: container vllm sets HF_TOKEN to a literal value; use valueFrom.secretKeyRef"),
+    ("route-level policy without auth overrides the Gateway's", "routes-behind-auth",
+     "HTTPRoute openai has SecurityPolicy cors without authentication, which replaces any on its Gateway"),
+    ("capacity block bought without opt-in", "capacity-block-opt-in",
+     "capacity block block would buy offering cbr-0123456789abcdef0, which cannot be refunded, without the "
+     "llm-serving.io/purchase-approved: 'true' tag"),
+])
+def test_exact_messages(case, policy, message):
+    mutate, _ = CASES[case]
+    lay = reference_layout()
+    mutate(lay)
+    assert message in messages(evaluate(lay.recording(), "prod"), policy)
+
+
+def test_violation_names_the_resource():
+    lay = reference_layout()
+    lay.find("eks").inputs["vpcConfig"]["publicAccessCidrs"] = ["0.0.0.0/0"]
+    [v] = evaluate(lay.recording(), "prod")
+    assert v == {"policy": "eks-api-endpoint-restricted", "level": "mandatory",
+                 "urn": "urn:pulumi:prod::llm-serving::aws:eks/cluster:Cluster::eks",
+                 "message": "the EKS API endpoint is open to 0.0.0.0/0"}
+
+
+# -- a real preview: unknown values ---------------------------------------------------------
+UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"    # Pulumi's "known after apply"
+
+
+def test_unknown_subnet_ids_are_followed_through_property_dependencies():
+    lay = reference_layout()
+    for name in ("ng-us-east-1a", "ng-us-east-1b", "ng-system"):
+        lay.find(name).inputs["subnetIds"] = [UNKNOWN]
+        lay.find(name).inputs["launchTemplate"]["id"] = UNKNOWN
+    assert evaluate(lay.recording(), "prod") == []
+
+
+def test_an_unknown_value_a_policy_needs_is_reported_not_guessed():
+    lay = reference_layout()
+    spec_of(lay, "vllm-us-east-1a")["replicas"] = UNKNOWN
+    found = [v for v in evaluate(lay.recording(), "prod") if v["policy"] == "serving-replicas-spread-across-zones"]
+    assert found == [{"policy": "serving-replicas-spread-across-zones", "level": "advisory", "urn": "",
+                      "message": "can't run during preview: string value at .spec.replicas can't be known during "
+                                 "preview"}]
+
+
+# -- enforcement levels ---------------------------------------------------------------------
+@pytest.mark.parametrize("stack, level", [("prod", "mandatory"), ("staging", "mandatory"), ("dev", "advisory")])
+def test_levels_per_stack(stack, level):
+    config = levels(stack)
+    assert set(config) == ALL_POLICIES
+    expected = {name: level for name in ALL_POLICIES}
+    expected["capacity-block-opt-in"] = "mandatory"     # money cannot be refunded, even in dev
+    assert {name: lvl.value for name, lvl in config.items()} == expected
+
+
+def test_a_stack_without_a_config_file_is_treated_like_prod():
+    assert {lvl.value for lvl in levels("no-such-stack").values()} == {"mandatory"}
+
+
+def test_dev_violations_are_advisory():
+    lay = reference_layout()
+    lay.find("eks").inputs["vpcConfig"]["publicAccessCidrs"] = ["0.0.0.0/0"]
+    add_capacity_block(lay, {})
+    assert {(v["policy"], v["level"]) for v in evaluate(lay.recording(), "dev")} == {
+        ("eks-api-endpoint-restricted", "advisory"), ("capacity-block-opt-in", "mandatory")}
+
+
+# -- the pack as the CLI runs it ------------------------------------------------------------
+def test_importing_the_policy_modules_does_not_block():
+    code = ("import policies, policies.registry, policies.offline, policies.failure_domains, "
+            "policies.security, policies.cost; print(len(policies.registry.POLICIES))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(len(ALL_POLICIES))
+
+
+def test_the_pack_starts_its_analyzer_server():
+    """`python -m pulumi.policy` is what the CLI runs; the pack prints its port, then serves."""
+    proc = subprocess.Popen([sys.executable, "-m", "pulumi.policy", "127.0.0.1:0", "policies"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**__import__("os").environ, "PULUMI_STACK": "dev"})
+    try:
+        port = proc.stdout.readline().strip()
+        assert port.isdigit(), proc.stderr.read() if proc.poll() is not None else port
+        assert proc.poll() is None                       # still serving
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def _served_violations(recording, stack: str) -> list[dict]:
+    """The pack run as the CLI runs it: a subprocess serving the analyzer over gRPC, sent each
+    resource's inputs (Analyze) and the whole graph's outputs (AnalyzeStack), secrets wrapped."""
+    import os
+
+    import grpc
+    from google.protobuf import struct_pb2
+    from pulumi.runtime.proto import analyzer_pb2 as pb
+    from pulumi.runtime.proto import analyzer_pb2_grpc
+
+    def struct(value: dict) -> struct_pb2.Struct:
+        out = struct_pb2.Struct()
+        out.update(value)
+        return out
+
+    level = {pb.ADVISORY: "advisory", pb.MANDATORY: "mandatory"}
+    proc = subprocess.Popen([sys.executable, "-m", "pulumi.policy", "127.0.0.1:0", "policies"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PULUMI_STACK": stack})
+    try:
+        port = proc.stdout.readline().strip()
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = analyzer_pb2_grpc.AnalyzerStub(channel)
+            found = []
+            for r in recording.resources:
+                resp = stub.Analyze(pb.AnalyzeRequest(type=r.type, properties=struct(r.inputs), urn=r.urn,
+                                                      name=r.name, options=pb.AnalyzerResourceOptions(parent=r.parent)))
+                # The engine files a resource policy's violation under the resource it judged.
+                found.extend((d, d.urn or r.urn) for d in resp.diagnostics)
+            resources = [pb.AnalyzerResource(
+                type=r.type, properties=struct(r.outputs), urn=r.urn, name=r.name, parent=r.parent,
+                dependencies=r.dependencies,
+                propertyDependencies={k: pb.AnalyzerPropertyDependencies(urns=v)
+                                      for k, v in r.property_dependencies.items()})
+                for r in recording.resources]
+            found.extend((d, d.urn) for d in stub.AnalyzeStack(pb.AnalyzeStackRequest(resources=resources)).diagnostics)
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    # The analyzer prefixes each message with the policy's description.
+    return [{"policy": d.policyName, "level": level[d.enforcementLevel], "urn": urn,
+             "message": d.message.split("\n", 1)[1]} for d, urn in found]
+
+
+def _key(v: dict) -> tuple:
+    return v["policy"], v["level"], v["urn"], v["message"]
+
+
+@pytest.mark.parametrize("stack, case", [("prod", "GPU subnets in one zone"), ("prod", "token as a literal env value"),
+                                         ("dev", "capacity block bought without opt-in")])
+def test_the_served_pack_reports_what_the_offline_preview_reports(stack, case):
+    lay = reference_layout()
+    CASES[case][0](lay)
+    recording = lay.recording()
+    offline = evaluate(recording, stack)
+    assert offline
+    assert sorted(map(_key, _served_violations(recording, stack))) == sorted(map(_key, offline))
+
+
+def test_the_served_pack_judges_a_program_layout_as_the_offline_preview_does(build_program):
+    recording = build_program("prod", {"gpuPools": ONE_POOL_TWO_NODES, "apiAllowedCidrs": ["0.0.0.0/0"]})
+    offline = evaluate(recording, "prod")
+    assert names(offline) == SPREAD_AND_CAPACITY | {"eks-api-endpoint-restricted"}
+    assert sorted(map(_key, _served_violations(recording, "prod"))) == sorted(map(_key, offline))

@@ -1,0 +1,353 @@
+"""The AWS half of the program, built under mocks: network, EKS, one GPU node pool per zone.
+
+Expected values come from the stack files through settings and the sizing plan, never from the
+components under test.
+"""
+from __future__ import annotations
+
+import json
+
+import pulumi
+import pytest
+
+from llmserve.engine import is_secret, run_program, unwrap
+from settings import load_stack, read_stack_config, stack_file
+from sizing.planner import plan as make_plan
+
+NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
+LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
+SUBNET = "aws:ec2/subnet:Subnet"
+ADDON = "aws:eks/addon:Addon"
+EKS = "aws:eks/cluster:Cluster"
+K8S_PROVIDER = "pulumi:providers:kubernetes"
+STACKS = ["prod", "staging", "dev"]
+
+
+@pytest.fixture(scope="module")
+def built():
+    """built(stack): the stack as committed, built once per module. A recording is plain data once
+    the build returns, so tests that only read it share one; tests that change the config build
+    their own with `build_program`."""
+    cache = {}
+
+    def get(stack: str):
+        if stack not in cache:
+            cache[stack] = run_program(stack, read_stack_config(stack_file(stack)))
+        return cache[stack]
+    return get
+
+
+def gpu_node_groups(rec):
+    return [r for r in rec.of_type(NODE_GROUP) if r.inputs.get("labels", {}).get("llm-serving.io/role") == "gpu"]
+
+
+def subnet_zones(rec, subnet_ids):
+    by_id = {r.id: r for r in rec.of_type(SUBNET)}
+    return {by_id[s].inputs["availabilityZone"] for s in subnet_ids}
+
+
+def launch_template_of(rec, node_group):
+    lt_id = node_group.inputs["launchTemplate"]["id"]
+    return next(r for r in rec.of_type(LAUNCH_TEMPLATE) if r.id == lt_id)
+
+
+# -- GPU node pools ------------------------------------------------------------------------------
+@pytest.mark.parametrize("stack", STACKS)
+def test_one_gpu_node_group_per_configured_pool(built, stack):
+    rec = built(stack)
+    assert len(gpu_node_groups(rec)) == len(load_stack(stack).gpuPools)
+
+
+def test_prod_has_two_gpu_node_groups_in_distinct_single_zones(built):
+    rec = built("prod")
+    groups = gpu_node_groups(rec)
+    zones = [subnet_zones(rec, g.inputs["subnetIds"]) for g in groups]
+    assert len(groups) == 2
+    assert all(len(z) == 1 for z in zones), zones
+    assert len({next(iter(z)) for z in zones}) == 2
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_gpu_node_group_subnets_lie_in_its_labelled_zone(built, stack):
+    rec = built(stack)
+    for g in gpu_node_groups(rec):
+        assert subnet_zones(rec, g.inputs["subnetIds"]) == {g.inputs["labels"]["llm-serving.io/zone"]}
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_gpu_node_group_instance_type_and_size_follow_the_stack(built, stack):
+    settings = load_stack(stack)
+    rec = built(stack)
+    expected = {p.zone: (p.instanceType, p.nodes) for p in settings.gpuPools}
+    for g in gpu_node_groups(rec):
+        zone = g.inputs["labels"]["llm-serving.io/zone"]
+        itype, nodes = expected[zone]
+        assert g.inputs["instanceTypes"] == [itype]
+        assert g.inputs["scalingConfig"] == {"desiredSize": nodes, "minSize": nodes, "maxSize": nodes}
+
+
+def test_prod_gpu_nodes_are_p5_48xlarge(built):
+    rec = built("prod")
+    assert {t for g in gpu_node_groups(rec) for t in g.inputs["instanceTypes"]} == {"p5.48xlarge"}
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_gpu_node_group_uses_the_nvidia_al2023_ami(built, stack):
+    rec = built(stack)
+    assert {g.inputs["amiType"] for g in gpu_node_groups(rec)} == {"AL2023_x86_64_NVIDIA"}
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_gpu_node_group_labels_and_taint_follow_the_contract(built, stack):
+    plan = make_plan(load_stack(stack).plan_request())
+    rec = built(stack)
+    pools = {p.zone: p.label for p in plan.request.pools}
+    for g in gpu_node_groups(rec):
+        zone = g.inputs["labels"]["llm-serving.io/zone"]
+        assert g.inputs["labels"] == {"llm-serving.io/pool": pools[zone], "llm-serving.io/role": "gpu",
+                                      "llm-serving.io/zone": zone}
+        assert g.inputs["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}]
+        assert g.inputs["tags"]["llm-serving.io/gpus-per-node"] == str(plan.instance.gpus)
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_launch_template_requires_imdsv2(built, stack):
+    rec = built(stack)
+    for lt in rec.of_type(LAUNCH_TEMPLATE):
+        assert lt.inputs["metadataOptions"]["httpTokens"] == "required", lt.name
+        assert lt.inputs["metadataOptions"]["httpPutResponseHopLimit"] == 2, lt.name
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_launch_template_encrypts_its_volumes(built, stack):
+    rec = built(stack)
+    for lt in rec.of_type(LAUNCH_TEMPLATE):
+        assert lt.inputs["blockDeviceMappings"], lt.name
+        assert all(b["ebs"]["encrypted"] == "true" for b in lt.inputs["blockDeviceMappings"]), lt.name
+
+
+def test_every_node_group_has_a_launch_template(built):
+    rec = built("prod")
+    for g in rec.of_type(NODE_GROUP):
+        assert launch_template_of(rec, g).inputs["metadataOptions"]["httpTokens"] == "required"
+
+
+def test_gpu_user_data_builds_the_nvme_model_cache(built):
+    import base64
+    rec = built("prod")
+    lt = launch_template_of(rec, gpu_node_groups(rec)[0])
+    text = base64.b64decode(lt.inputs["userData"]).decode()
+    assert 'Content-Type: multipart/mixed; boundary=' in text
+    assert "Content-Type: application/node.eks.aws" in text
+    assert "mdadm --create" in text and "--level=0" in text
+    assert "MOUNT=/mnt/models" in text
+
+
+# -- capacity reservations, capacity blocks, EFA ---------------------------------------------------
+def _pools(**extra_b):
+    return [{"zone": "us-east-1a", "instanceType": "p5.48xlarge", "nodes": 1},
+            {"zone": "us-east-1b", "instanceType": "p5.48xlarge", "nodes": 1, **extra_b}]
+
+
+def _pool_b(rec):
+    g = next(g for g in gpu_node_groups(rec) if g.inputs["labels"]["llm-serving.io/zone"] == "us-east-1b")
+    return g, launch_template_of(rec, g)
+
+
+def test_capacity_reservation_is_targeted_by_the_launch_template(build_program):
+    rec = build_program("prod", {"gpuPools": _pools(capacityReservationId="cr-0123456789abcdef0")})
+    g, lt = _pool_b(rec)
+    assert lt.inputs["capacityReservationSpecification"] == {
+        "capacityReservationTarget": {"capacityReservationId": "cr-0123456789abcdef0"}}
+    assert "instanceMarketOptions" not in lt.inputs
+    assert g.inputs["capacityType"] == "ON_DEMAND"
+
+
+def test_capacity_block_uses_the_capacity_block_market(build_program):
+    rec = build_program("prod", {"gpuPools": _pools(capacityBlock={"id": "cr-0fedcba9876543210"})})
+    g, lt = _pool_b(rec)
+    assert lt.inputs["instanceMarketOptions"] == {"marketType": "capacity-block"}
+    assert lt.inputs["capacityReservationSpecification"] == {
+        "capacityReservationTarget": {"capacityReservationId": "cr-0fedcba9876543210"}}
+    assert lt.inputs["instanceType"] == "p5.48xlarge"
+    assert g.inputs["capacityType"] == "CAPACITY_BLOCK"
+    assert "instanceTypes" not in g.inputs
+    assert not rec.of_type("aws:ec2/capacityBlockReservation:CapacityBlockReservation")
+
+
+def test_capacity_block_is_bought_only_with_allow_purchase(build_program):
+    block = {"purchase": True, "allowPurchase": True, "offeringId": "cb-0123456789abcdef0", "durationHours": 24}
+    rec = build_program("prod", {"gpuPools": _pools(capacityBlock=block)})
+    (bought,) = rec.of_type("aws:ec2/capacityBlockReservation:CapacityBlockReservation")
+    _, lt = _pool_b(rec)
+    assert bought.inputs["capacityBlockOfferingId"] == "cb-0123456789abcdef0"
+    assert lt.inputs["capacityReservationSpecification"]["capacityReservationTarget"]["capacityReservationId"] == bought.id
+
+
+def test_capacity_block_purchase_without_allow_purchase_is_a_config_error(build_program):
+    block = {"purchase": True, "offeringId": "cb-0123456789abcdef0", "durationHours": 24}
+    with pytest.raises(pulumi.RunError, match=r"gpuPools\[1\]\.capacityBlock\.allowPurchase: .*non-refundable"):
+        build_program("prod", {"gpuPools": _pools(capacityBlock=block)})
+
+
+def test_efa_adds_one_interface_per_network_card_in_the_cluster_security_group(build_program):
+    rec = build_program("prod", {"gpuPools": _pools(efa=True)})
+    _, lt = _pool_b(rec)
+    cluster = rec.of_type(EKS)[0]
+    nics = lt.inputs["networkInterfaces"]
+    assert [n["networkCardIndex"] for n in nics] == list(range(len(nics)))
+    assert len(nics) > 1
+    assert {n["interfaceType"] for n in nics} == {"efa"}
+    assert [n["deviceIndex"] for n in nics[:2]] == [0, 1]
+    assert all(n["securityGroups"] == [cluster.outputs["vpcConfig"]["clusterSecurityGroupId"]] for n in nics)
+
+
+def test_without_efa_the_launch_template_leaves_interfaces_to_eks(built):
+    rec = built("prod")
+    _, lt = _pool_b(rec)
+    assert "networkInterfaces" not in lt.inputs
+
+
+# -- network ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("stack", STACKS)
+def test_nat_per_zone_only_where_the_settings_ask(built, stack):
+    settings = load_stack(stack)
+    rec = built(stack)
+    zones = {s.inputs["availabilityZone"] for s in rec.of_type(SUBNET)}
+    expected = len(zones) if settings.nat_per_zone else 1
+    assert len(rec.of_type("aws:ec2/natGateway:NatGateway")) == expected
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_zone_has_a_public_and_a_private_subnet_tagged_for_load_balancers(built, stack):
+    rec = built(stack)
+    by_zone: dict[str, set[str]] = {}
+    for s in rec.of_type(SUBNET):
+        tags = s.inputs["tags"]
+        kind = ("public" if tags.get("kubernetes.io/role/elb") == "1" else
+                "private" if tags.get("kubernetes.io/role/internal-elb") == "1" else "untagged")
+        by_zone.setdefault(s.inputs["availabilityZone"], set()).add(kind)
+    assert set(load_stack(stack).zones) <= set(by_zone)
+    assert all(kinds == {"public", "private"} for kinds in by_zone.values()), by_zone
+
+
+def test_single_zone_dev_still_gives_eks_two_zones(built):
+    rec = built("dev")
+    cluster = rec.of_type(EKS)[0]
+    assert len(subnet_zones(rec, cluster.inputs["vpcConfig"]["subnetIds"])) == 2
+    assert len(gpu_node_groups(rec)) == 1
+
+
+def test_private_routes_go_through_nat(built):
+    rec = built("prod")
+    private_tables = [r for r in rec.of_type("aws:ec2/routeTable:RouteTable") if "private" in r.name]
+    nat_ids = {r.id for r in rec.of_type("aws:ec2/natGateway:NatGateway")}
+    assert private_tables
+    assert all(t.inputs["routes"][0]["natGatewayId"] in nat_ids for t in private_tables)
+
+
+# -- EKS -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("stack", STACKS)
+def test_cluster_version_and_endpoint_follow_the_settings(built, stack):
+    settings = load_stack(stack)
+    cluster = built(stack).of_type(EKS)[0]
+    vpc = cluster.inputs["vpcConfig"]
+    assert cluster.inputs["version"] == settings.kubernetesVersion
+    assert vpc["publicAccessCidrs"] == list(settings.apiAllowedCidrs)
+    assert vpc["endpointPrivateAccess"] is True
+
+
+def test_cluster_uses_access_entries_encrypted_secrets_and_logs(built):
+    rec = built("prod")
+    cluster = rec.of_type(EKS)[0]
+    key = rec.of_type("aws:kms/key:Key")[0]
+    assert cluster.inputs["accessConfig"]["authenticationMode"] == "API"
+    assert cluster.inputs["encryptionConfig"] == {"provider": {"keyArn": key.outputs["arn"]}, "resources": ["secrets"]}
+    assert key.inputs["enableKeyRotation"] is True
+    assert {"api", "audit", "authenticator"} <= set(cluster.inputs["enabledClusterLogTypes"])
+
+
+def test_admin_roles_get_cluster_admin_access_entries(build_program):
+    arns = ["arn:aws:iam::123456789012:role/platform-admin", "arn:aws:iam::123456789012:role/oncall"]
+    rec = build_program("prod", {"adminRoleArns": arns})
+    entries = rec.of_type("aws:eks/accessEntry:AccessEntry")
+    policies = rec.of_type("aws:eks/accessPolicyAssociation:AccessPolicyAssociation")
+    assert sorted(e.inputs["principalArn"] for e in entries) == sorted(arns)
+    assert sorted(p.inputs["principalArn"] for p in policies) == sorted(arns)
+    assert {p.inputs["policyArn"].rsplit("/", 1)[-1] for p in policies} == {"AmazonEKSClusterAdminPolicy"}
+    assert all(p.inputs["accessScope"] == {"type": "cluster"} for p in policies)
+
+
+def test_core_addons_are_installed(built):
+    rec = built("prod")
+    assert {a.inputs["addonName"] for a in rec.of_type(ADDON)} == {
+        "vpc-cni", "coredns", "kube-proxy", "aws-ebs-csi-driver", "eks-pod-identity-agent"}
+
+
+def test_vpc_cni_enforces_network_policy(built):
+    rec = built("prod")
+    cni = next(a for a in rec.of_type(ADDON) if a.inputs["addonName"] == "vpc-cni")
+    assert json.loads(cni.inputs["configurationValues"])["enableNetworkPolicy"] == "true"
+
+
+def test_ebs_csi_driver_gets_its_role_through_pod_identity(built):
+    rec = built("prod")
+    csi = next(a for a in rec.of_type(ADDON) if a.inputs["addonName"] == "aws-ebs-csi-driver")
+    (assoc,) = csi.inputs["podIdentityAssociations"]
+    role = next(r for r in rec.of_type("aws:iam/role:Role") if r.outputs["arn"] == assoc["roleArn"])
+    assert assoc["serviceAccount"] == "ebs-csi-controller-sa"
+    assert "pods.eks.amazonaws.com" in role.inputs["assumeRolePolicy"]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_system_node_group_spans_every_zone_with_the_system_label(built, stack):
+    settings = load_stack(stack)
+    rec = built(stack)
+    (system,) = [g for g in rec.of_type(NODE_GROUP) if g.inputs["labels"] == {"llm-serving.io/role": "system"}]
+    cluster = rec.of_type(EKS)[0]
+    zones = subnet_zones(rec, system.inputs["subnetIds"])
+    assert zones == subnet_zones(rec, cluster.inputs["vpcConfig"]["subnetIds"])
+    assert len(zones) >= 2
+    assert system.inputs["instanceTypes"] == [settings.systemNodes.instanceType]
+    assert system.inputs["scalingConfig"]["desiredSize"] == settings.systemNodes.nodesPerZone * len(zones)
+
+
+# -- Kubernetes provider and outputs -----------------------------------------------------------------
+def test_kubernetes_provider_is_built_from_the_cluster(built):
+    rec = built("prod")
+    (provider,) = rec.of_type(K8S_PROVIDER)
+    cluster = rec.of_type(EKS)[0]
+    assert is_secret(provider.inputs["kubeconfig"])
+    kubeconfig = json.loads(unwrap(provider.inputs["kubeconfig"]))
+    assert kubeconfig["clusters"][0]["cluster"]["server"] == cluster.outputs["endpoint"]
+    assert kubeconfig["users"][0]["user"]["exec"]["args"][:4] == ["eks", "get-token", "--cluster-name",
+                                                                   cluster.outputs["name"]]
+
+
+def test_every_kubernetes_resource_uses_the_cluster_provider(built):
+    rec = built("prod")
+    (provider,) = rec.of_type(K8S_PROVIDER)
+    k8s = [r for r in rec.resources if r.type.startswith("kubernetes:")]
+    assert all(r.provider.startswith(provider.urn + "::") for r in k8s), \
+        [r.name for r in k8s if not r.provider.startswith(provider.urn + "::")]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_outputs_carry_cluster_name_secret_kubeconfig_and_the_plan(built, stack):
+    plan = make_plan(load_stack(stack).plan_request())
+    rec = built(stack)
+    out = rec.outputs
+    assert out["clusterName"] == rec.of_type(EKS)[0].outputs["name"]
+    assert is_secret(out["kubeconfig"])
+    assert out["plan"]["replicas"] == plan.replicas
+    assert out["plan"]["replicasByZone"] == plan.replicas_by_zone
+    assert out["plan"]["tensorParallel"] == plan.tp
+    assert out["plan"]["capacityAfterZoneLossQps"] == pytest.approx(plan.capacity_after_zone_loss_qps, abs=1e-3)
+
+
+def test_invalid_config_fails_the_program_with_the_settings_message(build_program):
+    with pytest.raises(pulumi.RunError) as err:
+        build_program("prod", {"gpuPools": [{"zone": "us-west-2a", "instanceType": "p5.48xlarge", "nodes": 1}]})
+    assert str(err.value) == ("invalid stack config:\n"
+                              "llm-serving:gpuPools[0].zone: 'us-west-2a' is not a zone of the stack's region "
+                              "us-east-1; use a zone such as us-east-1a")

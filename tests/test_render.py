@@ -1,0 +1,139 @@
+"""`llmserve render`: every Kubernetes object as YAML, valid for its schema, no secret on disk."""
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from llmserve import render_cmd
+from llmserve.cli import app
+from llmserve.engine import PLACEHOLDER_PREFIX, offline_config
+from llmserve.render_cmd import kubernetes_objects, manifest_name, plain
+from llmserve.validate import is_custom, validate
+from settings import load_stack
+from tests.conftest import stack_config
+from tests.test_serving import plan_for, program  # noqa: F401 (fixture)
+
+runner = CliRunner()
+
+
+def render(stack: str, out: Path):
+    return runner.invoke(app, ["render", "--stack", stack, "--out", str(out)])
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory) -> dict[str, Path]:
+    """Each stack rendered once through the CLI (each render builds the program under mocks)."""
+    out = {}
+    for stack in ("prod", "staging", "dev"):
+        folder = tmp_path_factory.mktemp(stack)
+        result = render(stack, folder)
+        assert result.exit_code == 0, result.output
+        out[stack] = folder
+    return out
+
+
+def manifests(folder: Path) -> list[tuple[Path, dict]]:
+    return [(p, yaml.safe_load(p.read_text())) for p in sorted((folder / "manifests").glob("*.yaml"))]
+
+
+def test_render_reports_what_it_wrote_and_writes_the_same_bytes_again(rendered, tmp_path, monkeypatch):
+    monkeypatch.setattr(render_cmd, "HOOK_MODULES", ())
+    monkeypatch.setattr(render_cmd, "RENDER_HOOKS", [])
+    result = render("prod", tmp_path)
+    assert result.exit_code == 0
+    count = len(list((tmp_path / "manifests").glob("*.yaml")))
+    helm = len(list((tmp_path / "helm").glob("*.yaml")))
+    assert result.output.splitlines() == [
+        f"wrote {count} Kubernetes objects to {tmp_path / 'manifests'}",
+        f"wrote {helm} Helm releases to {tmp_path / 'helm'}",
+    ]
+    for sub in ("manifests", "helm"):
+        first = {p.name: p.read_bytes() for p in (rendered["prod"] / sub).iterdir()}
+        assert first == {p.name: p.read_bytes() for p in (tmp_path / sub).iterdir()}
+
+
+def test_an_unknown_stack_is_one_line_and_exit_2(tmp_path):
+    result = render("nope", tmp_path)
+    assert result.exit_code == 2
+    assert result.output.strip().startswith("error: --stack nope: ")
+    assert "no such stack file" in result.output
+
+
+@pytest.mark.parametrize("stack", ["prod", "staging", "dev"])
+def test_every_object_the_program_creates_is_rendered(program, rendered, stack):
+    recording = program(stack)
+    expected = sorted(manifest_name(o) for o in kubernetes_objects(recording))
+    assert sorted(p.name for p, _ in manifests(rendered[stack])) == expected
+    for path, obj in manifests(rendered[stack]):
+        assert path.name == manifest_name(obj)
+        assert list(obj)[:3] == ["apiVersion", "kind", "metadata"]
+
+
+@pytest.mark.parametrize("stack", ["prod", "staging", "dev"])
+def test_every_rendered_object_validates_for_the_clusters_version(rendered, stack):
+    version = load_stack(stack).kubernetesVersion
+    kinds = set()
+    for path, obj in manifests(rendered[stack]):
+        validate(obj, version)          # raises ValidationFailed naming the object and the field
+        kinds.add((is_custom(obj), obj["kind"]))
+    assert any(custom for custom, _ in kinds) and any(not custom for custom, _ in kinds)
+
+
+def stack_secret_values(stack: str) -> set[str]:
+    """The secret values the program is given (the offline placeholders), and each API key."""
+    raw = stack_config(stack)
+    config, secret_keys = offline_config(raw)
+    values = set()
+    for key in secret_keys:
+        values.add(config[key])
+        if key.endswith(":apiKeys"):
+            values.update(json.loads(config[key]).values())
+    return values
+
+
+@pytest.mark.parametrize("stack", ["prod", "staging", "dev"])
+def test_no_secret_value_reaches_disk(rendered, stack):
+    values = stack_secret_values(stack)
+    assert len(values) >= 3
+    encoded = {base64.b64encode(v.encode()).decode() for v in values}
+    for path in rendered[stack].rglob("*"):
+        if path.is_file():
+            text = path.read_text()
+            assert PLACEHOLDER_PREFIX not in text, path.name
+            for value in values | encoded:
+                assert value not in text, path.name
+
+
+def test_a_secret_keeps_its_keys_and_hides_its_values(rendered):
+    (obj,) = [o for p, o in manifests(rendered["prod"]) if p.name == "llm-serving_secret_gateway-api-keys.yaml"]
+    assert obj["stringData"] == {"team-a": "[secret]", "team-b": "[secret]"}
+
+
+@pytest.mark.parametrize("value,expected", [
+    (2.0, 2), (0.9, 0.9), ({"b": 1.0, "a": [3.0]}, {"a": [3], "b": 1}), ("x", "x"),
+])
+def test_plain_values(value, expected):
+    assert plain(value) == expected
+
+
+def test_render_hooks_run_after_the_manifests(tmp_path, monkeypatch):
+    seen = []
+
+    def hook(ctx):
+        seen.append((ctx.stack, (ctx.out / "manifests").is_dir(), ctx.plan.replicas))
+        path = ctx.out / "prometheus" / "rules.yaml"
+        path.parent.mkdir()
+        path.write_text("groups: []\n")
+        return [path]
+
+    monkeypatch.setattr(render_cmd, "HOOK_MODULES", ())
+    monkeypatch.setattr(render_cmd, "RENDER_HOOKS", [hook])
+    result = render("prod", tmp_path)
+    assert result.exit_code == 0
+    assert seen == [("prod", True, plan_for("prod")[1].replicas)]
+    assert result.output.splitlines()[-1] == f"wrote 1 more files (render hooks) under {tmp_path}"

@@ -1,0 +1,255 @@
+"""The alert rules under the real Prometheus rule engine (promtool).
+
+For each plan below, the rule file built from it passes `promtool check rules`, and every alert
+fires on synthetic series just above its threshold and stays silent just below it. The
+thresholds here are read from the plan (and the alert policy), not from the rules, so a rule
+that ignored the plan or an SLO change would fail on at least one of the plans.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import pytest
+import yaml
+
+from observability.rules import AlertPolicy, alert_names, render_rule_file, rule_groups
+from tests.conftest import stack_config
+
+NAMESPACE = "llm-serving"
+POLICY = AlertPolicy()
+ABOVE, BELOW = 1.02, 0.98          # "just above" and "just below" a threshold
+SAMPLES = 40                       # one a minute
+EVAL = "30m"                       # past every alert's `for`
+CLIENT_PREFIX = "https-443"        # an Envoy listener carrying client traffic
+DECOY_PREFIX = "eg-stats-http"     # Envoy Gateway's stats listener: must not count as traffic
+
+# stack, config overrides: thresholds must follow each plan and each SLO.
+PLANS = {
+    "prod": ("prod", {}),
+    "staging": ("staging", {}),
+    "dev": ("dev", {}),
+    "prod-tighter-slos": ("prod", {"llm-serving:workload": {
+        "qps": 10, "inputTokens": 1000, "outputTokens": 300, "ttftSeconds": 0.5, "tpotSeconds": 0.030}}),
+}
+
+
+def promtool(*args: str) -> subprocess.CompletedProcess:
+    path = shutil.which("promtool")
+    if path is None:
+        pytest.fail("promtool not found: install Debian's 'prometheus' package (scripts/test does)")
+    return subprocess.run([path, *args], capture_output=True, text=True, timeout=60)
+
+
+def make_plan(name: str):
+    from settings import settings_from_config
+    from sizing.planner import plan
+
+    stack, overrides = PLANS[name]
+    raw = stack_config(stack)
+    raw.update(overrides)
+    settings = settings_from_config(stack, raw)
+    return plan(settings.plan_request())
+
+
+# -- synthetic series --------------------------------------------------------------------------
+def _labels(labels: dict) -> str:
+    return "{" + ", ".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
+
+
+def counter(name: str, labels: dict, per_s: float) -> dict:
+    return {"series": name + _labels(labels), "values": f"0+{per_s * 60!r}x{SAMPLES}"}
+
+
+def gauge(name: str, labels: dict, value: float) -> dict:
+    return {"series": name + _labels(labels), "values": f"{value!r}x{SAMPLES}"}
+
+
+def replica(zone: str, i: int = 0) -> dict:
+    return {"namespace": NAMESPACE, "zone": zone, "pod": f"vllm-{zone}-{i}"}
+
+
+def latency_p95(family: str, p95_s: float) -> list[dict]:
+    """All observations in one bucket (0, b]: histogram_quantile puts the p95 at 0.95 b."""
+    r = replica("us-east-1a")
+    bound = p95_s / 0.95
+    return [counter(f"{family}_bucket", {**r, "le": repr(bound)}, 10.0),
+            counter(f"{family}_bucket", {**r, "le": "+Inf"}, 10.0)]
+
+
+def pods(plan, ready) -> list[dict]:
+    """kube-state-metrics series for the planned pods; `ready(zone, i)` -> 1/0, or None: no pod."""
+    out = []
+    for zone, count in plan.replicas_by_zone.items():
+        for i in range(count):
+            state = ready(zone, i)
+            if state is None:
+                continue
+            pod = {"namespace": NAMESPACE, "pod": f"vllm-{zone}-{i}"}
+            out.append(gauge("kube_pod_status_ready", {**pod, "condition": "true"}, state))
+            out.append(gauge("kube_pod_labels", {**pod, "label_app_kubernetes_io_name": "vllm",
+                                                 "label_llm_serving_io_role": "serving",
+                                                 "label_llm_serving_io_zone": zone}, 1))
+    return out
+
+
+def offered(per_s: float, decoy_per_s: float = 0.0) -> list[dict]:
+    series = [counter("envoy_http_downstream_rq_total", {"envoy_http_conn_manager_prefix": CLIENT_PREFIX}, per_s)]
+    if decoy_per_s:
+        series.append(counter("envoy_http_downstream_rq_total",
+                              {"envoy_http_conn_manager_prefix": DECOY_PREFIX}, decoy_per_s))
+    return series
+
+
+def share_of_traffic(name: str, labels: dict, ratio: float) -> list[dict]:
+    """10 client requests/s, `ratio` of them counted by `name`; plus heavy stats-listener traffic
+    that would dilute the ratio below its threshold if it were counted."""
+    return offered(10.0, decoy_per_s=1000.0) + [counter(name, labels, 10.0 * ratio)]
+
+
+# -- the cases: (alert, fires?, series, labels of the alerts expected) --------------------------
+def cases(plan) -> list[tuple[str, bool, list[dict], list[dict]]]:
+    w = plan.request.workload
+    zones = [z for z, n in plan.replicas_by_zone.items() if n]
+    first = zones[0]
+    r = replica(first)
+    in_flight = plan.real.in_flight
+    out = []
+    for factor, fires in ((ABOVE, True), (BELOW, False)):
+        critical, warning = ([{"severity": "critical"}], [{"severity": "warning"}]) if fires else ([], [])
+        out += [
+            ("LLMServingTTFTAboveSLO", fires, latency_p95("vllm:time_to_first_token_seconds", factor * w.ttft_slo_s),
+             critical),
+            ("LLMServingTPOTAboveSLO", fires,
+             latency_p95("vllm:request_time_per_output_token_seconds", factor * w.tpot_slo_s),
+             critical),
+            ("LLMServingLoadNearCapacity", fires,
+             offered(factor * POLICY.capacity_share * plan.capacity_qps, decoy_per_s=0 if fires else 1000.0),
+             warning),
+            ("LLMServingGateway5xxRate", fires,
+             share_of_traffic("envoy_http_downstream_rq_xx",
+                              {"envoy_http_conn_manager_prefix": CLIENT_PREFIX, "envoy_response_code_class": "5"},
+                              factor * POLICY.gateway_5xx_ratio), critical),
+            ("LLMServingGatewayRateLimited", fires,
+             share_of_traffic("envoy_http_local_rate_limiter_http_local_rate_limit_rate_limited", {},
+                              factor * POLICY.gateway_429_ratio), warning),
+        ]
+        if plan.redundancy != "none":
+            out.append(("LLMServingLoadAboveCapacityAfterLoss", fires,
+                        offered(factor * plan.capacity_after_zone_loss_qps, decoy_per_s=0 if fires else 1000.0),
+                        warning))
+    pod_labels = {"zone": first, "pod": r["pod"]}
+    out += [
+        ("LLMServingKVCacheNearlyFull", True, [gauge("vllm:kv_cache_usage_perc", r, 0.91)],
+         [{"severity": "warning", **pod_labels}]),
+        ("LLMServingKVCacheNearlyFull", False, [gauge("vllm:kv_cache_usage_perc", r, 0.89)], []),
+        # More in the replica than the plan's worst case, some of it waiting: fires.
+        ("LLMServingQueueBeyondPlan", True,
+         [gauge("vllm:num_requests_running", r, in_flight), gauge("vllm:num_requests_waiting", r, 1)],
+         [{"severity": "warning", **pod_labels}]),
+        # Half a request short of the plan's figure, even with some waiting: silent.
+        ("LLMServingQueueBeyondPlan", False,
+         [gauge("vllm:num_requests_running", r, in_flight - 1.5), gauge("vllm:num_requests_waiting", r, 1)], []),
+        ("LLMServingReplicasBelowPlan", True,
+         pods(plan, lambda z, i: 0 if (z, i) == (first, 0) else 1), [{"severity": "warning"}]),
+        ("LLMServingReplicasBelowPlan", False, pods(plan, lambda z, i: 1), []),
+        # A zone whose replicas are all unready, and a zone whose replicas are gone: both fire.
+        ("LLMServingZoneWithoutReadyReplica", True, pods(plan, lambda z, i: 0 if z == first else 1),
+         [{"severity": "critical", "zone": first}]),
+        ("LLMServingZoneWithoutReadyReplica", True, pods(plan, lambda z, i: None if z == first else 1),
+         [{"severity": "critical", "zone": first}]),
+        # Exactly one ready replica in every zone: silent.
+        ("LLMServingZoneWithoutReadyReplica", False, pods(plan, lambda z, i: 1 if i == 0 else 0), []),
+    ]
+    return out
+
+
+def expand(template: str, labels: dict) -> str:
+    return re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels[m.group(1)], template)
+
+
+def promtool_suite(plan, rules_path) -> dict:
+    annotations = {r["alert"]: r["annotations"] for g in yaml.safe_load(rules_path.read_text())["groups"]
+                   for r in g["rules"] if "alert" in r}
+    tests = []
+    for alert, _fires, series, expected in cases(plan):
+        tests.append({"interval": "1m", "input_series": series, "alert_rule_test": [{
+            "eval_time": EVAL, "alertname": alert,
+            "exp_alerts": [{"exp_labels": labels, "exp_annotations": {
+                k: expand(v, labels) for k, v in annotations[alert].items()}} for labels in expected]}]})
+    return {"rule_files": [rules_path.name], "evaluation_interval": "1m", "tests": tests}
+
+
+# -- tests -------------------------------------------------------------------------------------
+@pytest.fixture(params=sorted(PLANS))
+def rendered(request, tmp_path):
+    plan = make_plan(request.param)
+    path = tmp_path / "rules.yaml"
+    path.write_text(render_rule_file(rule_groups(plan, NAMESPACE)))
+    return plan, path
+
+
+def test_promtool_check_rules_accepts_the_rule_file(rendered):
+    _, path = rendered
+    result = promtool("check", "rules", str(path))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+
+
+def test_every_alert_has_a_firing_and_a_silent_case(rendered):
+    plan, path = rendered
+    alerts = set(alert_names(yaml.safe_load(path.read_text())["groups"]))
+    assert {a for a, fires, _, _ in cases(plan) if fires} == alerts
+    assert {a for a, fires, _, _ in cases(plan) if not fires} == alerts
+
+
+def test_every_alert_fires_above_its_threshold_and_not_below(rendered):
+    plan, path = rendered
+    test_path = path.parent / "rules_test.yaml"
+    test_path.write_text(yaml.safe_dump(promtool_suite(plan, path), sort_keys=False))
+    result = promtool("test", "rules", str(test_path))
+    order = "\n".join(f"  {i}: {a} ({'fires' if f else 'silent'})" for i, (a, f, _, _) in enumerate(cases(plan)))
+    assert result.returncode == 0, result.stdout + result.stderr + "\ncases, in order:\n" + order
+
+
+def test_thresholds_move_with_the_slos():
+    loose, tight = make_plan("prod"), make_plan("prod-tighter-slos")
+    exprs = {}
+    for name, plan in (("loose", loose), ("tight", tight)):
+        exprs[name] = {r["alert"]: r["expr"] for g in rule_groups(plan, NAMESPACE) for r in g["rules"] if "alert" in r}
+    for alert in ("LLMServingTTFTAboveSLO", "LLMServingTPOTAboveSLO"):
+        assert exprs["loose"][alert] != exprs["tight"][alert], alert
+
+
+def test_recording_rules_aggregate_per_replica_per_zone_and_overall(tmp_path):
+    plan = make_plan("prod")
+    path = tmp_path / "rules.yaml"
+    path.write_text(render_rule_file(rule_groups(plan, NAMESPACE)))
+    a, b = replica("us-east-1a"), replica("us-east-1b")
+    suite = {"rule_files": [path.name], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m",
+        "input_series": [counter("vllm:request_success_total", {**a, "finished_reason": "stop"}, 2.0),
+                         counter("vllm:request_success_total", {**a, "finished_reason": "length"}, 1.0),
+                         counter("vllm:request_success_total", {**b, "finished_reason": "stop"}, 4.0),
+                         gauge("vllm:kv_cache_usage_perc", a, 0.25), gauge("vllm:kv_cache_usage_perc", b, 0.75)],
+        "promql_expr_test": [
+            {"expr": "pod:vllm_request_success:rate5m", "eval_time": "10m", "exp_samples": [
+                {"labels": _labels_of("pod:vllm_request_success:rate5m", a), "value": 3.0},
+                {"labels": _labels_of("pod:vllm_request_success:rate5m", b), "value": 4.0}]},
+            {"expr": "zone:vllm_request_success:rate5m", "eval_time": "10m", "exp_samples": [
+                {"labels": 'zone:vllm_request_success:rate5m{zone="us-east-1a"}', "value": 3.0},
+                {"labels": 'zone:vllm_request_success:rate5m{zone="us-east-1b"}', "value": 4.0}]},
+            {"expr": "service:vllm_request_success:rate5m", "eval_time": "10m", "exp_samples": [
+                {"labels": "service:vllm_request_success:rate5m", "value": 7.0}]},
+            {"expr": "service:vllm_kv_cache_usage:avg", "eval_time": "10m", "exp_samples": [
+                {"labels": "service:vllm_kv_cache_usage:avg", "value": 0.5}]},
+        ]}]}
+    test_path = tmp_path / "recording_test.yaml"
+    test_path.write_text(yaml.safe_dump(suite, sort_keys=False))
+    result = promtool("test", "rules", str(test_path))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _labels_of(name: str, r: dict) -> str:
+    return f'{name}{{pod="{r["pod"]}", zone="{r["zone"]}"}}'

@@ -1,0 +1,287 @@
+"""The vLLM replicas: placement per zone, arguments, drain, disruption budget, isolation, burst."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from components.serving import (
+    API_PORT, METRICS_PORT, disruption_min_available, drain_timing, longest_request_s, startup_budget_s,
+    target_qps, zone_node_slots,
+)
+from llmserve.engine import is_secret
+from llmserve.validate import validate
+from settings.load import settings_from_config
+from sizing.planner import plan as make_plan
+from sizing.report import plan_to_dict
+from tests.conftest import stack_config
+
+DEPLOYMENT = "kubernetes:apps/v1:Deployment"
+FLAG_FOR_ARG = {
+    "tensor_parallel_size": "--tensor-parallel-size", "kv_cache_dtype": "--kv-cache-dtype",
+    "max_model_len": "--max-model-len", "max_num_seqs": "--max-num-seqs",
+    "max_num_batched_tokens": "--max-num-batched-tokens", "gpu_memory_utilization": "--gpu-memory-utilization",
+}
+# A second workload whose plan differs from prod's in every argument a workload decides.
+OTHER_WORKLOAD = {
+    "workload": {"qps": 15, "inputTokens": 2000, "outputTokens": 500, "ttftSeconds": 1.5, "tpotSeconds": 0.05},
+    "model": {"id": "llama-3-70b", "weights": "fp8", "kvCacheDtype": "fp8", "tensorParallel": 8},
+    "gpuPools": [{"zone": "us-east-1a", "instanceType": "p5.48xlarge", "nodes": 2},
+                 {"zone": "us-east-1b", "instanceType": "p5.48xlarge", "nodes": 2}],
+}
+TWO_NODES_PER_ZONE = {"gpuPools": [{"zone": "us-east-1a", "instanceType": "p5.48xlarge", "nodes": 2},
+                                   {"zone": "us-east-1b", "instanceType": "p5.48xlarge", "nodes": 2}],
+                      "replicas": 6}
+
+
+_BUILT: dict = {}
+
+
+@pytest.fixture
+def program(build_program):
+    """build_program, once per (stack, overrides) for the session: the checks here only read the
+    recording, and each build of the whole program costs most of a second."""
+    def get(stack: str = "prod", overrides: dict | None = None):
+        key = (stack, json.dumps(overrides, sort_keys=True))
+        if key not in _BUILT:
+            _BUILT[key] = build_program(stack, overrides)
+        return _BUILT[key]
+    return get
+
+
+def plan_for(stack: str, overrides: dict | None = None):
+    raw = stack_config(stack)
+    for key, value in (overrides or {}).items():
+        raw[f"llm-serving:{key}"] = value
+    settings = settings_from_config(stack, raw)
+    return settings, make_plan(settings.plan_request())
+
+
+def serving_deployments(recording) -> dict[str, dict]:
+    out = {}
+    for r in recording.of_type(DEPLOYMENT):
+        labels = r.inputs["metadata"].get("labels", {})
+        if labels.get("llm-serving.io/role") == "serving":
+            out[labels["llm-serving.io/zone"]] = r.inputs
+    return out
+
+
+def flags(deployment: dict) -> dict[str, str]:
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    return {a: (args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("--") else "")
+            for i, a in enumerate(args) if a.startswith("--")}
+
+
+def vllm_container(deployment: dict) -> dict:
+    return next(c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "vllm")
+
+
+# -- placement -----------------------------------------------------------------------------
+@pytest.mark.parametrize("stack,overrides", [("prod", None), ("staging", None), ("dev", None),
+                                             ("prod", TWO_NODES_PER_ZONE)])
+def test_one_deployment_per_zone_with_the_planned_replicas(program, stack, overrides):
+    _, plan = plan_for(stack, overrides)
+    deployments = serving_deployments(program(stack, overrides))
+    assert {z: int(d["spec"]["replicas"]) for z, d in deployments.items()} == \
+        {z: n for z, n in plan.replicas_by_zone.items() if n}
+
+
+@pytest.mark.parametrize("stack,overrides", [("prod", None), ("dev", None), ("prod", TWO_NODES_PER_ZONE)])
+def test_pods_land_on_their_zones_gpu_nodes_and_spread_as_planned(program, stack, overrides):
+    _, plan = plan_for(stack, overrides)
+    for zone, d in serving_deployments(program(stack, overrides)).items():
+        pod = d["spec"]["template"]["spec"]
+        assert pod["nodeSelector"] == {"llm-serving.io/role": "gpu", "topology.kubernetes.io/zone": zone}
+        assert {"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"} in pod["tolerations"]
+        (spread,) = pod["topologySpreadConstraints"]
+        assert (spread["topologyKey"], spread["whenUnsatisfiable"], int(spread["maxSkew"])) == \
+            ("kubernetes.io/hostname", "DoNotSchedule", 1)
+        assert spread["labelSelector"]["matchLabels"] == d["spec"]["selector"]["matchLabels"]
+        # maxSkew 1 over the zone's nodes puts at most ceil(count / nodes) on a node: the plan's most.
+        nodes = [n for n in plan.nodes if n.zone == zone]
+        most, _ = zone_node_slots(plan, zone)
+        assert math.ceil(int(d["spec"]["replicas"]) / len(nodes)) == most
+
+
+def test_a_rollout_never_puts_a_pod_beyond_the_plan(program):
+    for d in serving_deployments(program("prod")).values():
+        assert d["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 0.0, "maxUnavailable": 1.0}
+
+
+def test_zones_roll_one_after_another(program):
+    recording = program("prod")
+    by_urn = {r.urn: r for r in recording.of_type(DEPLOYMENT)}
+    deployments = [r for r in recording.of_type(DEPLOYMENT) if r.name.startswith("serving-")]
+    assert any(dep in by_urn for dep in deployments[1].dependencies)
+
+
+# -- the container -------------------------------------------------------------------------
+@pytest.mark.parametrize("stack,overrides", [("prod", None), ("dev", None), ("prod", OTHER_WORKLOAD)])
+def test_every_vllm_argument_is_the_plans(program, stack, overrides):
+    _, plan = plan_for(stack, overrides)
+    for d in serving_deployments(program(stack, overrides)).values():
+        f = flags(d)
+        for arg, flag in FLAG_FOR_ARG.items():
+            assert f[flag] == str(plan.model_args[arg]), flag
+        assert f["--model"] == plan.model_args["checkpoint"]
+        assert "--enable-chunked-prefill" in f
+        assert f["--shutdown-timeout"] == str(drain_timing(longest_request_s(plan)).shutdown_timeout_s)
+        assert vllm_container(d)["resources"]["limits"]["nvidia.com/gpu"] == str(plan.tp)
+
+
+@pytest.mark.parametrize("flag", sorted(set(FLAG_FOR_ARG.values()) - {"--gpu-memory-utilization"})
+                         + ["--shutdown-timeout"])
+def test_every_argument_changes_when_the_plan_changes(program, flag):
+    # gpu-memory-utilization comes from the efficiency profile, and both profiles say 0.9.
+    first = {f[flag] for f in map(flags, serving_deployments(program("prod")).values())}
+    second = {f[flag] for f in map(flags, serving_deployments(program("prod", OTHER_WORKLOAD)).values())}
+    assert first.isdisjoint(second), flag
+
+
+def test_shared_memory_and_model_cache(program):
+    for d in serving_deployments(program("prod")).values():
+        volumes = {v["name"]: v for v in d["spec"]["template"]["spec"]["volumes"]}
+        assert volumes["shm"]["emptyDir"]["medium"] == "Memory"
+        assert volumes["model-cache"]["hostPath"]["path"] == "/mnt/models"
+        mounts = {m["name"]: m["mountPath"] for m in vllm_container(d)["volumeMounts"]}
+        assert mounts["shm"] == "/dev/shm"
+        assert {e["name"]: e.get("value") for e in vllm_container(d)["env"]}["HF_HOME"].startswith(mounts["model-cache"])
+
+
+def test_probes_use_health_and_the_startup_budget_fits_a_cold_70b_load(program):
+    _, plan = plan_for("prod")
+    for d in serving_deployments(program("prod")).values():
+        c = vllm_container(d)
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            assert c[probe]["httpGet"]["path"] == "/health"
+        budget = c["startupProbe"]["periodSeconds"] * c["startupProbe"]["failureThreshold"]
+        assert budget >= startup_budget_s(plan_to_dict(plan)["weights_gb"])
+        assert budget >= 600        # a cold 70B start: download, load, graph capture
+
+
+# -- drain ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("longest_s", [1.0, 13.0, 53.0, 126.5, 600.0])
+def test_drain_fits_inside_the_grace_period(longest_s):
+    t = drain_timing(longest_s)
+    assert t.holds
+    assert t.pre_stop_s + t.shutdown_timeout_s < t.grace_period_s
+    assert t.shutdown_timeout_s >= longest_s
+
+
+@pytest.mark.parametrize("stack", ["prod", "staging", "dev"])
+def test_the_deployment_carries_the_drain_it_was_sized_for(program, stack):
+    _, plan = plan_for(stack)
+    t = drain_timing(longest_request_s(plan))
+    for d in serving_deployments(program(stack)).values():
+        pod = d["spec"]["template"]["spec"]
+        assert int(pod["terminationGracePeriodSeconds"]) == t.grace_period_s
+        assert int(vllm_container(d)["lifecycle"]["preStop"]["sleep"]["seconds"]) == t.pre_stop_s
+        assert int(flags(d)["--shutdown-timeout"]) + t.pre_stop_s < t.grace_period_s
+
+
+# -- disruption budget ---------------------------------------------------------------------
+@pytest.mark.parametrize("replicas,after_loss,per_node,expected", [
+    (2, 1, 1, 1),      # the reference design: one per zone
+    (3, 2, 1, 2),
+    (4, 2, 1, 2),
+    (4, 2, 2, 2),      # two per node, one node per zone
+    (6, 4, 1, 4),      # three zones of two
+    (6, 3, 2, 3),
+    (1, 1, 1, 0),      # one node, no redundancy: the drain must still proceed
+    (2, 2, 2, 0),
+])
+def test_pdb_min_available(replicas, after_loss, per_node, expected):
+    assert disruption_min_available(replicas, after_loss, per_node) == expected
+
+
+@pytest.mark.parametrize("replicas,after_loss,per_node", [(2, 1, 1), (3, 2, 1), (4, 2, 2), (6, 4, 1), (8, 4, 2)])
+def test_pdb_lets_a_node_drain_and_keeps_the_surviving_target(replicas, after_loss, per_node):
+    min_available = disruption_min_available(replicas, after_loss, per_node)
+    assert replicas - min_available >= per_node          # a whole node's pods can be evicted
+    assert min_available >= after_loss                   # never below what survives a zone loss
+
+
+@pytest.mark.parametrize("stack,overrides", [("prod", None), ("dev", None), ("prod", TWO_NODES_PER_ZONE)])
+def test_the_recorded_pdb_is_the_plans(program, stack, overrides):
+    _, plan = plan_for(stack, overrides)
+    pdb = program(stack, overrides).named("serving-pdb").inputs["spec"]
+    assert int(pdb["minAvailable"]) == disruption_min_available(
+        plan.replicas, plan.replicas_after_loss, max(n.replicas for n in plan.nodes))
+    assert pdb["selector"]["matchLabels"] == {"app.kubernetes.io/name": "vllm", "llm-serving.io/role": "serving"}
+
+
+# -- contract, isolation, secrets ----------------------------------------------------------
+@pytest.mark.parametrize("stack", ["prod", "dev"])
+def test_workloads_carry_the_plan_for_the_policies(program, stack):
+    settings, plan = plan_for(stack)
+    for zone, d in serving_deployments(program(stack)).items():
+        a = d["metadata"]["annotations"]
+        assert a["llm-serving.io/zone"] == zone
+        assert float(a["llm-serving.io/target-qps"]) == pytest.approx(target_qps(plan), abs=1e-4)
+        assert float(a["llm-serving.io/replica-capacity-qps"]) == pytest.approx(plan.capacity_per_replica.qps, abs=1e-4)
+        assert a["llm-serving.io/tensor-parallel"] == str(plan.tp)
+        assert a["llm-serving.io/gpus-per-node"] == str(plan.instance.gpus)
+        assert a["llm-serving.io/environment"] == settings.environment
+        assert d["metadata"]["labels"] == {"app.kubernetes.io/name": "vllm", "llm-serving.io/role": "serving",
+                                           "llm-serving.io/zone": zone}
+
+
+def test_target_qps_is_the_workloads_for_open_loop():
+    _, plan = plan_for("prod")
+    assert target_qps(plan) == pytest.approx(plan.request.workload.qps)
+
+
+def _ingress_ports(policy: dict) -> dict[int, list]:
+    out: dict[int, list] = {}
+    for rule in policy.get("ingress", []):
+        for port in rule.get("ports", []):
+            out.setdefault(int(port["port"]), []).extend(rule.get("from", []))
+    return out
+
+
+def test_only_the_gateway_reaches_the_api_and_only_monitoring_the_metrics(program):
+    recording = program("prod")
+    policies = [r.inputs["spec"] for r in recording.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")
+                if r.inputs["metadata"]["namespace"] == "llm-serving"]
+    assert {"podSelector": {}, "policyTypes": ["Ingress"]} in policies
+    serving = [p for p in policies if p["podSelector"].get("matchLabels", {}).get("app.kubernetes.io/name") == "vllm"]
+    sources: dict[int, list] = {}
+    for p in serving:
+        for port, peers in _ingress_ports(p).items():
+            sources.setdefault(port, []).extend(peers)
+    namespaces = {port: {peer["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
+                         for peer in peers if "namespaceSelector" in peer} for port, peers in sources.items()}
+    assert namespaces == {API_PORT: {"envoy-gateway-system"}, METRICS_PORT: {"monitoring"}}
+    # The one pod-level peer on the API port is the endpoint picker (it reads /metrics there).
+    pods = [peer["podSelector"]["matchLabels"] for peer in sources[API_PORT] if "podSelector" in peer]
+    assert pods == [{"app.kubernetes.io/name": "endpoint-picker", "llm-serving.io/role": "gateway"}]
+
+
+def test_hub_token_reaches_kubernetes_only_as_a_secret(program):
+    secret = program("prod").named("serving-hub-token").inputs
+    assert is_secret(secret["stringData"])
+    env = vllm_container(next(iter(serving_deployments(program("prod")).values())))["env"]
+    assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hub-token", "key": "HF_TOKEN"}}} in env
+
+
+# -- burst scaling -------------------------------------------------------------------------
+def test_burst_scaling_is_off_by_default(program):
+    assert program("prod").of_type("kubernetes:keda.sh/v1alpha1:ScaledObject") == []
+
+
+def test_burst_scaling_fills_the_nodes_idle_gpus(program):
+    _, plan = plan_for("prod")
+    recording = program("prod", {"serving": {"burstScaling": True}})
+    scaled = {r.inputs["metadata"]["name"]: r.inputs for r in recording.of_type("kubernetes:keda.sh/v1alpha1:ScaledObject")}
+    assert sorted(scaled) == sorted(f"vllm-{z}" for z in plan.replicas_by_zone)
+    for zone, count in plan.replicas_by_zone.items():
+        spec = scaled[f"vllm-{zone}"]["spec"]
+        _, ceiling = zone_node_slots(plan, zone)
+        assert (int(spec["minReplicaCount"]), int(spec["maxReplicaCount"])) == (count, ceiling)
+        assert ceiling * plan.tp <= sum(n.gpus_used + n.gpus_idle for n in plan.nodes if n.zone == zone)
+        (trigger,) = spec["triggers"]
+        assert "vllm:num_requests_waiting" in trigger["metadata"]["query"]
+        assert int(trigger["metadata"]["threshold"]) >= 1
+        validate({"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject", "metadata": {"name": "x"},
+                  "spec": {**spec, "minReplicaCount": count, "maxReplicaCount": ceiling, "cooldownPeriod": 600}}, "1.33")
