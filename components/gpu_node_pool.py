@@ -121,6 +121,8 @@ class GpuNodePool(pulumi.ComponentResource):
                 instance_platform="Linux/UNIX", tags=tags,
                 opts=child)
             reservation_id = self.capacity_block.id
+        # A Capacity Block launches instances only between its start and end: deploy (or scale)
+        # a block-backed pool inside that window; EKS drains the nodes before the block ends.
         uses_block = block is not None and reservation_id is not None
 
         capacity_spec = market = None

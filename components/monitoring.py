@@ -44,7 +44,7 @@ ZONE_KEY = "topology.kubernetes.io/zone"
 # Platform figures (not workload figures), each with the reason for its value.
 SCRAPE_INTERVAL = "15s"          # rate() over 5m then sees 20 samples: steady p95s without much cost
 RETENTION = "15d"                # two weeks of history covers a release cycle and its comparison
-STORAGE_GI = 50                  # ~1.5k series x 15s x 15d, with room for the chart's k8s rules
+STORAGE_GI = 50                  # ~100k series (mostly k8s targets) x 15 s x 15 d at ~1.5 B a sample: ~13 GB
 RETENTION_SIZE = "45GB"          # keep 10% of the volume free: a full TSDB volume stops ingestion
 PROMETHEUS_RESOURCES = {"requests": {"cpu": "500m", "memory": "2Gi"}, "limits": {"memory": "4Gi"}}
 
@@ -131,7 +131,8 @@ def scrape_targets(args: MonitoringArgs) -> list[tuple[str, str, dict]]:
         ("envoy-gateway", "ServiceMonitor", {
             "namespaceSelector": {"matchNames": [args.gateway_namespace]},
             "selector": {"matchLabels": {"control-plane": "envoy-gateway"}},
-            "endpoints": [{"port": "metrics", "path": "/metrics", "relabelings": _job(contract.JOBS["envoy-gateway"])}]}),
+            "endpoints": [{"port": "metrics", "path": "/metrics",
+                           "relabelings": _job(contract.JOBS["envoy-gateway"])}]}),
         ("dcgm", "ServiceMonitor", {
             "namespaceSelector": {"matchNames": [args.namespace]},
             "selector": {"matchLabels": {"app.kubernetes.io/name": "dcgm-exporter",

@@ -6,6 +6,7 @@ is lost."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Optional
 
@@ -98,7 +99,9 @@ def _analytic(p, cfg) -> dict:
     from simulator import replica_model
     per_replica = cfg.workload.qps / len(cfg.replicas)
     point = replica_model(p).at(per_replica)
-    fin = (lambda x: round(x, 3) if x == x and x not in (float("inf"),) else None)
+
+    def fin(x: float):
+        return round(x, 3) if math.isfinite(x) else None     # JSON has no infinity: unstable is null
     return {"load_per_replica_qps": round(per_replica, 4), "ttft_ms": fin(point.ttft_ms),
             "ttft_p95_ms": fin(point.ttft_p95_ms), "tpot_ms": fin(point.tpot_ms),
             "tpot_p95_ms": fin(point.tpot_p95_ms), "capacity_per_replica_qps": round(p.capacity_per_replica.qps, 4)}

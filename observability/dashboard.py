@@ -120,7 +120,8 @@ def _panel(spec: PanelSpec) -> timeseries.Panel:
     steps += [dashboard_models.Threshold(value=v, color=c) for v, c in sorted(spec.lines)]
     panel = (timeseries.Panel().title(spec.title).description(spec.description).unit(spec.unit)
              .datasource(DATASOURCE).span(12).height(8)
-             .thresholds(dashboard_builders.ThresholdsConfig().mode(dashboard_models.ThresholdsMode.ABSOLUTE).steps(steps))
+             .thresholds(dashboard_builders.ThresholdsConfig()
+                         .mode(dashboard_models.ThresholdsMode.ABSOLUTE).steps(steps))
              .thresholds_style(common_builders.GraphThresholdsStyleConfig().mode(
                  common.GraphTresholdsStyleMode.DASHED if spec.lines else common.GraphTresholdsStyleMode.OFF))
              .legend(common_builders.VizLegendOptions().display_mode(common.LegendDisplayMode.LIST)

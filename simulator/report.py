@@ -65,20 +65,15 @@ def windows(result: SimResult) -> dict | None:
     if fail is None:
         return None
     cfg = result.config
-    end = fail.end_s if fail.end_s is not None else math.inf
-    groups = {"before": [], "during": [], "after": []}
-    for r in result.requests:
-        key = "before" if r.arrival < fail.start_s else "during" if r.arrival < end else "after"
-        groups[key].append(r)
+    duration = cfg.workload.duration_s
+    back = fail.end_s if fail.end_s is not None else math.inf
+    bounds = {"before": (0.0, fail.start_s), "during": (fail.start_s, min(back, duration))}
+    if fail.end_s is not None and fail.end_s < duration:     # no "after" when it comes back past the end
+        bounds["after"] = (fail.end_s, duration)
     out = {}
-    for name, reqs in groups.items():
-        if name == "after" and fail.end_s is None:
-            continue
-        lo = 0.0 if name == "before" else fail.start_s if name == "during" else fail.end_s
-        hi = fail.start_s if name == "before" else min(end, cfg.workload.duration_s) if name == "during" \
-            else cfg.workload.duration_s
-        out[name] = {"from_s": round(lo, 3), "to_s": round(hi, 3),
-                     **summarize(reqs, cfg.ttft_slo_s, cfg.tpot_slo_s)}
+    for name, (lo, hi) in bounds.items():
+        reqs = [r for r in result.requests if lo <= r.arrival < (back if name == "during" else hi)]
+        out[name] = {"from_s": round(lo, 3), "to_s": round(hi, 3), **summarize(reqs, cfg.ttft_slo_s, cfg.tpot_slo_s)}
     return out
 
 

@@ -49,7 +49,8 @@ def releases(recording) -> dict[str, dict]:
 
 
 def dashboard(recording) -> dict:
-    cm = next(o for o in objects(recording, "ConfigMap") if (o["metadata"].get("labels") or {}).get("grafana_dashboard"))
+    cm = next(o for o in objects(recording, "ConfigMap")
+              if (o["metadata"].get("labels") or {}).get("grafana_dashboard"))
     (text,) = cm["data"].values()
     return json.loads(text)
 
@@ -148,7 +149,8 @@ def test_prometheus_and_alertmanager_survive_a_zone_loss_when_the_plan_does(prog
 def test_dcgm_exporter_runs_on_gpu_nodes_through_their_taint(programs):
     values = releases(programs["prod"])["dcgm-exporter"]["values"]
     assert values["nodeSelector"] == {"llm-serving.io/role": "gpu"}
-    assert {"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"} in values["tolerations"]
+    gpu_taint = {"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
+    assert gpu_taint in values["tolerations"]
     assert PINNED.match(values["image"]["tag"].split("-")[0])
 
 

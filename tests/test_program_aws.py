@@ -328,6 +328,7 @@ def test_every_kubernetes_resource_uses_the_cluster_provider(built):
     rec = built("prod")
     (provider,) = rec.of_type(K8S_PROVIDER)
     k8s = [r for r in rec.resources if r.type.startswith("kubernetes:")]
+    assert k8s, "the program registers no Kubernetes resources"
     assert all(r.provider.startswith(provider.urn + "::") for r in k8s), \
         [r.name for r in k8s if not r.provider.startswith(provider.urn + "::")]
 

@@ -20,8 +20,8 @@ from tests.conftest import stack_config
 NAMESPACE = "llm-serving"
 POLICY = AlertPolicy()
 ABOVE, BELOW = 1.02, 0.98          # "just above" and "just below" a threshold
-SAMPLES = 40                       # one a minute
-EVAL = "30m"                       # past every alert's `for`
+SAMPLES = 30                       # one a minute
+EVAL = "25m"                       # rate() over 5m is full from 5m; then every `for` (15m at most)
 CLIENT_PREFIX = "https-443"        # an Envoy listener carrying client traffic
 DECOY_PREFIX = "eg-stats-http"     # Envoy Gateway's stats listener: must not count as traffic
 
