@@ -26,7 +26,8 @@ from sizing.planner import Plan
 
 from .cluster import SYSTEM_ROLE_LABEL
 from .endpoint_picker import POOL_API, EndpointPicker, EndpointPickerArgs
-from .serving import API_PORT, longest_request_s
+from .drain import longest_request_s
+from .serving import API_PORT
 
 EG_CHART, EG_VERSION = "oci://docker.io/envoyproxy/gateway-helm", "v1.9.0"        # CRDs in ../shared/crds
 AIGW_CHART, AIGW_CRDS_CHART = "oci://docker.io/envoyproxy/ai-gateway-helm", "oci://docker.io/envoyproxy/ai-gateway-crds-helm"
@@ -61,6 +62,13 @@ class RateLimit:
         return self.requests * keys * proxies / self.unit_s
 
 
+def quota_capacity_qps(plan: Plan) -> float:
+    """What the quotas share out: the capacity left after the worst zone loss, so that N+1 holds
+    under full quota. A layout that keeps nothing after a loss (an overridden replica count) is
+    metered on what it has; the guard policies reject it, the gateway does not hide it."""
+    return plan.capacity_after_zone_loss_qps if plan.capacity_after_zone_loss_qps > 0 else plan.capacity_qps
+
+
 def per_key_rate_limit(capacity_qps: float, share: float, keys: int, proxies: int) -> RateLimit:
     """Each key's local bucket: an equal part of `share` of the capacity, split over the
     proxies, floored to whole requests in the finest unit that keeps >= 95% of it."""
@@ -76,6 +84,12 @@ def per_key_rate_limit(capacity_qps: float, share: float, keys: int, proxies: in
         raise ValueError(f"capacity {capacity_qps:.3g} QPS leaves each of {keys} keys less than one request "
                          f"an hour per proxy; use fewer keys")
     return RateLimit(requests, *RATE_UNITS[-1])
+
+
+def load_test_rate_limit(plan: Plan, proxies: int) -> RateLimit:
+    """The load-test key's bucket per proxy: the whole fleet's capacity (the sweep's top rate),
+    since its connections may not spread evenly over the proxies."""
+    return RateLimit(max(1, math.ceil(plan.capacity_qps * 60)), "Minute", 60)
 
 
 @dataclass(frozen=True)
@@ -128,8 +142,12 @@ class Gateway(pulumi.ComponentResource):
         plan, settings, gw = args.plan, args.settings, args.settings.gateway
         ns = args.namespace
         proxies = proxy_replicas(len(settings.zones))
-        self.rate_limit = per_key_rate_limit(plan.capacity_after_zone_loss_qps, gw.rateLimitShare,
+        self.rate_limit = per_key_rate_limit(quota_capacity_qps(plan), gw.rateLimitShare,
                                              len(gw.apiKeyNames), proxies)
+        # While the load test is on, its key (loadtest.client_key_name) may reach the sweep's top
+        # rate: the test measures the engines, not the quota. Run it in staging or before prod
+        # takes traffic; the other keys keep their shares.
+        self.load_test_key = settings.gateway.apiKeyNames[0] if settings.loadTest.enabled else None
         self.timeouts = route_timeouts(plan)
         self.proxy_replicas = proxies
         child = pulumi.ResourceOptions(parent=self, provider=args.provider)
@@ -257,14 +275,16 @@ class Gateway(pulumi.ComponentResource):
         raise ValueError("llm-serving:gateway: set tlsSecretName or certManagerIssuer; the gateway serves HTTPS only")
 
     def _traffic_spec(self, plan: Plan, key_names: tuple[str, ...], proxies: int) -> dict:
-        limit = self.rate_limit
+        limits = {key: self.rate_limit for key in key_names}
+        if self.load_test_key is not None:
+            limits[self.load_test_key] = load_test_rate_limit(plan, proxies)
         spec = {
             "targetRefs": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "openai"}],
             "rateLimit": {"local": {"rules": [{
                 "clientSelectors": [{"headers": [{"name": CLIENT_ID_HEADER, "type": "Exact", "value": key}]}],
                 "limit": {"requests": limit.requests, "unit": limit.unit},
                 "shared": True,      # one bucket per key across the route's paths
-            } for key in key_names]}},
+            } for key, limit in limits.items()]}},
             # Safe to retry: a refused connection or a 503 means the engine never started the request.
             "retry": {"numRetries": 1, "retryOn": {"triggers": ["connect-failure", "retriable-status-codes"],
                                                    "httpStatusCodes": [RETRY_STATUS]}},

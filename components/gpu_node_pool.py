@@ -22,6 +22,7 @@ from settings.schema import GpuPoolSettings
 from sizing.planner import Plan, Pool
 
 from .cluster import Cluster, encrypted_root_volume, imdsv2_required
+from .drain import CRITICAL_PODS_S, drain_timing, longest_request_s, node_shutdown_grace_s
 from .network import Network
 
 GPU_AMI_TYPE = "AL2023_x86_64_NVIDIA"
@@ -30,20 +31,24 @@ GPU_ROOT_VOLUME_GIB = 200                   # container images (vLLM is ~20 GB u
 GPU_TAINT = aws.eks.NodeGroupTaintArgs(key="nvidia.com/gpu", value="true", effect="NO_SCHEDULE")
 LABEL_POOL, LABEL_ROLE, LABEL_ZONE = "llm-serving.io/pool", "llm-serving.io/role", "llm-serving.io/zone"
 TAG_GPUS_PER_NODE = "llm-serving.io/gpus-per-node"
+PURCHASE_APPROVED_TAG = "llm-serving.io/purchase-approved"   # the opt-in the capacity-block policy reads
 MIME_BOUNDARY = "==LLMSERVING=="
 
 # nodeadm reads the NodeConfig part; EKS merges in the cluster details for a managed node group.
 # A graceful shutdown gives vLLM time to drain in-flight requests when a node is stopped
-# (node repair, a Capacity Block ending).
-NODE_CONFIG = textwrap.dedent("""\
-    apiVersion: node.eks.aws/v1alpha1
-    kind: NodeConfig
-    spec:
-      kubelet:
-        config:
-          shutdownGracePeriod: 90s
-          shutdownGracePeriodCriticalPods: 15s
-    """)
+# (node repair, a Capacity Block ending): the kubelet's grace covers a serving pod's whole
+# grace period (components/drain.py), so a node stop drains like an eviction.
+def node_config(shutdown_grace_s: int) -> str:
+    return textwrap.dedent(f"""\
+        apiVersion: node.eks.aws/v1alpha1
+        kind: NodeConfig
+        spec:
+          kubelet:
+            config:
+              shutdownGracePeriod: {shutdown_grace_s}s
+              shutdownGracePeriodCriticalPods: {CRITICAL_PODS_S}s
+        """)
+
 
 # Runs before kubelet starts (nodeadm-run waits for cloud-final), so /mnt/models exists before
 # any pod is scheduled. Instance store survives a reboot but not a stop: the fstab entry
@@ -73,9 +78,10 @@ MODEL_CACHE_SCRIPT = textwrap.dedent(f"""\
     """)
 
 
-def user_data() -> str:
+def user_data(plan: Plan) -> str:
     """The launch template's user data: AL2023 MIME multipart (NodeConfig + the cache script), base64."""
-    parts = [("application/node.eks.aws", NODE_CONFIG), ('text/x-shellscript; charset="us-ascii"', MODEL_CACHE_SCRIPT)]
+    grace = node_shutdown_grace_s(drain_timing(longest_request_s(plan)))
+    parts = [("application/node.eks.aws", node_config(grace)), ('text/x-shellscript; charset="us-ascii"', MODEL_CACHE_SCRIPT)]
     body = "MIME-Version: 1.0\n" f'Content-Type: multipart/mixed; boundary="{MIME_BOUNDARY}"\n\n'
     for content_type, text in parts:
         body += f"--{MIME_BOUNDARY}\nContent-Type: {content_type}\n\n{text}\n"
@@ -114,11 +120,12 @@ class GpuNodePool(pulumi.ComponentResource):
         if block is not None and block.id:
             reservation_id = block.id
         elif block is not None and block.purchase and block.allowPurchase:
-            # Non-refundable: bought only when the stack says both purchase and allowPurchase.
-            # Deleting this resource cannot cancel the block; it only forgets it.
+            # Non-refundable: bought only when the stack says both purchase and allowPurchase,
+            # and tagged as approved so the capacity-block-opt-in policy can see the opt-in on
+            # the resource itself. Deleting this resource cannot cancel the block; it only forgets it.
             self.capacity_block = aws.ec2.CapacityBlockReservation(
                 f"{name}-capacity-block", capacity_block_offering_id=block.offeringId,
-                instance_platform="Linux/UNIX", tags=tags,
+                instance_platform="Linux/UNIX", tags={**tags, PURCHASE_APPROVED_TAG: "true"},
                 opts=child)
             reservation_id = self.capacity_block.id
         # A Capacity Block launches instances only between its start and end: deploy (or scale)
@@ -152,7 +159,7 @@ class GpuNodePool(pulumi.ComponentResource):
             description=f"GPU nodes of pool {pool.label} ({pool.instance_type}, {pool.zone})",
             metadata_options=imdsv2_required(),
             block_device_mappings=[encrypted_root_volume(GPU_ROOT_VOLUME_GIB)],
-            user_data=user_data(),
+            user_data=user_data(args.plan),
             # A Capacity Block node group must name the instance type in its launch template.
             instance_type=pool.instance_type if uses_block else None,
             capacity_reservation_specification=capacity_spec,

@@ -22,6 +22,7 @@ from settings import StackSettings
 from sizing.planner import Plan
 from sizing.report import plan_to_dict
 
+from .drain import drain_timing, longest_request_s
 from .gpu_node_pool import LABEL_ROLE, MODEL_CACHE_PATH
 
 VLLM_IMAGE = "vllm/vllm-openai:v0.29.0"
@@ -36,8 +37,6 @@ APP_LABELS = {"app.kubernetes.io/name": "vllm", "llm-serving.io/role": "serving"
 CONTAINER_CACHE_PATH = "/models"
 
 # Platform figures (not workload figures), each with the reason for its value.
-ENDPOINT_PROPAGATION_S = 10     # endpoint removal reaching every Envoy and the picker (EDS + watch)
-EXIT_MARGIN_S = 5               # process teardown and GPU release after vLLM's drain ends
 HUB_DOWNLOAD_GB_PER_S = 0.25    # a cold start pulls the checkpoint from the hub (conservative)
 CACHE_LOAD_GB_PER_S = 1.0       # NVMe RAID0 read into host memory, then the GPUs
 ENGINE_WARMUP_S = 300           # CUDA graph capture and compilation before /health answers
@@ -56,30 +55,6 @@ server {{
 
 
 # -- figures derived from the plan (pure) ----------------------------------------------------
-def longest_request_s(plan: Plan) -> float:
-    """The longest request a replica accepts, at the SLOs: the TTFT SLO plus every token the
-    context allows (`max_model_len`) at the TPOT SLO. Drain and gateway timeouts both use it."""
-    w = plan.request.workload
-    return w.ttft_slo_s + plan.model_args["max_model_len"] * w.tpot_slo_s
-
-
-@dataclass(frozen=True)
-class DrainTiming:
-    pre_stop_s: int           # keep serving while endpoint removal propagates
-    shutdown_timeout_s: int   # vLLM --shutdown-timeout: finish in-flight requests after SIGTERM
-    grace_period_s: int       # terminationGracePeriodSeconds
-
-    @property
-    def holds(self) -> bool:
-        return self.pre_stop_s + self.shutdown_timeout_s < self.grace_period_s
-
-
-def drain_timing(longest_s: float) -> DrainTiming:
-    """The one place the drain is sized: preStop, then vLLM's drain, inside the grace period."""
-    shutdown = math.ceil(longest_s)
-    return DrainTiming(ENDPOINT_PROPAGATION_S, shutdown, ENDPOINT_PROPAGATION_S + shutdown + EXIT_MARGIN_S)
-
-
 def disruption_min_available(replicas: int, replicas_after_loss: int, max_per_node: int) -> int:
     """PDB minAvailable: never below what the plan keeps after losing its worst failure domain,
     and always low enough that one node (which holds at most `max_per_node`) can drain.

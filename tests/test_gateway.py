@@ -10,7 +10,7 @@ from components.endpoint_picker import picker_replicas
 from components.gateway import (
     CLIENT_ID_HEADER, Gateway, check_key_names, per_key_rate_limit, proxy_replicas, route_timeouts,
 )
-from components.serving import drain_timing, longest_request_s
+from components.drain import drain_timing, longest_request_s
 from llmserve.engine import is_secret
 from tests.test_serving import plan_for, program  # noqa: F401 (fixture)
 
@@ -125,6 +125,19 @@ def test_recorded_quotas_fit_the_capacity_after_a_zone_loss(program, stack, gate
     assert total_qps <= plan.capacity_after_zone_loss_qps * settings.gateway.rateLimitShare
     assert [r["clientSelectors"][0]["headers"][0]["value"] for r in rules] == list(settings.gateway.apiKeyNames)
     assert all(r["shared"] for r in rules)
+
+
+def test_load_test_key_may_reach_the_sweeps_top_while_the_others_keep_their_shares(program):
+    overrides = {"loadTest": {"enabled": True}}
+    settings, plan = plan_for("prod", overrides)
+    rules = one(program("prod", overrides), TRAFFIC)["spec"]["rateLimit"]["local"]["rules"]
+    seconds = {"Second": 1, "Minute": 60, "Hour": 3600}
+    per_proxy = {r["clientSelectors"][0]["headers"][0]["value"]: r["limit"]["requests"] / seconds[r["limit"]["unit"]]
+                 for r in rules}
+    load_key, *clients = settings.gateway.apiKeyNames
+    assert per_proxy[load_key] >= plan.capacity_qps                  # the sweep's top rate, on any one proxy
+    proxies = 2
+    assert sum(per_proxy[k] for k in clients) * proxies <= plan.capacity_after_zone_loss_qps * settings.gateway.rateLimitShare
 
 
 # -- timeouts, retries, circuit breaking ---------------------------------------------------

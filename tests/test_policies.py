@@ -61,11 +61,21 @@ def test_dev_single_replica_is_advised_not_blocked(build_program):
         "serving runs 1 replica; at least 2 are needed so that losing a node or a zone leaves one serving"]
 
 
-def test_prod_replicas_one_is_refused_before_any_resource(build_program):
-    """replicas: 1 leaves no capacity after a zone loss; the gateway refuses to size rate limits
-    for it, so that layout never reaches the policies (the hand-built table covers it)."""
-    with pytest.raises(ValueError, match="capacity 0 QPS"):
-        build_program("prod", {"replicas": 1})
+def test_prod_replicas_one_is_built_and_rejected_by_the_policies(build_program):
+    """replicas: 1 overrides the plan; the program builds it and the policies reject it."""
+    violations = evaluate(build_program("prod", {"replicas": 1}), "prod")
+    failed = {v["policy"] for v in violations if v["level"] == "mandatory"}
+    assert {"serving-replicas-spread-across-zones", "capacity-after-zone-loss"} <= failed
+
+
+def test_approved_capacity_block_purchase_passes_the_opt_in_policy(build_program):
+    pools = [{"zone": "us-east-1a", "instanceType": "p5.48xlarge", "nodes": 1},
+             {"zone": "us-east-1b", "instanceType": "p5.48xlarge", "nodes": 1,
+              "capacityBlock": {"purchase": True, "allowPurchase": True, "offeringId": "cb-0123456789abcdef0",
+                                "durationHours": 24}}]
+    rec = build_program("prod", {"gpuPools": pools})
+    assert rec.of_type("aws:ec2/capacityBlockReservation:CapacityBlockReservation")
+    assert [v for v in evaluate(rec, "prod") if v["policy"] == "capacity-block-opt-in"] == []
 
 
 def test_plain_text_token_still_reaches_kubernetes_as_a_secret(build_program):

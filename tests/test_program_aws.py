@@ -143,6 +143,21 @@ def test_gpu_user_data_builds_the_nvme_model_cache(built):
     assert "MOUNT=/mnt/models" in text
 
 
+@pytest.mark.parametrize("stack", ["prod", "staging", "dev"])
+def test_node_shutdown_grace_covers_the_serving_pods_grace(built, stack):
+    """A node stop must drain like an eviction: kubelet's grace >= the pod's grace + critical pods."""
+    import base64
+    import re
+    rec = built(stack)
+    text = base64.b64decode(launch_template_of(rec, gpu_node_groups(rec)[0]).inputs["userData"]).decode()
+    node_grace = int(re.search(r"shutdownGracePeriod: (\d+)s", text).group(1))
+    critical = int(re.search(r"shutdownGracePeriodCriticalPods: (\d+)s", text).group(1))
+    pod_graces = {d.inputs["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+                  for d in rec.of_type("kubernetes:apps/v1:Deployment")
+                  if d.inputs["metadata"].get("labels", {}).get("llm-serving.io/role") == "serving"}
+    assert pod_graces and node_grace - critical >= max(pod_graces)
+
+
 # -- capacity reservations, capacity blocks, EFA ---------------------------------------------------
 def _pools(**extra_b):
     return [{"zone": "us-east-1a", "instanceType": "p5.48xlarge", "nodes": 1},

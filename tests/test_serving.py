@@ -6,8 +6,9 @@ import math
 
 import pytest
 
+from components.drain import drain_timing, longest_request_s
 from components.serving import (
-    API_PORT, METRICS_PORT, disruption_min_available, drain_timing, longest_request_s, startup_budget_s,
+    API_PORT, METRICS_PORT, disruption_min_available, startup_budget_s,
     target_qps, zone_node_slots,
 )
 from llmserve.engine import is_secret

@@ -1,0 +1,45 @@
+"""Drain timing, sized in one place from the plan: the pods' grace period, vLLM's drain, the
+kubelet's shutdown grace on the GPU nodes and the gateway's request timeouts all read it.
+
+Pure Python (no Pulumi): the serving stack, the GPU node pool and the gateway import it.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from sizing.planner import Plan
+
+ENDPOINT_PROPAGATION_S = 10     # endpoint removal reaching every Envoy and the picker (EDS + watch)
+EXIT_MARGIN_S = 5               # process teardown and GPU release after vLLM's drain ends
+CRITICAL_PODS_S = 15            # kubelet's share of a node shutdown kept for critical (system) pods
+
+
+def longest_request_s(plan: Plan) -> float:
+    """The longest request a replica accepts, at the SLOs: the TTFT SLO plus every token the
+    context allows (`max_model_len`) at the TPOT SLO. Drain and gateway timeouts both use it."""
+    w = plan.request.workload
+    return w.ttft_slo_s + plan.model_args["max_model_len"] * w.tpot_slo_s
+
+
+@dataclass(frozen=True)
+class DrainTiming:
+    pre_stop_s: int           # keep serving while endpoint removal propagates
+    shutdown_timeout_s: int   # vLLM --shutdown-timeout: finish in-flight requests after SIGTERM
+    grace_period_s: int       # terminationGracePeriodSeconds
+
+    @property
+    def holds(self) -> bool:
+        return self.pre_stop_s + self.shutdown_timeout_s < self.grace_period_s
+
+
+def drain_timing(longest_s: float) -> DrainTiming:
+    """The one place the drain is sized: preStop, then vLLM's drain, inside the grace period."""
+    shutdown = math.ceil(longest_s)
+    return DrainTiming(ENDPOINT_PROPAGATION_S, shutdown, ENDPOINT_PROPAGATION_S + shutdown + EXIT_MARGIN_S)
+
+
+def node_shutdown_grace_s(timing: DrainTiming) -> int:
+    """The kubelet's shutdownGracePeriod: a serving pod's whole grace period, plus the critical
+    pods' share, so a node stop (repair, a capacity block ending) drains like an eviction."""
+    return timing.grace_period_s + CRITICAL_PODS_S
