@@ -138,7 +138,8 @@ def assess(report: Report, plan, simulation: dict) -> dict:
     good = [b for b in rated if b.meets(ttft_slo, tpot_slo)]
     reached = any(not b.meets(ttft_slo, tpot_slo) and b.rate > max((g.rate for g in good), default=0) for b in rated)
     measured_cap = max((b.rate for b in good), default=0.0)
-    share_left = plan.replicas_after_loss / plan.replicas
+    # With no redundancy the plan claims only that its node carries the load.
+    share_left = (plan.replicas if plan.redundancy == "none" else plan.replicas_after_loss) / plan.replicas
     checks = []
     if at_plan:
         b = at_plan[0]

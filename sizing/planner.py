@@ -86,12 +86,17 @@ class Plan:
     notes: tuple[str, ...] = field(default_factory=tuple)
     fill_idle: dict | None = None
 
+    @property
+    def replicas_carrying(self) -> int:
+        """Replicas that carry the load in the worst case that still serves (see plan_for_tp)."""
+        return self.replicas_after_loss or self.replicas
+
     # costs -------------------------------------------------------------------------------
     @property
     def output_tokens_per_hour(self) -> float:
         w = self.request.workload
         if w.is_closed_loop:  # the clients' throughput, on the replicas left after a loss
-            rate = (self.closed_loop or {}).get("requests_per_s", 0.0) * self.replicas_after_loss
+            rate = (self.closed_loop or {}).get("requests_per_s", 0.0) * self.replicas_carrying
         else:
             rate = w.qps
         return rate * w.output_tokens * 3600
@@ -299,17 +304,21 @@ def plan_for_tp(req: PlanRequest, model, instance: Instance, profile: Profile, t
         lost, lost_replicas = f"{worst.pool}/node-{worst.node}", worst.replicas
         notes.append("one zone only: the plan survives losing a node, not a zone")
     else:
-        redundancy, lost, lost_replicas = "none", "", 0
+        only = nodes[0]
+        redundancy, lost, lost_replicas = "none", f"{only.pool}/node-{only.node}", replicas
         notes.append("one node only: no redundancy; losing it stops serving")
     left = replicas - lost_replicas
     survives = left >= survivors and redundancy != "none"
-    if req.replicas is not None and not survives:
+    if req.replicas is not None and not survives and redundancy != "none":
         notes.append(f"replicas overridden to {req.replicas}: N+1 does not hold "
-                     f"({left} left after losing {lost or 'the node'}, {survivors} needed)")
-    load = (demand / left) if left > 0 else math.inf
+                     f"({left} left after losing {lost}, {survivors} needed)")
+    # The worst case that still serves: the replicas left after the loss, or all of them when a
+    # loss leaves none (no redundancy, or an override that broke N+1: the policies reject that).
+    carrying = left if left > 0 else replicas
+    load = demand / carrying
     closed = None
     if w.is_closed_loop:
-        clients = math.ceil(demand / left) if left > 0 else 0
+        clients = math.ceil(demand / carrying)
         closed = real.closed_loop(clients)
         qps_load = closed["requests_per_s"]
     else:

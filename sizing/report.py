@@ -77,8 +77,8 @@ def plan_to_dict(plan: Plan) -> dict:
     if plan.closed_loop is not None:
         cl = plan.closed_loop
         out["closed_loop"] = {k: _num(v) if isinstance(v, float) else v for k, v in cl.items()}
-        out["output_tokens_per_s"] = _num(cl["output_tokens_per_s"] * plan.replicas_after_loss, 1)
-        out["requests_per_s"] = _num(cl["requests_per_s"] * plan.replicas_after_loss)
+        out["output_tokens_per_s"] = _num(cl["output_tokens_per_s"] * plan.replicas_carrying, 1)
+        out["requests_per_s"] = _num(cl["requests_per_s"] * plan.replicas_carrying)
         out["max_clients_per_replica"] = plan.max_clients_per_replica
     return out
 

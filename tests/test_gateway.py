@@ -8,7 +8,7 @@ import pytest
 
 from components.endpoint_picker import picker_replicas
 from components.gateway import (
-    CLIENT_ID_HEADER, Gateway, check_key_names, per_key_rate_limit, proxy_replicas, route_timeouts,
+    CLIENT_ID_HEADER, Gateway, check_key_names, per_key_rate_limit, proxy_replicas, quota_capacity_qps, route_timeouts,
 )
 from components.drain import drain_timing, longest_request_s
 from llmserve.engine import is_secret
@@ -122,7 +122,10 @@ def test_recorded_quotas_fit_the_capacity_after_a_zone_loss(program, stack, gate
     proxies = int(one(recording, CR.format("gateway.envoyproxy.io/v1alpha1:EnvoyProxy"))
                   ["spec"]["provider"]["kubernetes"]["envoyDeployment"]["replicas"])
     total_qps = sum(r["limit"]["requests"] / seconds[r["limit"]["unit"]] for r in rules) * proxies
-    assert total_qps <= plan.capacity_after_zone_loss_qps * settings.gateway.rateLimitShare
+    assert total_qps <= quota_capacity_qps(plan) * settings.gateway.rateLimitShare
+    assert total_qps <= plan.capacity_qps
+    if plan.redundancy == "zone":
+        assert quota_capacity_qps(plan) == plan.capacity_after_zone_loss_qps
     assert [r["clientSelectors"][0]["headers"][0]["value"] for r in rules] == list(settings.gateway.apiKeyNames)
     assert all(r["shared"] for r in rules)
 

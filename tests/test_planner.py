@@ -49,6 +49,8 @@ def test_single_node_has_no_redundancy_and_says_so():
     p = plan(PlanRequest(Workload(qps=2), model="llama-3-8b", pools=pools(1, itype="g6e.48xlarge")))
     assert p.redundancy == "none" and not p.survives_failure
     assert "one node only: no redundancy; losing it stops serving" in p.notes
+    assert p.capacity_after_zone_loss_qps == 0 and p.replicas_after_loss == 0
+    assert p.load_per_replica_qps == pytest.approx(2 / p.replicas) and p.real.stable   # figures at the full load
 
 
 def test_replica_override_that_breaks_n_plus_one_is_reported():
