@@ -10,8 +10,7 @@ from __future__ import annotations
 import sys
 
 import typer
-# typer 0.29 vendors click; its usage errors are only importable from there (pinned version).
-from typer._click.exceptions import NoArgsIsHelpError, UsageError
+from click.exceptions import Abort, Exit, NoArgsIsHelpError, UsageError
 
 from . import size_cmd
 
@@ -55,9 +54,9 @@ def main(argv: list[str] | None = None) -> int:
             hint = f" (see `llmserve {exc.ctx.info_name} --help`)" if exc.ctx.info_name != "llmserve" else ""
         print(f"error: {exc.format_message()}{hint}", file=sys.stderr)
         return 2
-    except typer.Exit as exc:
+    except (typer.Exit, Exit) as exc:
         return exc.exit_code
-    except typer.Abort:
+    except (typer.Abort, Abort):
         print("aborted", file=sys.stderr)
         return 1
     return rv if isinstance(rv, int) else 0
