@@ -127,9 +127,13 @@ def _print(data: dict, cfg, stack, plot) -> None:
     for key, label in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("queue_ms", "queue"), ("e2e_ms", "end to end")):
         table.add_row(label, *(_ms(data[key][q]) for q in ("mean", "p50", "p95", "p99")))
     console.print(table)
-    reps = Table("replica", "zone", "requests", "busy", "mean batch", "prefill share", "preemptions")
+    # load: requests served per second of up time over the sized capacity of one replica, the
+    # sizing table's utilisation; busy saturates early (continuous batching steps whenever any runs).
+    capacity = data["analytic"]["capacity_per_replica_qps"]
+    reps = Table("replica", "zone", "requests", "load / capacity", "busy", "mean batch", "prefill share", "preemptions")
     for r in data["replicas"]:
-        reps.add_row(r["name"], r["zone"], f"{r['requests']:,}", f"{100 * r['utilization']:.0f}%",
+        reps.add_row(r["name"], r["zone"], f"{r['requests']:,}", f"{100 * r['served_qps'] / capacity:.0f}%",
+                     f"{100 * r['utilization']:.0f}%",
                      f"{r['mean_running']:.1f}",
                      f"{100 * r['prefill_share']:.0f}%", str(r["preemptions"]))
     console.print(reps)

@@ -86,6 +86,7 @@ def replica_usage(result: SimResult) -> list[dict]:
             # sequence runs, so this saturates early; the mean batch says how full the steps are)
             "utilization": round(min(1.0, rep.busy_s / rep.up_s), 4) if rep.up_s else 0.0,
             "requests": rep.served,
+            "served_qps": round(rep.served / rep.up_s, 4) if rep.up_s else 0.0,
             "prefill_share": round(rep.prefill_s / rep.busy_s, 4) if rep.busy_s else 0.0,
             "mean_running": round(rep.batch_s / rep.busy_s, 2) if rep.busy_s else 0.0,
             "up_s": round(rep.up_s, 3),
