@@ -220,6 +220,17 @@ def _authenticates(policy) -> bool:
     return any(get(spec, m) is not None for m in AUTH_METHODS)
 
 
+def _uncovered_routes(args, policy_type: str, covers):
+    """(route name, route, overriding route-level policies) for each HTTPRoute that no policy of
+    `policy_type` satisfying `covers` protects, on the route or its Gateway."""
+    policies = [r for r in args.resources if r.resource_type == policy_type]
+    gateways = _gateways(args.resources)
+    for route in (r for r in args.resources if r.resource_type == HTTP_ROUTE):
+        ok, overriding = _route_coverage(route, policies, gateways, covers)
+        if not ok:
+            yield k8s_name(route.props, route.name), route, overriding
+
+
 @stack_rule(
     RULES, "routes-behind-auth",
     description="Every HTTPRoute is behind an Envoy Gateway SecurityPolicy that authenticates (API key, JWT, "
@@ -229,13 +240,7 @@ def _authenticates(policy) -> bool:
                 "Gateway; a route-level SecurityPolicy replaces the Gateway's, so give it authentication too.",
     tags=("security", "gateway"))
 def routes_behind_auth(args, report_violation):
-    policies = [r for r in args.resources if r.resource_type == SECURITY_POLICY]
-    gateways = _gateways(args.resources)
-    for route in (r for r in args.resources if r.resource_type == HTTP_ROUTE):
-        ok, overriding = _route_coverage(route, policies, gateways, _authenticates)
-        if ok:
-            continue
-        name = k8s_name(route.props, route.name)
+    for name, route, overriding in _uncovered_routes(args, SECURITY_POLICY, _authenticates):
         if overriding:
             report_violation(f"HTTPRoute {name} has SecurityPolicy {', '.join(overriding)} without authentication, "
                              "which replaces any on its Gateway", route.urn)
@@ -257,13 +262,7 @@ def _rate_limits(policy) -> bool:
                 "component sizes the limits from the plan's capacity after a zone loss.",
     tags=("security", "gateway", "capacity"))
 def rate_limit_exists(args, report_violation):
-    policies = [r for r in args.resources if r.resource_type == BACKEND_TRAFFIC_POLICY]
-    gateways = _gateways(args.resources)
-    for route in (r for r in args.resources if r.resource_type == HTTP_ROUTE):
-        ok, overriding = _route_coverage(route, policies, gateways, _rate_limits)
-        if ok:
-            continue
-        name = k8s_name(route.props, route.name)
+    for name, route, overriding in _uncovered_routes(args, BACKEND_TRAFFIC_POLICY, _rate_limits):
         if overriding:
             report_violation(f"HTTPRoute {name} has BackendTrafficPolicy {', '.join(overriding)} without a "
                              "rateLimit, which replaces any on its Gateway", route.urn)
