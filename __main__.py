@@ -74,7 +74,8 @@ monitoring = Monitoring("monitoring", MonitoringArgs(
 # -- outputs --------------------------------------------------------------------------------------
 pulumi.export("clusterName", cluster.cluster_name)
 pulumi.export("kubeconfig", cluster.kubeconfig)
-pulumi.export("gatewayHostname", settings.gateway.hostname)
+pulumi.export("gatewayHostname", settings.gateway.hostname)     # the name clients use (point its DNS at the address)
+pulumi.export("gatewayAddress", gateway.address)                 # the load balancer, once it exists
 pulumi.export("plan", {
     "replicas": plan.replicas,
     "replicasByZone": plan.replicas_by_zone,

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -45,6 +46,22 @@ MAX_LOCAL_RULES = 16                    # the CRD's limit on local rate-limit ru
 RATE_UNITS = (("Second", 1), ("Minute", 60), ("Hour", 3600))
 ROUNDING_KEPT = 0.95                    # a unit is fine enough when flooring keeps 95% of the share
 RETRY_STATUS = 503
+
+
+class StatusCustomResource(k8s.apiextensions.CustomResource):
+    """A CustomResource whose live `status` is an output too (the SDK's declares only its inputs),
+    so the Gateway's address can be exported once the controller has written it."""
+    status: pulumi.Output[Any]
+
+    def _internal_init(self, resource_name, api_version, kind, opts=None, metadata=None, spec=None, __props__=None):
+        props = k8s.apiextensions.CustomResourceArgs.__new__(k8s.apiextensions.CustomResourceArgs)
+        props.__dict__.update(api_version=api_version, kind=kind, metadata=metadata, spec=spec, status=None)
+        pulumi.CustomResource.__init__(self, f"kubernetes:{api_version}:{kind}", resource_name, props, opts)
+
+
+def gateway_address(status: dict | None) -> str | None:
+    addresses = (status or {}).get("addresses") or []
+    return addresses[0].get("value") if addresses else None
 
 
 # -- figures derived from the plan (pure) ----------------------------------------------------
@@ -158,8 +175,9 @@ class Gateway(pulumi.ComponentResource):
             crds.append(k8s.yaml.v2.ConfigFile(f"{name}-inference-crds", file=INFERENCE_CRDS_URL, opts=child))
         cr_opts = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=crds + list(args.depends_on))
 
-        def cr(suffix: str, api: str, kind: str, metadata: dict, spec: dict, deps=()):
-            return k8s.apiextensions.CustomResource(
+        def cr(suffix: str, api: str, kind: str, metadata: dict, spec: dict, deps=(), with_status=False):
+            cls = StatusCustomResource if with_status else k8s.apiextensions.CustomResource
+            return cls(
                 f"{name}-{suffix}", api_version=api, kind=kind, metadata=metadata, spec=spec,
                 opts=pulumi.ResourceOptions.merge(cr_opts, pulumi.ResourceOptions(depends_on=list(deps))))
 
@@ -186,7 +204,7 @@ class Gateway(pulumi.ComponentResource):
 
         tls_secret, annotations = self._certificate(name, settings)
         self.gateway = cr("gateway", GATEWAY_API, "Gateway",
-                          {"name": name, "namespace": ns, "annotations": annotations}, {
+                          {"name": name, "namespace": ns, "annotations": annotations}, with_status=True, spec={
             "gatewayClassName": name,
             "listeners": [{"name": "https", "protocol": "HTTPS", "port": 443, "hostname": gw.hostname,
                            "tls": {"mode": "Terminate", "certificateRefs": [{"kind": "Secret", "name": tls_secret}]},
@@ -224,7 +242,10 @@ class Gateway(pulumi.ComponentResource):
             deps=[self.gateway, self.api_key_secret])
         self.traffic_policy = cr("traffic", EG_API, "BackendTrafficPolicy", {"name": "openai", "namespace": ns},
                                  self._traffic_spec(plan, gw.apiKeyNames, proxies), deps=[self.route])
-        self.register_outputs({"gateway": name, "hostname": gw.hostname, "proxyReplicas": proxies,
+        # The load balancer's address, once Envoy Gateway has provisioned it (unknown in a preview).
+        self.address = self.gateway.status.apply(gateway_address)
+        self.register_outputs({"gateway": name, "hostname": gw.hostname, "address": self.address,
+                               "proxyReplicas": proxies,
                                "rateLimitPerKey": f"{self.rate_limit.requests}/{self.rate_limit.unit}"})
 
     # -- pieces --------------------------------------------------------------------------------

@@ -127,6 +127,8 @@ def computed_outputs(type_: str, name: str, inputs: dict, region: str) -> tuple[
         meta = dict(inputs.get("metadata") or {})
         meta.setdefault("name", name)
         out["metadata"] = meta
+        if type_ == "kubernetes:gateway.networking.k8s.io/v1:Gateway":   # Envoy Gateway writes the NLB's name
+            out.setdefault("status", {"addresses": [{"type": "Hostname", "value": f"{name}.elb.{region}.amazonaws.com"}]})
         if type_ == "kubernetes:core/v1:Service":
             out.setdefault("status", {"loadBalancer": {"ingress": [{"hostname": f"{name}.elb.{region}.amazonaws.com"}]}})
     elif type_ == "pulumi:providers:kubernetes":

@@ -367,3 +367,10 @@ def test_invalid_config_fails_the_program_with_the_settings_message(build_progra
     assert str(err.value) == ("invalid stack config:\n"
                               "llm-serving:gpuPools[0].zone: 'us-west-2a' is not a zone of the stack's region "
                               "us-east-1; use a zone such as us-east-1a")
+
+
+def test_gateway_address_output_is_the_gateways_status_address(built):
+    rec = built("prod")
+    (gateway,) = rec.of_type("kubernetes:gateway.networking.k8s.io/v1:Gateway")
+    assert rec.outputs["gatewayAddress"] == gateway.outputs["status"]["addresses"][0]["value"]
+    assert rec.outputs["gatewayHostname"] == gateway.inputs["spec"]["listeners"][0]["hostname"]
