@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from .catalog import Instance, load_catalog
 from .model import Capacity, Point, ReplicaModel, Shape, SizingError, Workload, check_shape
@@ -113,8 +114,9 @@ class Plan:
         tokens = self.output_tokens_per_hour
         return None if per_hour is None or tokens <= 0 else per_hour / (tokens / 1e6)
 
-    @property
+    @cached_property
     def model_args(self) -> dict:
+        """vLLM arguments from the plan (computed once; frozen dataclasses allow a cached property)."""
         return engine_args(self)
 
 
