@@ -98,8 +98,10 @@ class NetworkSettings(_Strict):
     @classmethod
     def _cidr(cls, v: str) -> str:
         net = ipaddress.ip_network(v, strict=True)
-        if net.prefixlen > 20:
-            raise ValueError("the VPC needs at least a /20 (private subnets are /20 each... use /16 to /20)")
+        if not 16 <= net.prefixlen <= 20:
+            # AWS allows /16 at most; below /20 each zone's private subnet (an eighth of the VPC)
+            # has too few addresses for the VPC CNI, which gives every pod a VPC address.
+            raise ValueError(f"a /{net.prefixlen} VPC does not work here; use a /16 to /20, e.g. 10.40.0.0/16")
         return v
 
 

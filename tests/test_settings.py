@@ -52,6 +52,14 @@ def test_staging_spans_two_zones_and_dev_one():
 
 INVALID = [
     pytest.param(
+        prod_with(network={"vpcCidr": "10.40.0.0/24"}),
+        ["llm-serving:network.vpcCidr: a /24 VPC does not work here; use a /16 to /20, e.g. 10.40.0.0/16"],
+        id="vpc-too-small"),
+    pytest.param(
+        prod_with(network={"vpcCidr": "10.40.0.1/16"}),
+        ["llm-serving:network.vpcCidr: 10.40.0.1/16 has host bits set"],
+        id="vpc-cidr-host-bits"),
+    pytest.param(
         prod_with(gpuPools=[{"zone": "us-west-2a", "instanceType": P5}, {"zone": "us-east-1b", "instanceType": P5}]),
         ["llm-serving:gpuPools[0].zone: 'us-west-2a' is not a zone of the stack's region us-east-1; "
          "use a zone such as us-east-1a"],
