@@ -279,7 +279,8 @@ def plan_for_tp(req: PlanRequest, model, instance: Instance, profile: Profile, t
         if counts is None:
             worst = max(slots.values())
             raise PlanError(
-                f"after losing {max(slots, key=slots.get)}, {total_slots - worst} TP={tp} replica slots remain, "
+                f"after losing {max(slots, key=slots.get)}, {total_slots - worst} TP={tp} replica "
+                f"{'slot remains' if total_slots - worst == 1 else 'slots remain'}, "
                 f"carrying {(total_slots - worst) * per_replica:.1f} {unit}; {demand:g} {unit} needs {survivors} "
                 f"replicas of {per_replica:.1f} {unit} each (add nodes or zones, or lower the load)")
     else:

@@ -128,3 +128,8 @@ def test_ttft_that_no_configuration_meets_names_the_prefill(capsys):
     code, _, err = run(capsys, "size", "--ttft-slo", "0.02")
     assert code == 2
     assert err.strip().endswith("prefill of a 1,000-token prompt takes 0.03 s, above the 0.02 s TTFT SLO")
+
+
+def test_one_slot_left_reads_in_the_singular(capsys):
+    code, _, err = run(capsys, "size", "--qps", "40")
+    assert code == 2 and "after losing us-east-1a, 1 TP=8 replica slot remains, carrying 36.2 QPS" in err
