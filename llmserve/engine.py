@@ -14,6 +14,7 @@ import base64
 import json
 import os
 import runpy
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,6 +91,11 @@ def unwrap(value: Any) -> Any:
 
 
 # -- mocks ------------------------------------------------------------------------------------
+def _stable_id(name: str) -> str:
+    """An id that is the same in every run (Python's hash() is salted per process)."""
+    return f"{zlib.crc32(name.encode()) % 10**8:08d}"
+
+
 def _fake_arn(type_: str, name: str) -> str:
     service = type_.split(":")[1].split("/")[0] if ":" in type_ else "mock"
     return f"arn:aws:{service}:us-east-1:123456789012:{name}"
@@ -103,9 +109,9 @@ def computed_outputs(type_: str, name: str, inputs: dict, region: str) -> tuple[
         out.setdefault("arn", _fake_arn(type_, name))
         out.setdefault("tagsAll", inputs.get("tags", {}))
     if type_ == "aws:ec2/vpc:Vpc":
-        rid = f"vpc-{abs(hash(name)) % 10**8:08d}"
+        rid = f"vpc-{_stable_id(name)}"
     elif type_ == "aws:ec2/subnet:Subnet":
-        rid = f"subnet-{abs(hash(name)) % 10**8:08d}"
+        rid = f"subnet-{_stable_id(name)}"
     elif type_ == "aws:eks/cluster:Cluster":
         out.update({
             "name": inputs.get("name", name),
@@ -119,7 +125,7 @@ def computed_outputs(type_: str, name: str, inputs: dict, region: str) -> tuple[
         out.setdefault("nodeGroupName", inputs.get("nodeGroupName", name))
         out.setdefault("resources", [{"autoscalingGroups": [{"name": f"eks-{name}"}]}])
     elif type_ == "aws:ec2/launchTemplate:LaunchTemplate":
-        rid = f"lt-{abs(hash(name)) % 10**8:08d}"
+        rid = f"lt-{_stable_id(name)}"
         out.setdefault("latestVersion", 1)
     elif type_ == "aws:iam/role:Role":
         out.setdefault("name", inputs.get("name", name))
@@ -135,7 +141,7 @@ def computed_outputs(type_: str, name: str, inputs: dict, region: str) -> tuple[
         rid = f"{name}-provider-id"
     out.setdefault("name", inputs.get("name", name))
     if type_ == "aws:ec2/securityGroup:SecurityGroup":
-        rid = f"sg-{abs(hash(name)) % 10**8:08d}"
+        rid = f"sg-{_stable_id(name)}"
     return rid, out
 
 
