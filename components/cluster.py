@@ -37,6 +37,24 @@ def imdsv2_required() -> aws.ec2.LaunchTemplateMetadataOptionsArgs:
         instance_metadata_tags="disabled")
 
 
+def hardened_launch_template(resource_name: str, *, name_tag: str, root_gib: int, description: str,
+                             tags: dict[str, str], opts: pulumi.ResourceOptions, **extra) -> aws.ec2.LaunchTemplate:
+    """A node launch template with what every node here gets: IMDSv2 only, an encrypted root
+    volume, the Name tag on the instance and its volumes. `extra` adds pool-specific arguments."""
+    return aws.ec2.LaunchTemplate(
+        resource_name,
+        description=description,
+        metadata_options=imdsv2_required(),
+        block_device_mappings=[encrypted_root_volume(root_gib)],
+        tag_specifications=[aws.ec2.LaunchTemplateTagSpecificationArgs(
+            resource_type=kind, tags={**tags, "Name": name_tag}) for kind in ("instance", "volume")],
+        update_default_version=True,
+        tags=tags,
+        opts=opts,
+        **extra,
+    )
+
+
 def encrypted_root_volume(size_gib: int) -> aws.ec2.LaunchTemplateBlockDeviceMappingArgs:
     """The AL2023 root volume (/dev/xvda): gp3, encrypted (account default EBS key), deleted with the node."""
     return aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
@@ -175,17 +193,9 @@ class Cluster(pulumi.ComponentResource):
         # -- system node group (CPU, every zone): gateway, monitoring, CoreDNS ---------------
         zones = list(network.private_subnets)
         desired = s.systemNodes.nodesPerZone * len(zones)
-        system_template = aws.ec2.LaunchTemplate(
-            f"{name}-system-lt",
-            description=f"{cluster_name} system nodes: IMDSv2 only, encrypted root volume",
-            metadata_options=imdsv2_required(),
-            block_device_mappings=[encrypted_root_volume(SYSTEM_ROOT_VOLUME_GIB)],
-            tag_specifications=[aws.ec2.LaunchTemplateTagSpecificationArgs(
-                resource_type=kind, tags={**tags, "Name": f"{cluster_name}-system"}) for kind in ("instance", "volume")],
-            update_default_version=True,
-            tags=tags,
-            opts=child,
-        )
+        system_template = hardened_launch_template(
+            f"{name}-system-lt", name_tag=f"{cluster_name}-system", root_gib=SYSTEM_ROOT_VOLUME_GIB,
+            description=f"{cluster_name} system nodes: IMDSv2 only, encrypted root volume", tags=tags, opts=child)
         self.system_node_group = aws.eks.NodeGroup(
             f"{name}-system",
             cluster_name=cluster.name,

@@ -21,7 +21,7 @@ from settings import StackSettings
 from settings.schema import GpuPoolSettings
 from sizing.planner import Plan, Pool
 
-from .cluster import Cluster, encrypted_root_volume, imdsv2_required
+from .cluster import Cluster, hardened_launch_template
 from .drain import CRITICAL_PODS_S, drain_timing, longest_request_s, node_shutdown_grace_s
 from .network import Network
 
@@ -154,22 +154,15 @@ class GpuNodePool(pulumi.ComponentResource):
                 network_card_index=card, device_index=0 if card == 0 else 1, interface_type="efa",
                 delete_on_termination="true", security_groups=[sg]) for card in range(cards)]
 
-        self.launch_template = aws.ec2.LaunchTemplate(
-            f"{name}-lt",
+        self.launch_template = hardened_launch_template(
+            f"{name}-lt", name_tag=name, root_gib=GPU_ROOT_VOLUME_GIB, tags=tags, opts=child,
             description=f"GPU nodes of pool {pool.label} ({pool.instance_type}, {pool.zone})",
-            metadata_options=imdsv2_required(),
-            block_device_mappings=[encrypted_root_volume(GPU_ROOT_VOLUME_GIB)],
             user_data=user_data(args.plan),
             # A Capacity Block node group must name the instance type in its launch template.
             instance_type=pool.instance_type if uses_block else None,
             capacity_reservation_specification=capacity_spec,
             instance_market_options=market,
             network_interfaces=network_interfaces,
-            tag_specifications=[aws.ec2.LaunchTemplateTagSpecificationArgs(
-                resource_type=kind, tags={**tags, "Name": f"{name}"}) for kind in ("instance", "volume")],
-            update_default_version=True,
-            tags=tags,
-            opts=child,
         )
 
         self.node_group = aws.eks.NodeGroup(
