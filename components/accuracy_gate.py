@@ -30,8 +30,7 @@ from settings import StackSettings
 from sizing.planner import Plan
 
 from . import accuracy_check
-from .cluster import SYSTEM_ROLE_LABEL
-from .loadtest import NO_PRIVILEGES, NON_ROOT, client_key, client_key_name, gateway_url
+from .loadtest import NO_PRIVILEGES, client_key, client_key_name, gateway_url, one_shot_pod_spec
 from .serving import VLLM_IMAGE
 
 PYTHON_IMAGE = "python:3.12.8-slim-bookworm"
@@ -148,16 +147,10 @@ class AccuracyGate(pulumi.ComponentResource):
                 "activeDeadlineSeconds": GATE_TIMEOUT_S,
                 "template": {
                     "metadata": {"labels": LABELS, "annotations": {"llm-serving.io/rollout-digest": self.digest}},
-                    "spec": {
-                        "restartPolicy": "Never",
-                        "nodeSelector": dict(SYSTEM_ROLE_LABEL),
-                        "securityContext": NON_ROOT,
-                        "containers": [container],
-                        "volumes": [
-                            {"name": "gate", "configMap": {"name": self.config.metadata.apply(lambda m: m["name"])}},
-                            {"name": "work", "emptyDir": {}},
-                        ],
-                    },
+                    "spec": one_shot_pod_spec(container, [
+                        {"name": "gate", "configMap": {"name": self.config.metadata.apply(lambda m: m["name"])}},
+                        {"name": "work", "emptyDir": {}},
+                    ]),
                 },
             },
             opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(

@@ -40,6 +40,13 @@ NON_ROOT = {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000, "fsGrou
 NO_PRIVILEGES = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 
+def one_shot_pod_spec(container: dict, volumes: list[dict]) -> dict:
+    """The pod of a run-once Job (load test, accuracy gate): on the system nodes, non-root,
+    never restarted in place (a failure is read, not retried over its own results)."""
+    return {"restartPolicy": "Never", "nodeSelector": dict(SYSTEM_ROLE_LABEL), "securityContext": NON_ROOT,
+            "containers": [container], "volumes": volumes}
+
+
 # -- figures derived from the plan (pure) ----------------------------------------------------
 def loadtest_rates(plan: Plan, steps: int) -> list[float]:
     """The planned QPS first, then `steps` evenly spaced rates up to the sized capacity."""
@@ -153,18 +160,11 @@ class LoadTest(pulumi.ComponentResource):
                 "activeDeadlineSeconds": run_deadline_s(plan, settings),
                 "template": {
                     "metadata": {"labels": LABELS},
-                    "spec": {
-                        "restartPolicy": "Never",
-                        "nodeSelector": dict(SYSTEM_ROLE_LABEL),
-                        "securityContext": NON_ROOT,
-                        "containers": [container],
-                        "volumes": [
-                            {"name": "scenario",
-                             "configMap": {"name": self.config.metadata.apply(lambda m: m["name"])}},
-                            {"name": "results", "persistentVolumeClaim": {
-                                "claimName": self.results.metadata.apply(lambda m: m["name"])}},
-                        ],
-                    },
+                    "spec": one_shot_pod_spec(container, [
+                        {"name": "scenario", "configMap": {"name": self.config.metadata.apply(lambda m: m["name"])}},
+                        {"name": "results", "persistentVolumeClaim": {
+                            "claimName": self.results.metadata.apply(lambda m: m["name"])}},
+                    ]),
                 },
             },
             opts=child)

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import math
 
+from .catalog import load_catalog
+from .model import ReplicaModel, Shape
 from .planner import Plan
+from .profiles import get_profile
 
 
 def _num(x: float | None, nd: int = 4):
@@ -21,9 +24,6 @@ def _num(x: float | None, nd: int = 4):
 def plan_to_dict(plan: Plan) -> dict:
     req, w = plan.request, plan.request.workload
     ideal, real = plan.ideal, plan.real
-    from .model import ReplicaModel, Shape  # local: keeps this module a thin view
-    from .catalog import load_catalog
-    from .profiles import get_profile
     rm = ReplicaModel(Shape(load_catalog().model(req.model), plan.instance, plan.tp, req.weights, req.kv_dtype),
                       w, get_profile(req.profile), real=False)
     mem = rm.memory
