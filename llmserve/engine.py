@@ -265,6 +265,41 @@ def run_program(stack: str, raw_config: dict, program: Path = PROGRAM) -> Record
     return recording
 
 
+class ProgramError(ValueError):
+    """The program refused the stack config while it was built: one line, naming the key."""
+
+
+def build(stack: str, raw_config: dict) -> Recording:
+    """`run_program`, with the ways a build refuses its config turned into one `ProgramError` line:
+    a missing secret (ConfigMissingError), a component's ValueError, a RunError."""
+    import pulumi
+
+    try:
+        return run_program(stack, raw_config)
+    except pulumi.ConfigMissingError as exc:
+        name = exc.key.partition(":")[2]
+        raise ProgramError(f"{exc.key}: missing; set it with `pulumi config set --secret {name} ...`") from None
+    except (pulumi.RunError, ValueError) as exc:
+        raise ProgramError(" ".join(str(exc).split())) from None
+
+
+def plaintext_secrets(recording: Recording) -> list[str]:
+    """URNs of resources whose inputs hold a (placeholder) secret outside Pulumi's secret wrapping:
+    a bug in the program that would print or store it in the clear."""
+    return [r.urn for r in recording.resources if PLACEHOLDER_PREFIX in json.dumps(redacted(r.inputs), default=str)]
+
+
+def scrub(value: Any, marker: str = PLACEHOLDER_PREFIX) -> Any:
+    """A copy with every string that holds `marker` replaced by '[secret]'."""
+    if isinstance(value, str):
+        return "[secret]" if marker in value else value
+    if isinstance(value, dict):
+        return {k: scrub(v, marker) for k, v in value.items()}
+    if isinstance(value, list):
+        return [scrub(v, marker) for v in value]
+    return value
+
+
 def _skip_source_positions() -> None:
     """Registrations carry no source stack traces offline: nothing reads them here, and
     `traceback.extract_stack` on every registration is a fifth of a build (pulumi 3.272, pinned)."""

@@ -57,13 +57,11 @@ def preview(
     except SizingError as exc:
         fail(f"no plan for this stack config: {exc}")
 
-    import pulumi
-
-    from .engine import PLACEHOLDER_PREFIX, redacted, run_program
+    from .engine import ProgramError, build, plaintext_secrets, redacted, scrub
     try:
-        recording = run_program(stack, raw)
-    except (pulumi.RunError, ValueError) as exc:    # a component rejecting the config
-        fail(str(exc).replace("\n", "; "))
+        recording = build(stack, raw)
+    except ProgramError as exc:    # a missing secret, a component rejecting the config
+        fail(str(exc))
     from policies.offline import evaluate
 
     violations = [dict(v) for v in evaluate(recording, settings.environment)]
@@ -72,13 +70,14 @@ def preview(
     outputs = redacted(recording.outputs)
     # Belt and braces: a secret that lost its wrapping on the way into a plain input is a bug
     # in the program; never print it, and fail the preview so CI catches it.
+    leaked = set(plaintext_secrets(recording))
     for res in resources:
-        if PLACEHOLDER_PREFIX in json.dumps(res["inputs"], default=str):
-            res["inputs"] = _scrub(res["inputs"], PLACEHOLDER_PREFIX)
+        if res["urn"] in leaked:
+            res["inputs"] = scrub(res["inputs"])
             violations.append({"policy": "preview-no-plaintext-secrets", "level": "mandatory", "urn": res["urn"],
                                "message": "a secret reaches this resource's inputs unwrapped; read it with "
                                           "settings.pulumi_config.secret() and keep it an Output"})
-    outputs = _scrub(outputs, PLACEHOLDER_PREFIX)
+    outputs = scrub(outputs)
 
     if as_json:
         print(json.dumps({"stack": stack, "plan": plan_data, "resources": resources,
@@ -87,16 +86,6 @@ def preview(
         _print_text(stack, settings, plan_data, resources, violations, outputs)
     if any(v.get("level") == "mandatory" for v in violations):
         raise typer.Exit(1)
-
-
-def _scrub(value: Any, marker: str) -> Any:
-    if isinstance(value, str):
-        return "[secret]" if marker in value else value
-    if isinstance(value, dict):
-        return {k: _scrub(v, marker) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_scrub(v, marker) for v in value]
-    return value
 
 
 # -- text output -------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from typing import Optional
 
 import typer
 
-from .errors import fail
+from .errors import check_output_file, fail
 
 
 def simulate(
@@ -33,6 +33,9 @@ def simulate(
     plot: Optional[Path] = typer.Option(None, help="Write a PNG: latency percentiles over time."),
 ) -> None:
     from simulator import ARRIVALS, LENGTHS, ROUTERS, config_from_plan, parse_fail_zone, simulate as run, to_dict
+
+    if plot is not None:
+        check_output_file("--plot", plot)
 
     for name, value in (("--duration", duration), ("--qps", qps), ("--burstiness", burstiness),
                         ("--length-cv", length_cv), ("--max-num-batched-tokens", max_num_batched_tokens),

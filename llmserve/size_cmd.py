@@ -4,6 +4,7 @@ option given as well overrides it."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Optional
 
@@ -15,9 +16,11 @@ from sizing.planner import PlanRequest, Pool, plan
 from sizing.profiles import load_profiles
 from sizing.report import plan_to_dict, table_rows
 
-from .errors import fail
+from .errors import check_output_file, fail
 
 DEFAULT_REGION = "us-east-1"
+ZONE_NAME = re.compile(r"[a-z]{2}(-gov)?-[a-z]+-\d[a-g]")
+MAX_NODES_PER_ZONE = 64     # as a stack's gpuPools[].nodes: the plan lists every node
 
 
 def size(
@@ -42,7 +45,11 @@ def size(
     plot: Optional[Path] = typer.Option(None, help="Write a PNG: TTFT and TPOT against QPS."),
     sweep: bool = typer.Option(False, help="Rank every feasible (instance, TP, weights) by cost per 1M output tokens."),
 ) -> None:
-    base = _base_request(stack)
+    if plot is not None:
+        check_output_file("--plot", plot)
+    if nodes_per_zone is not None and nodes_per_zone > MAX_NODES_PER_ZONE:
+        fail(f"--nodes-per-zone: at most {MAX_NODES_PER_ZONE} nodes per zone (got {nodes_per_zone})")
+    base, region = _base_request(stack)
     w0 = base.workload
     if qps is not None and concurrency is not None:
         fail("--qps and --concurrency: give one (open loop) or the other (closed loop), not both")
@@ -80,7 +87,7 @@ def size(
         concurrency=concurrency if load_given else w0.concurrency,
     )
     instance_type = instance or (catalog.node_for_gpu(gpu).id if gpu else None)
-    pools = _pools(base.pools, zones, nodes_per_zone, instance_type)
+    pools = _pools(base.pools, zones, nodes_per_zone, instance_type, region)
     req = PlanRequest(
         workload=workload, model=model or base.model, weights=weights or base.weights,
         kv_dtype=kv_dtype or base.kv_dtype, pools=pools, tp=tp if tp is not None else base.tp,
@@ -116,17 +123,20 @@ def _option_for(message: str, tp_given: bool) -> str:
     return ""
 
 
-def _base_request(stack: str | None) -> PlanRequest:
+def _base_request(stack: str | None) -> tuple[PlanRequest, str | None]:
+    """The request to start from and the stack's region (None without a stack)."""
     if stack is None:
-        return PlanRequest(workload=Workload())
+        return PlanRequest(workload=Workload()), None
     from settings import SettingsError, load_stack
     try:
-        return load_stack(stack).plan_request()
+        settings = load_stack(stack)
+        return settings.plan_request(), settings.region
     except SettingsError as exc:
         fail(f"--stack {stack}: " + "; ".join(exc.problems))
 
 
-def _pools(base: tuple[Pool, ...], zones: str | None, nodes: int | None, instance_type: str | None) -> tuple[Pool, ...]:
+def _pools(base: tuple[Pool, ...], zones: str | None, nodes: int | None, instance_type: str | None,
+           region: str | None) -> tuple[Pool, ...]:
     if zones is None and nodes is None and instance_type is None:
         return base
     itype = instance_type or base[0].instance_type
@@ -136,16 +146,31 @@ def _pools(base: tuple[Pool, ...], zones: str | None, nodes: int | None, instanc
         count = int(zones)
         if not 1 <= count <= 6:
             fail(f"--zones: give 1 to 6 zones (got {count})")
-        names = [f"{DEFAULT_REGION}{chr(ord('a') + i)}" for i in range(count)]
+        names = [f"{region or DEFAULT_REGION}{chr(ord('a') + i)}" for i in range(count)]
     else:
         names = [z.strip() for z in zones.split(",") if z.strip()]
+        if not names:
+            fail("--zones: give a count (2) or zone names (us-east-1a,us-east-1b)")
         if len(set(names)) != len(names):
             fail(f"--zones: a zone is listed twice in '{zones}'")
+        _check_zones(names, region)
     if nodes is None:
         per_zone = {z: sum(p.nodes for p in base if p.zone == z) or 1 for z in names}
     else:
         per_zone = {z: nodes for z in names}
     return tuple(Pool(z, itype, per_zone[z]) for z in names)
+
+
+def _check_zones(names: list[str], region: str | None) -> None:
+    """Zone names of one region: the stack's when a stack is given."""
+    bad = [z for z in names if not ZONE_NAME.fullmatch(z)]
+    if bad:
+        fail(f"--zones: '{bad[0][:40]}' is not a zone name; use names such as us-east-1a")
+    regions = sorted({z[:-1] for z in names})
+    if region is not None and regions != [region]:
+        fail(f"--zones: {', '.join(names)} are not all zones of the stack's region {region}; use e.g. {region}a")
+    if len(regions) > 1:
+        fail(f"--zones: zones of several regions ({', '.join(regions)}); a plan lives in one region")
 
 
 def _print_report(d: dict, plot: Path | None) -> None:
