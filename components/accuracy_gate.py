@@ -27,17 +27,22 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from settings import StackSettings
+from settings.schema import ACCURACY_TASK_METRICS
 from sizing.planner import Plan
 
 from . import accuracy_check
-from .loadtest import NO_PRIVILEGES, client_key, client_key_name, gateway_url, one_shot_pod_spec
-from .serving import VLLM_IMAGE
+from .api_keys import gate_key
+from .gateway import gate_rate_limit, proxy_replicas
+from .loadtest import gateway_url, one_shot_pod_spec
+from .serving import VLLM_IMAGE, egress_policies, served_checkpoint
 
 PYTHON_IMAGE = "python:3.12.8-slim-bookworm"
 LM_EVAL = "lm-eval[api]==0.4.13"        # the API client only: no torch in the gate's image
-# The gate waits this long for lm-eval (the Job's deadline and Pulumi's await): the default
-# tasks are about 13,000 generations, an hour or two at the planned concurrency.
+# The gate waits this long at least for lm-eval (the Job's deadline and Pulumi's await); more
+# when its quota needs longer for the tasks' questions (`gate_timeout_s`).
 GATE_TIMEOUT_S = 4 * 3600
+TASK_QUESTIONS = {"gsm8k": 1319, "gsm8k_cot": 1319, "mmlu_pro": 12032}   # the tasks' test splits
+SETUP_MARGIN_S = 1800          # image pull, lm-eval install, dataset download
 REQUEST_TIMEOUT_S = 600
 WORK = "/work"
 LABELS = {"app.kubernetes.io/name": "lm-eval", "app.kubernetes.io/part-of": "llm-serving",
@@ -47,27 +52,36 @@ LABELS = {"app.kubernetes.io/name": "lm-eval", "app.kubernetes.io/part-of": "llm
 # -- what the gate runs (pure) ---------------------------------------------------------------
 def gate_spec(settings: StackSettings) -> dict:
     """The tasks, their metrics and baselines, and the allowed drop (accuracy_check.py's input)."""
-    g = settings.accuracyGate
-    unknown = [t for t in g.tasks if t not in accuracy_check.METRICS]
-    if unknown:
-        raise ValueError(f"accuracyGate.tasks: no known metric for {', '.join(unknown)}; "
-                         f"supported: {', '.join(accuracy_check.METRICS)}")
+    g = settings.accuracyGate          # tasks are known and have baselines (settings check both)
     return {"max_drop": g.maxDrop,
-            "tasks": {t: {"metric": accuracy_check.METRICS[t], "baseline": g.baseline[t]} for t in g.tasks}}
+            "tasks": {t: {"metric": ACCURACY_TASK_METRICS[t], "baseline": g.baseline[t]} for t in g.tasks}}
 
 
-def concurrency(plan: Plan) -> int:
-    """Requests in flight: what one replica holds at the planned load, so the gate never
-    loads the service beyond what the plan already carries."""
+def concurrency(plan: Plan, settings: StackSettings) -> int:
+    """Requests in flight: what the gate's own quota carries at the plan's latency (Little's law on
+    one proxy's bucket, since its connections may all reach one), never more than one replica
+    holds at the planned load."""
     n = plan.real.in_flight
-    return max(1, math.ceil(n)) if math.isfinite(n) else 1
+    if not (math.isfinite(n) and plan.load_per_replica_qps > 0):
+        return 1
+    limit = gate_rate_limit(plan, settings.gateway.rateLimitShare, proxy_replicas(len(settings.zones)))
+    request_s = n / plan.load_per_replica_qps
+    return max(1, min(math.ceil(n), math.floor(limit.requests / limit.unit_s * request_s)))
+
+
+def gate_timeout_s(plan: Plan, settings: StackSettings) -> int:
+    """Long enough for every question at the gate's own quota (one proxy's bucket), with a quarter
+    spare for retries; never under GATE_TIMEOUT_S."""
+    limit = gate_rate_limit(plan, settings.gateway.rateLimitShare, proxy_replicas(len(settings.zones)))
+    questions = sum(TASK_QUESTIONS[t] for t in settings.accuracyGate.tasks)
+    return max(GATE_TIMEOUT_S, math.ceil(1.25 * questions * limit.unit_s / limit.requests) + SETUP_MARGIN_S)
 
 
 def lm_eval_command(plan: Plan, settings: StackSettings) -> list[str]:
     model_args = ",".join([
         f"model={plan.request.model}",
         f"base_url={gateway_url(settings)}/v1/completions",
-        f"num_concurrent={concurrency(plan)}",
+        f"num_concurrent={concurrency(plan, settings)}",
         "max_retries=3",
         f"timeout={REQUEST_TIMEOUT_S}",
         "tokenized_requests=False",      # the server tokenizes; the gate needs no tokenizer
@@ -79,16 +93,21 @@ def lm_eval_command(plan: Plan, settings: StackSettings) -> list[str]:
 
 def rollout_digest(plan: Plan, settings: StackSettings) -> str:
     """Changes whenever what the gate judges changes, so the Job is replaced and runs again."""
-    judged = {"engine": plan.model_args, "image": VLLM_IMAGE, "gate": gate_spec(settings),
+    judged = {"engine": plan.model_args, "checkpoint": served_checkpoint(plan, settings), "image": VLLM_IMAGE, "gate": gate_spec(settings),
               "command": lm_eval_command(plan, settings)}
     return hashlib.sha256(json.dumps(judged, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def install_command() -> list[str]:
+    """The init container's: lm-eval into the shared work folder, with no secret in reach."""
+    return ["pip", "install", "--no-cache-dir", "--quiet", "--target", f"{WORK}/py", LM_EVAL]
+
+
 def shell_script(plan: Plan, settings: StackSettings) -> str:
+    """The gate container's: lm-eval (installed by the init container) then the check; no install here."""
     quoted = " ".join(f"'{a}'" for a in lm_eval_command(plan, settings))
     return "\n".join([
         "set -eu",
-        f"pip install --no-cache-dir --quiet --target {WORK}/py '{LM_EVAL}'",
         f"export PYTHONPATH={WORK}/py PATH={WORK}/py/bin:$PATH",
         quoted,
         f"python /gate/accuracy_check.py /gate/gate.json {WORK}/results",
@@ -107,7 +126,7 @@ class AccuracyGateArgs:
 
 
 class AccuracyGate(pulumi.ComponentResource):
-    """Credentials Secret, the check script and thresholds (ConfigMap), and the awaited Job."""
+    """Credentials Secret, the check script and thresholds (ConfigMap), its egress, and the awaited Job."""
 
     def __init__(self, name: str, args: AccuracyGateArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llm-serving:accuracy_gate:AccuracyGate", name, None, opts)
@@ -115,10 +134,11 @@ class AccuracyGate(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=list(args.depends_on))
         self.gate = gate_spec(settings)
         self.digest = rollout_digest(plan, settings)
-        key_name = client_key_name(settings)
+        self.timeout_s = gate_timeout_s(plan, settings)
+        # The gate's own key (the gateway meters it at the gate's share), never a tenant's.
         self.credentials = k8s.core.v1.Secret(
             f"{name}-credentials", metadata={"namespace": ns, "labels": LABELS}, type="Opaque",
-            string_data={"api-key": pulumi.Output.secret(args.api_keys).apply(lambda t: client_key(t, key_name))},
+            string_data={"api-key": pulumi.Output.secret(args.api_keys).apply(gate_key)},
             opts=child)
         self.config = k8s.core.v1.ConfigMap(
             f"{name}-check", metadata={"namespace": ns, "labels": LABELS},
@@ -126,7 +146,37 @@ class AccuracyGate(pulumi.ComponentResource):
                   "accuracy_check.py": Path(accuracy_check.__file__).read_text(),
                   "run.sh": shell_script(plan, settings)},
             opts=child)
-        container = {
+        # HTTPS out: the package index (init container) and the gateway's public name (the gate).
+        for key, spec in egress_policies(LABELS, "accuracy-gate-egress").items():
+            k8s.networking.v1.NetworkPolicy(f"{name}-egress", metadata={"name": key, "namespace": ns},
+                                            spec=spec, opts=child)
+        self.job = k8s.batch.v1.Job(
+            f"{name}-run",
+            metadata={"namespace": ns, "labels": LABELS, "annotations": {"pulumi.com/replaceUnready": "true"}},
+            spec={
+                "backoffLimit": 0,
+                "activeDeadlineSeconds": self.timeout_s,
+                "template": {
+                    "metadata": {"labels": LABELS, "annotations": {"llm-serving.io/rollout-digest": self.digest}},
+                    "spec": self._pod_spec(),
+                },
+            },
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(
+                custom_timeouts=pulumi.CustomTimeouts(create=f"{self.timeout_s}s", update=f"{self.timeout_s}s"))))
+        self.register_outputs({"digest": self.digest, "tasks": list(self.gate["tasks"]),
+                               "maxDrop": self.gate["max_drop"]})
+
+    def _pod_spec(self) -> dict:
+        """An init container installs lm-eval with no secret in reach; the gate container, which
+        holds the key, installs nothing and runs only what is on the shared work volume."""
+        work = [{"name": "work", "mountPath": WORK}]
+        install = {
+            "name": "install", "image": PYTHON_IMAGE, "command": install_command(),
+            "env": [{"name": "HOME", "value": WORK}, {"name": "PIP_DISABLE_PIP_VERSION_CHECK", "value": "1"}],
+            "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "2Gi"}},
+            "volumeMounts": work,
+        }
+        gate = {
             "name": "lm-eval", "image": PYTHON_IMAGE,
             "command": ["sh", "/gate/run.sh"],
             "env": [{"name": "OPENAI_API_KEY",        # lm-eval's local-completions sends it as Bearer
@@ -134,26 +184,10 @@ class AccuracyGate(pulumi.ComponentResource):
                                                     "key": "api-key"}}},
                     {"name": "HOME", "value": WORK}, {"name": "HF_HOME", "value": f"{WORK}/hf"}],
             "resources": {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"memory": "8Gi"}},
-            "securityContext": NO_PRIVILEGES,
             "terminationMessagePolicy": "FallbackToLogsOnError",
-            "volumeMounts": [{"name": "gate", "mountPath": "/gate", "readOnly": True},
-                             {"name": "work", "mountPath": WORK}],
+            "volumeMounts": [{"name": "gate", "mountPath": "/gate", "readOnly": True}, *work],
         }
-        self.job = k8s.batch.v1.Job(
-            f"{name}-run",
-            metadata={"namespace": ns, "labels": LABELS, "annotations": {"pulumi.com/replaceUnready": "true"}},
-            spec={
-                "backoffLimit": 0,
-                "activeDeadlineSeconds": GATE_TIMEOUT_S,
-                "template": {
-                    "metadata": {"labels": LABELS, "annotations": {"llm-serving.io/rollout-digest": self.digest}},
-                    "spec": one_shot_pod_spec(container, [
-                        {"name": "gate", "configMap": {"name": self.config.metadata.apply(lambda m: m["name"])}},
-                        {"name": "work", "emptyDir": {}},
-                    ]),
-                },
-            },
-            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(
-                custom_timeouts=pulumi.CustomTimeouts(create=f"{GATE_TIMEOUT_S}s", update=f"{GATE_TIMEOUT_S}s"))))
-        self.register_outputs({"digest": self.digest, "tasks": list(self.gate["tasks"]),
-                               "maxDrop": self.gate["max_drop"]})
+        return one_shot_pod_spec(gate, [
+            {"name": "gate", "configMap": {"name": self.config.metadata.apply(lambda m: m["name"])}},
+            {"name": "work", "emptyDir": {}},
+        ], init_containers=(install,))

@@ -14,7 +14,6 @@ fast 429, bounds time and retries by the SLOs, and routes by load.
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -23,8 +22,10 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from settings import StackSettings
+from settings.schema import MAX_API_KEYS
 from sizing.planner import Plan
 
+from .api_keys import GATE_KEY_NAME, gate_key, parse_api_keys
 from .cluster import SYSTEM_ROLE_LABEL
 from .endpoint_picker import POOL_API, EndpointPicker, EndpointPickerArgs
 from .drain import longest_request_s
@@ -42,10 +43,12 @@ EG_API = "gateway.envoyproxy.io/v1alpha1"
 OPENAI_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/models")
 CLIENT_ID_HEADER = "x-llm-client-id"    # set by the API-key filter (before rate limiting) to the key's name
 MIN_PROXY_REPLICAS = 2
-MAX_LOCAL_RULES = 16                    # the CRD's limit on local rate-limit rules
 RATE_UNITS = (("Second", 1), ("Minute", 60), ("Hour", 3600))
 ROUNDING_KEPT = 0.95                    # a unit is fine enough when flooring keeps 95% of the share
 RETRY_STATUS = 503
+# The accuracy gate's key: a tenth of the quota budget (about 1.4 QPS for prod), enough for its
+# ~13,000 generations within GATE_TIMEOUT_S, and never a tenant's quota.
+GATE_QUOTA_SHARE = 0.1
 
 
 class StatusCustomResource(k8s.apiextensions.CustomResource):
@@ -89,8 +92,6 @@ def quota_capacity_qps(plan: Plan) -> float:
 def per_key_rate_limit(capacity_qps: float, share: float, keys: int, proxies: int) -> RateLimit:
     """Each key's local bucket: an equal part of `share` of the capacity, split over the
     proxies, floored to whole requests in the finest unit that keeps >= 95% of it."""
-    if keys < 1 or keys > MAX_LOCAL_RULES:
-        raise ValueError(f"gateway.apiKeyNames: {keys} keys; local rate limits take 1 to {MAX_LOCAL_RULES}")
     per_key_qps = capacity_qps * share / (keys * proxies)
     for unit, seconds in RATE_UNITS:
         requests = math.floor(per_key_qps * seconds)
@@ -101,6 +102,16 @@ def per_key_rate_limit(capacity_qps: float, share: float, keys: int, proxies: in
         raise ValueError(f"capacity {capacity_qps:.3g} QPS leaves each of {keys} keys less than one request "
                          f"an hour per proxy; use fewer keys")
     return RateLimit(requests, *RATE_UNITS[-1])
+
+
+def quota_shares(share: float, gate_on: bool) -> tuple[float, float]:
+    """(the tenants' part, the accuracy gate's part) of the capacity the quotas share out: the
+    gate's own key takes GATE_QUOTA_SHARE of `share` while it is on, so the sum stays `share`."""
+    return (share * (1 - GATE_QUOTA_SHARE), share * GATE_QUOTA_SHARE) if gate_on else (share, 0.0)
+
+
+def gate_rate_limit(plan: Plan, share: float, proxies: int) -> RateLimit:
+    return per_key_rate_limit(quota_capacity_qps(plan), quota_shares(share, True)[1], 1, proxies)
 
 
 def load_test_rate_limit(plan: Plan, proxies: int) -> RateLimit:
@@ -132,12 +143,9 @@ def circuit_limits(plan: Plan, proxies: int) -> dict:
             "maxParallelRetries": max(1, plan.replicas)}
 
 
-def check_key_names(keys: dict, names: tuple[str, ...]) -> dict:
-    """The apiKeys secret must name exactly the configured keys: a key without a rule would be unmetered."""
-    if set(keys) != set(names):
-        raise ValueError(f"secret apiKeys names {sorted(keys)} but gateway.apiKeyNames is {sorted(names)}; "
-                         "make them the same")
-    return {name: str(value) for name, value in keys.items()}
+def check_key_names(text: str, names: tuple[str, ...]) -> dict:
+    """The apiKeys secret must name exactly the configured keys (never quoted in an error)."""
+    return parse_api_keys(text, names)
 
 
 # -- the component ---------------------------------------------------------------------------
@@ -159,8 +167,12 @@ class Gateway(pulumi.ComponentResource):
         plan, settings, gw = args.plan, args.settings, args.settings.gateway
         ns = args.namespace
         proxies = proxy_replicas(len(settings.zones))
-        self.rate_limit = per_key_rate_limit(quota_capacity_qps(plan), gw.rateLimitShare,
+        gate_on = settings.accuracy_gate_enabled
+        self.rate_limit = per_key_rate_limit(quota_capacity_qps(plan), quota_shares(gw.rateLimitShare, gate_on)[0],
                                              len(gw.apiKeyNames), proxies)
+        # The accuracy gate's own key (derived from the apiKeys secret), metered at its own share.
+        self.gate_key = GATE_KEY_NAME if gate_on else None
+        self.settings_share = gw.rateLimitShare
         # While the load test is on, its key (loadtest.client_key_name) may reach the sweep's top
         # rate: the test measures the engines, not the quota. Run it in staging or before prod
         # takes traffic; the other keys keep their shares.
@@ -213,7 +225,7 @@ class Gateway(pulumi.ComponentResource):
         self.picker = None
         if gw.inferenceExtension:
             self.picker = EndpointPicker(f"{name}-picker", EndpointPickerArgs(
-                settings=settings, provider=args.provider, namespace=ns, gateway_namespace=CONTROLLER_NAMESPACE,
+                zones=len(settings.zones), provider=args.provider, namespace=ns, gateway_namespace=CONTROLLER_NAMESPACE,
                 monitoring_namespace=args.monitoring_namespace, depends_on=tuple(crds) + tuple(args.depends_on)),
                 opts=pulumi.ResourceOptions(parent=self))
             backend = {"group": POOL_API.split("/")[0], "kind": "InferencePool", "name": self.picker.pool_name}
@@ -231,7 +243,7 @@ class Gateway(pulumi.ComponentResource):
         self.api_key_secret = k8s.core.v1.Secret(
             f"{name}-api-keys", metadata={"name": "gateway-api-keys", "namespace": ns}, type="Opaque",
             string_data=pulumi.Output.from_input(args.api_keys).apply(
-                lambda text: check_key_names(json.loads(text), gw.apiKeyNames)),
+                lambda text: self._client_keys(text, gw.apiKeyNames)),
             opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=list(args.depends_on))))
         # On the Gateway, not the route: every route this Gateway ever carries needs a key.
         self.security_policy = cr("auth", EG_API, "SecurityPolicy", {"name": "api-keys", "namespace": ns}, {
@@ -285,18 +297,24 @@ class Gateway(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[aigw_crds, eg])))
         return [eg, aigw_crds, aigw]
 
+    def _client_keys(self, text: str, names: tuple[str, ...]) -> dict:
+        keys = check_key_names(text, names)
+        if self.gate_key is not None:
+            keys[self.gate_key] = gate_key(text)
+        return keys
+
     @staticmethod
     def _certificate(name: str, settings: StackSettings) -> tuple[str, dict]:
         gw = settings.gateway
         if gw.certManagerIssuer:
             # cert-manager's gateway shim issues the certificate into the listener's secret.
             return gw.tlsSecretName or f"{name}-tls", {"cert-manager.io/cluster-issuer": gw.certManagerIssuer}
-        if gw.tlsSecretName:
-            return gw.tlsSecretName, {}
-        raise ValueError("llm-serving:gateway: set tlsSecretName or certManagerIssuer; the gateway serves HTTPS only")
+        return gw.tlsSecretName, {}      # settings require one of the two
 
     def _traffic_spec(self, plan: Plan, key_names: tuple[str, ...], proxies: int) -> dict:
         limits = {key: self.rate_limit for key in key_names}
+        if self.gate_key is not None:
+            limits[self.gate_key] = gate_rate_limit(plan, self.settings_share, proxies)
         if self.load_test_key is not None:
             limits[self.load_test_key] = load_test_rate_limit(plan, proxies)
         spec = {

@@ -25,7 +25,10 @@ import pulumi_kubernetes as k8s
 from settings import StackSettings
 from sizing.planner import Plan
 
+from .api_keys import client_key
 from .cluster import SYSTEM_ROLE_LABEL
+from .serving import HUB_TOKEN_DIR, HUB_TOKEN_KEY, egress_policies, served_checkpoint
+from .pod_security import SCRATCH_MOUNT, SCRATCH_VOLUME, container_security, pod_security
 
 # GuideLLM 0.8.1 writes report schema version 2, the one `llmserve loadtest-report` reads.
 GUIDELLM_IMAGE = "ghcr.io/vllm-project/guidellm:v0.8.1"
@@ -35,16 +38,21 @@ SEED = 42
 SETUP_MARGIN_S = 1800        # image pull, tokenizer download, warm-up, between-step drain
 LABELS = {"app.kubernetes.io/name": "guidellm", "app.kubernetes.io/part-of": "llm-serving",
           "llm-serving.io/role": "load-test"}
-NON_ROOT = {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000,
-            "seccompProfile": {"type": "RuntimeDefault"}}
-NO_PRIVILEGES = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 
-def one_shot_pod_spec(container: dict, volumes: list[dict]) -> dict:
-    """The pod of a run-once Job (load test, accuracy gate): on the system nodes, non-root,
-    never restarted in place (a failure is read, not retried over its own results)."""
-    return {"restartPolicy": "Never", "nodeSelector": dict(SYSTEM_ROLE_LABEL), "securityContext": NON_ROOT,
-            "containers": [container], "volumes": volumes}
+def one_shot_pod_spec(container: dict, volumes: list[dict], init_containers: tuple[dict, ...] = ()) -> dict:
+    """The pod of a run-once Job (load test, accuracy gate): on the system nodes, non-root with a
+    read-only root filesystem (/tmp is an emptyDir), no service-account token (it never calls the
+    API server), never restarted in place (a failure is read, not retried over its own results)."""
+    def hardened(c: dict) -> dict:
+        return {**c, "securityContext": container_security(),
+                "volumeMounts": [*c.get("volumeMounts", []), SCRATCH_MOUNT]}
+
+    spec = {"restartPolicy": "Never", "nodeSelector": dict(SYSTEM_ROLE_LABEL), **pod_security(),
+            "containers": [hardened(container)], "volumes": [*volumes, SCRATCH_VOLUME]}
+    if init_containers:
+        spec["initContainers"] = [hardened(c) for c in init_containers]
+    return spec
 
 
 # -- figures derived from the plan (pure) ----------------------------------------------------
@@ -69,10 +77,6 @@ def client_key_name(settings: StackSettings) -> str:
     return settings.gateway.apiKeyNames[0]
 
 
-def client_key(api_keys_json: str, name: str) -> str:
-    """The key as a client sends it: the apiKeys secret maps names to keys; clients add "Bearer "."""
-    value = str(json.loads(api_keys_json)[name])
-    return value[len("Bearer "):] if value.startswith("Bearer ") else value
 
 
 def scenario(plan: Plan, settings: StackSettings) -> dict:
@@ -83,7 +87,7 @@ def scenario(plan: Plan, settings: StackSettings) -> dict:
                     "request_format": "/v1/completions"},
         "profile": {"kind": lt.arrivals, "rate": loadtest_rates(plan, lt.sweepSteps)},
         "constraints": [{"kind": "max_duration", "seconds": lt.stepSeconds}],
-        "tokenizer": {"kind": "huggingface_auto", "model": plan.model_args["checkpoint"]},
+        "tokenizer": {"kind": "huggingface_auto", "model": served_checkpoint(plan, settings)},
         "data": [{"kind": "synthetic_text", "prompt_tokens": w.input_tokens, "output_tokens": w.output_tokens}],
         "seed": {"kind": "static", "value": SEED},
     }
@@ -123,7 +127,7 @@ class LoadTest(pulumi.ComponentResource):
         self.credentials = k8s.core.v1.Secret(
             f"{name}-credentials", metadata={"namespace": ns, "labels": LABELS}, type="Opaque",
             string_data={"api-key": pulumi.Output.secret(args.api_keys).apply(lambda t: client_key(t, key_name)),
-                         "hub-token": pulumi.Output.secret(args.hub_token)},
+                         HUB_TOKEN_KEY: pulumi.Output.secret(args.hub_token)},
             opts=child)
         self.config = k8s.core.v1.ConfigMap(
             f"{name}-scenario", metadata={"namespace": ns, "labels": LABELS},
@@ -134,6 +138,10 @@ class LoadTest(pulumi.ComponentResource):
                   "resources": {"requests": {"storage": f"{settings.loadTest.storageGi}Gi"}}},
             opts=child)
         secret_ref = {"name": self.credentials.metadata.apply(lambda m: m["name"])}
+        # HTTPS out: the gateway's public name and the model hub (the tokenizer).
+        for key, spec in egress_policies(LABELS, "load-test-egress").items():
+            k8s.networking.v1.NetworkPolicy(f"{name}-egress", metadata={"name": key, "namespace": ns},
+                                            spec=spec, opts=child)
         container = {
             "name": "guidellm", "image": GUIDELLM_IMAGE,
             "command": ["guidellm", "run", "--scenario", f"{SCENARIO_PATH}/scenario.json",
@@ -142,13 +150,15 @@ class LoadTest(pulumi.ComponentResource):
                 # GuideLLM's scenario settings read nested environment variables (GUIDELLM__ + path).
                 {"name": "GUIDELLM__SPEC__BACKEND__API_KEY",
                  "valueFrom": {"secretKeyRef": {**secret_ref, "key": "api-key"}}},
-                {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {**secret_ref, "key": "hub-token"}}},
-                {"name": "HOME", "value": "/tmp"},
+                # The tokenizer's hub token as a file (huggingface_hub reads HF_TOKEN_PATH);
+                # GuideLLM reads its API key only from its settings, so that one stays in the env.
+                {"name": "HF_TOKEN_PATH", "value": f"{HUB_TOKEN_DIR}/{HUB_TOKEN_KEY}"},
+                {"name": "HOME", "value": "/tmp"}, {"name": "HF_HOME", "value": "/tmp/hf"},
             ],
             "resources": {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"memory": "8Gi"}},
-            "securityContext": NO_PRIVILEGES,
             "volumeMounts": [{"name": "scenario", "mountPath": SCENARIO_PATH, "readOnly": True},
-                             {"name": "results", "mountPath": RESULTS_PATH}],
+                             {"name": "results", "mountPath": RESULTS_PATH},
+                             {"name": "hub-token", "mountPath": HUB_TOKEN_DIR, "readOnly": True}],
         }
         self.job = k8s.batch.v1.Job(
             f"{name}-run",
@@ -164,6 +174,9 @@ class LoadTest(pulumi.ComponentResource):
                         {"name": "scenario", "configMap": {"name": self.config.metadata.apply(lambda m: m["name"])}},
                         {"name": "results", "persistentVolumeClaim": {
                             "claimName": self.results.metadata.apply(lambda m: m["name"])}},
+                        {"name": "hub-token", "secret": {
+                            "secretName": self.credentials.metadata.apply(lambda m: m["name"]),
+                            "items": [{"key": HUB_TOKEN_KEY, "path": HUB_TOKEN_KEY}], "defaultMode": 0o440}},
                     ]),
                 },
             },

@@ -24,6 +24,7 @@ from sizing.report import plan_to_dict
 
 from .drain import drain_timing, longest_request_s
 from .gpu_node_pool import LABEL_ROLE, MODEL_CACHE_PATH
+from .pod_security import SCRATCH_MOUNT, SCRATCH_VOLUME, container_security, pod_security
 
 VLLM_IMAGE = "vllm/vllm-openai:v0.29.0"
 KEDA_CHART, KEDA_VERSION, KEDA_REPO = "keda", "2.20.2", "https://kedacore.github.io/charts"   # CRD in ../shared/crds
@@ -35,6 +36,11 @@ GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Equal", "value": "true", "ef
 ZONE_KEY, HOST_KEY = "topology.kubernetes.io/zone", "kubernetes.io/hostname"
 APP_LABELS = {"app.kubernetes.io/name": "vllm", "llm-serving.io/role": "serving"}
 CONTAINER_CACHE_PATH = "/models"
+HUB_TOKEN_DIR = "/var/run/secrets/hub"       # the hub token as a file (huggingface_hub reads HF_TOKEN_PATH)
+HUB_TOKEN_KEY = "token"
+NGINX_UID = 101                               # nginx-unprivileged's own user
+METADATA_RANGE = "169.254.0.0/16"             # the instance metadata service (169.254.169.254) and link-local
+PRIVATE_RANGES = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
 
 # Platform figures (not workload figures), each with the reason for its value.
 HUB_DOWNLOAD_GB_PER_S = 0.25    # a cold start pulls the checkpoint from the hub (conservative)
@@ -73,11 +79,12 @@ def startup_budget_s(weights_gb: float) -> int:
     return math.ceil(weights_gb / HUB_DOWNLOAD_GB_PER_S + weights_gb / CACHE_LOAD_GB_PER_S + ENGINE_WARMUP_S)
 
 
-def vllm_args(plan: Plan, shutdown_timeout_s: int) -> list[str]:
-    """The container arguments, every value from `plan.model_args`."""
+def vllm_args(plan: Plan, shutdown_timeout_s: int, checkpoint: str | None = None) -> list[str]:
+    """The container arguments, every value from `plan.model_args` (the checkpoint from the stack's
+    `model.checkpoint` when it sets one, validated by settings)."""
     a = plan.model_args
     return [
-        "--model", a["checkpoint"],
+        "--model", checkpoint or a["checkpoint"],
         "--served-model-name", plan.request.model,
         "--port", str(API_PORT),
         "--download-dir", CONTAINER_CACHE_PATH,
@@ -111,6 +118,33 @@ def burst_queue_target(plan: Plan) -> int:
     d = plan_to_dict(plan)
     slack_ms = plan.request.workload.ttft_slo_s * 1e3 - plan.real.ttft_ms
     return max(1, math.floor(slack_ms / d["prefill_ms"]))
+
+
+def served_checkpoint(plan: Plan, settings: StackSettings) -> str:
+    """The stack's `model.checkpoint` when set (a hub id or a path in the model cache), else the catalog's."""
+    return settings.model.checkpoint or plan.model_args["checkpoint"]
+
+
+def vllm_env() -> list[dict]:
+    """No secret in the environment: the hub token is a file. Caches go where the non-root user can
+    write: the node's model cache (shared, kept across restarts) and the pod's /tmp."""
+    return [{"name": "HF_TOKEN_PATH", "value": f"{HUB_TOKEN_DIR}/{HUB_TOKEN_KEY}"},
+            {"name": "HF_HOME", "value": f"{CONTAINER_CACHE_PATH}/hf-home"},
+            {"name": "VLLM_CACHE_ROOT", "value": f"{CONTAINER_CACHE_PATH}/vllm-cache"},
+            {"name": "HOME", "value": "/tmp"},
+            # The uid has no passwd entry in the image; torch's compile cache asks getpass.getuser(),
+            # which reads USER before the passwd database.
+            {"name": "USER", "value": "vllm"}]
+
+
+def egress_policies(pod_labels: dict[str, str] | None = None, name: str = "https") -> dict[str, dict]:
+    """Egress for pods matching `pod_labels` (all pods when None): DNS to the cluster's resolver, and
+    HTTPS to public addresses only (the model hub, the gateway's public name, a package index),
+    never the instance metadata service or addresses inside the VPC."""
+    selector = {"matchLabels": dict(pod_labels)} if pod_labels else {}
+    public = {"ipBlock": {"cidr": "0.0.0.0/0", "except": [METADATA_RANGE, *PRIVATE_RANGES]}}
+    return {name: {"podSelector": selector, "policyTypes": ["Egress"],
+                   "egress": [{"to": [public], "ports": [{"protocol": "TCP", "port": 443}]}]}}
 
 
 def policy_annotations(plan: Plan, settings: StackSettings, zone: str) -> dict[str, str]:
@@ -148,6 +182,7 @@ class Serving(pulumi.ComponentResource):
         self.namespace_name = ns_name
         self.pod_labels = dict(APP_LABELS)
         self.drain = drain_timing(longest_request_s(plan))
+        self.checkpoint = served_checkpoint(plan, settings)
         startup_s = startup_budget_s(plan_to_dict(plan)["weights_gb"])
 
         self.namespace = k8s.core.v1.Namespace(
@@ -156,7 +191,7 @@ class Serving(pulumi.ComponentResource):
         ns_opts = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[self.namespace])
         self.hub_secret = k8s.core.v1.Secret(
             f"{name}-hub-token", metadata={"name": "hub-token", "namespace": ns_name},
-            type="Opaque", string_data={"HF_TOKEN": args.hub_token}, opts=ns_opts)
+            type="Opaque", string_data={HUB_TOKEN_KEY: args.hub_token}, opts=ns_opts)
         metrics_conf = k8s.core.v1.ConfigMap(
             f"{name}-metrics-proxy", metadata={"name": "vllm-metrics-proxy", "namespace": ns_name},
             data={"default.conf": METRICS_PROXY_CONF}, opts=ns_opts)
@@ -221,17 +256,22 @@ class Serving(pulumi.ComponentResource):
                          metrics_conf: k8s.core.v1.ConfigMap) -> dict:
         tp, drain = plan.tp, self.drain
         cpu = max(1, int(plan.instance.vcpus / plan.instance.gpus * tp * CPU_SHARE_OF_GPU_SLICE))
+        memory = f"{MEMORY_GIB_PER_GPU * tp}Gi"
         vllm = {
             "name": "vllm",
             "image": VLLM_IMAGE,
-            "args": vllm_args(plan, drain.shutdown_timeout_s),
-            "env": [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hub-token", "key": "HF_TOKEN"}}},
-                    {"name": "HF_HOME", "value": f"{CONTAINER_CACHE_PATH}/hf-home"}],
+            "args": vllm_args(plan, drain.shutdown_timeout_s, self.checkpoint),
+            "env": vllm_env(),
             "ports": [{"name": "http", "containerPort": API_PORT, "protocol": "TCP"}],
-            "resources": {"limits": {GPU_RESOURCE: str(tp)},
-                          "requests": {GPU_RESOURCE: str(tp), "cpu": str(cpu), "memory": f"{MEMORY_GIB_PER_GPU * tp}Gi"}},
+            "resources": {"limits": {GPU_RESOURCE: str(tp), "memory": memory},
+                          "requests": {GPU_RESOURCE: str(tp), "cpu": str(cpu), "memory": memory}},
+            # Writable root: torch's compiler, Triton and FlashInfer JIT write under paths inside the
+            # image (site-packages, /root-relative defaults) that not all can be moved; the rest is locked.
+            "securityContext": container_security(read_only_root=False),
             "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"},
-                             {"name": "model-cache", "mountPath": CONTAINER_CACHE_PATH}],
+                             {"name": "model-cache", "mountPath": CONTAINER_CACHE_PATH},
+                             {"name": "hub-token", "mountPath": HUB_TOKEN_DIR, "readOnly": True},
+                             SCRATCH_MOUNT],
             "startupProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": PROBE_PERIOD_S,
                              "failureThreshold": math.ceil(startup_s / PROBE_PERIOD_S)},
             "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 5,
@@ -247,9 +287,10 @@ class Serving(pulumi.ComponentResource):
             "image": METRICS_PROXY_IMAGE,
             "ports": [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}],
             "resources": {"requests": {"cpu": "50m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}},
-            "volumeMounts": [{"name": "metrics-proxy-conf", "mountPath": "/etc/nginx/conf.d", "readOnly": True}],
-            "securityContext": {"allowPrivilegeEscalation": False, "runAsNonRoot": True,
-                                "capabilities": {"drop": ["ALL"]}},
+            # nginx-unprivileged writes only its pid and temp files, all under /tmp (an emptyDir).
+            "volumeMounts": [{"name": "metrics-proxy-conf", "mountPath": "/etc/nginx/conf.d", "readOnly": True},
+                             SCRATCH_MOUNT],
+            "securityContext": {**container_security(), "runAsUser": NGINX_UID, "runAsGroup": NGINX_UID},
         }
         return {
             "replicas": count,
@@ -259,6 +300,7 @@ class Serving(pulumi.ComponentResource):
             "template": {
                 "metadata": {"labels": labels},
                 "spec": {
+                    **pod_security(),      # vLLM never calls the API server: no token
                     "nodeSelector": {LABEL_ROLE: "gpu", ZONE_KEY: zone},
                     "tolerations": [GPU_TOLERATION],
                     # Even over the zone's nodes, as the plan places them (round robin).
@@ -269,8 +311,11 @@ class Serving(pulumi.ComponentResource):
                     "containers": [vllm, metrics_proxy],
                     "volumes": [
                         {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{SHM_GIB_PER_GPU * tp}Gi"}},
-                        {"name": "model-cache", "hostPath": {"path": MODEL_CACHE_PATH, "type": "DirectoryOrCreate"}},
+                        {"name": "model-cache", "hostPath": {"path": MODEL_CACHE_PATH, "type": "Directory"}},
                         {"name": "metrics-proxy-conf", "configMap": {"name": metrics_conf.metadata["name"]}},
+                        # Readable by the pod's group only (fsGroup): the token never sits in the env.
+                        {"name": "hub-token", "secret": {"secretName": "hub-token", "defaultMode": 0o440}},
+                        SCRATCH_VOLUME,
                     ],
                 },
             },
@@ -297,10 +342,17 @@ class Serving(pulumi.ComponentResource):
         def from_namespace(n: str) -> dict:
             return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": n}}}
 
+        dns = {"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                       "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
+               "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}
         specs = {
-            # Nothing reaches any pod in the namespace unless a policy below (or another
-            # component's) admits it.
+            # Nothing reaches any pod in the namespace, and no pod reaches anything (the instance
+            # metadata service included), unless a policy below (or another component's) admits it.
             "default-deny-ingress": {"podSelector": {}, "policyTypes": ["Ingress"]},
+            "default-deny-egress": {"podSelector": {}, "policyTypes": ["Egress"]},
+            "dns-egress": {"podSelector": {}, "policyTypes": ["Egress"], "egress": [dns]},
+            # vLLM downloads the checkpoint from the model hub over HTTPS.
+            **egress_policies(APP_LABELS, "vllm-hub-egress"),
             "vllm-api-from-gateway": {
                 "podSelector": {"matchLabels": dict(APP_LABELS)}, "policyTypes": ["Ingress"],
                 "ingress": [{"from": [from_namespace(args.gateway_namespace)],

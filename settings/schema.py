@@ -20,6 +20,7 @@ from . import names
 
 NAMESPACE = "llm-serving"
 SECRET_KEYS = ("hubToken", "apiKeys", "grafanaAdminPassword")
+GATE_KEY_NAME = "accuracy-gate"   # the accuracy gate's own client id at the gateway (not a tenant's)
 MAX_API_KEYS = 16          # Envoy Gateway's BackendTrafficPolicy takes at most 16 local rate-limit rules
 ZONE_LETTERS = "abcdefg"   # the subnet layout (components/network.py) has a block for each
 # The score each supported accuracy task is judged on (lm-eval 0.4.13 task configs: metric,filter).
@@ -148,6 +149,8 @@ class GatewaySettings(_Strict):
     @classmethod
     def _unique(cls, v: tuple[str, ...]) -> tuple[str, ...]:
         repeated = sorted({k for k in v if v.count(k) > 1})
+        if GATE_KEY_NAME in v:
+            raise ValueError(f"{GATE_KEY_NAME} is the accuracy gate's own key; name the tenant's key otherwise")
         if repeated:
             raise ValueError(f"{', '.join(repeated)} named more than once; give each key its own name")
         return v

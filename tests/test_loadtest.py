@@ -180,7 +180,8 @@ def test_enabled_it_runs_guidellm_pinned_against_the_gateway_with_a_key(build_pr
     rec = enabled_program(build_program)
     names = {r.type: r for r in loadtest_resources(rec)}
     assert set(names) == {"llm-serving:loadtest:LoadTest", "kubernetes:core/v1:Secret",
-                          "kubernetes:core/v1:ConfigMap", "kubernetes:core/v1:PersistentVolumeClaim", JOB}
+                          "kubernetes:core/v1:ConfigMap", "kubernetes:core/v1:PersistentVolumeClaim", JOB,
+                          "kubernetes:networking.k8s.io/v1:NetworkPolicy"}
     job = names[JOB].inputs
     assert re.fullmatch(r"ghcr\.io/vllm-project/guidellm:v\d+\.\d+\.\d+", GUIDELLM_IMAGE)
     container = job["spec"]["template"]["spec"]["containers"][0]
@@ -188,6 +189,8 @@ def test_enabled_it_runs_guidellm_pinned_against_the_gateway_with_a_key(build_pr
     assert job["metadata"]["annotations"]["pulumi.com/skipAwait"] == "true"
     env = {e["name"]: e for e in container["env"]}
     assert env["GUIDELLM__SPEC__BACKEND__API_KEY"]["valueFrom"]["secretKeyRef"]["key"] == "api-key"
+    assert env["HF_TOKEN_PATH"] == {"name": "HF_TOKEN_PATH", "value": "/var/run/secrets/hub/token"}
+    assert "HF_TOKEN" not in env         # the hub token is a file, not an environment variable
     secret = names["kubernetes:core/v1:Secret"].inputs["stringData"]
     assert is_secret(secret) or all(is_secret(v) for v in secret.values())
     assert unwrap(secret)["api-key"] == "offline-preview-secret-apiKeys-team-a"
@@ -207,6 +210,6 @@ def test_the_rendered_objects_are_valid_kubernetes(build_program):
     rec = enabled_program(build_program)
     ours = {r.urn for r in loadtest_resources(rec)}
     objects = kubernetes_objects(SimpleNamespace(resources=[r for r in rec.resources if r.urn in ours]))
-    assert len(objects) == 4
+    assert len(objects) == 5        # Secret, ConfigMap, PVC, egress NetworkPolicy, Job
     for obj in objects:
         validate(obj, "1.33")

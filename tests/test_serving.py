@@ -259,11 +259,18 @@ def test_only_the_gateway_reaches_the_api_and_only_monitoring_the_metrics(progra
     assert pods == [{"app.kubernetes.io/name": "endpoint-picker", "llm-serving.io/role": "gateway"}]
 
 
-def test_hub_token_reaches_kubernetes_only_as_a_secret(program):
-    secret = program("prod").named("serving-hub-token").inputs
+def test_hub_token_reaches_vllm_only_as_a_secret_file(program):
+    recording = program("prod")
+    secret = recording.named("serving-hub-token").inputs
     assert is_secret(secret["stringData"])
-    env = vllm_container(next(iter(serving_deployments(program("prod")).values())))["env"]
-    assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hub-token", "key": "HF_TOKEN"}}} in env
+    deployment = next(iter(serving_deployments(recording).values()))
+    vllm = vllm_container(deployment)
+    assert {"name": "HF_TOKEN_PATH", "value": "/var/run/secrets/hub/token"} in vllm["env"]
+    assert not any("valueFrom" in e or "TOKEN" in e["name"] and "value" in e and e["name"] != "HF_TOKEN_PATH"
+                   for e in vllm["env"])
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["hub-token"]["secret"] == {"secretName": "hub-token", "defaultMode": 0o440}
+    assert {"name": "hub-token", "mountPath": "/var/run/secrets/hub", "readOnly": True} in vllm["volumeMounts"]
 
 
 # -- burst scaling -------------------------------------------------------------------------
