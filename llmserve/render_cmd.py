@@ -147,9 +147,12 @@ def render(
     ctx = RenderContext(stack=stack, out=out, recording=recording, settings=settings, plan=plan)
     for module in HOOK_MODULES:
         __import__(module)
-    written = write_manifests(ctx)
-    for hook in RENDER_HOOKS:
-        written += hook(ctx)
+    try:
+        written = write_manifests(ctx)
+        for hook in RENDER_HOOKS:
+            written += hook(ctx)
+    except OSError as exc:     # a folder that cannot be made or written (permissions, a read-only mount)
+        fail(f"--out: cannot write {exc.filename or out}: {exc.strerror}; give a folder you can write")
     manifests = sum(1 for p in written if p.parent.name == "manifests")
     helm = sum(1 for p in written if p.parent.name == "helm")
     print(f"wrote {manifests} Kubernetes objects to {out / 'manifests'}")

@@ -147,6 +147,12 @@ def load_stack(stack: str, config_path: Path | None = None) -> StackSettings:
     return settings_from_config(stack, read_stack_config(path))
 
 
+def key_part(name) -> str:
+    """One step of a key path: `.name` for a plain name, `['odd name']` for anything else."""
+    text = str(name)
+    return f".{text}" if re.fullmatch(r"[A-Za-z0-9_-]+", text) else f"[{text[:40]!r}]"
+
+
 def _near(word: str, target: str) -> bool:
     return word.lower() == target or difflib.SequenceMatcher(None, word.lower(), target).ratio() >= 0.75
 
@@ -158,7 +164,7 @@ def _non_finite(path: str, value, depth: int = 0) -> list[str]:
     if depth > MAX_DEPTH:
         return [f"{path}: nested more than {MAX_DEPTH} levels deep; a stack value never is"]
     if isinstance(value, dict):
-        return [p for k, v in value.items() for p in _non_finite(f"{path}.{k}", v, depth + 1)]
+        return [p for k, v in value.items() for p in _non_finite(f"{path}{key_part(k)}", v, depth + 1)]
     if isinstance(value, list):
         return [p for i, v in enumerate(value) for p in _non_finite(f"{path}[{i}]", v, depth + 1)]
     return []
@@ -294,7 +300,7 @@ def _pydantic_problems(exc: ValidationError) -> list[str]:
             head, rest = loc[0], loc[1:]
             key = REGION_KEY if head == "region" else f"{NAMESPACE}:{head}"
             for part in rest:
-                key += f"[{part}]" if part.isdigit() else f".{part}"
+                key += f"[{part}]" if part.isdigit() else key_part(part)
         msg = err["msg"]
         ctx_err = (err.get("ctx") or {}).get("error")
         if isinstance(ctx_err, CatalogError):

@@ -1,8 +1,12 @@
 """Shared fixtures. The program is built inside each test, under mocks set for that test only."""
 from __future__ import annotations
 
+import contextlib
 import copy
+import io
 import os
+import signal
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -40,3 +44,37 @@ def build_program():
                 raw[full] = value
         return run_program(stack, raw)
     return build
+
+
+# -- the CLI in process (the fuzz and secrets suites) ------------------------------------------
+class CaseTimeout(Exception):
+    """A command ran past its per-case limit: a hang, as far as a user can tell."""
+
+
+@dataclass
+class CliResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+def run_cli(argv: list[str], limit_s: float = 20.0) -> CliResult:
+    """`llmserve ARGV` through its real entry point (`llmserve.cli.main`, which turns usage errors
+    into one line), in this process, with stdout and stderr captured. An exception escaping
+    `main` is a traceback a user would see: it propagates and fails the test. A run past
+    `limit_s` raises CaseTimeout (SIGALRM; the tests run in the main thread)."""
+    from llmserve.cli import main
+
+    def expire(signum, frame):
+        raise CaseTimeout(f"llmserve {' '.join(argv)} ran past {limit_s:g} s")
+
+    out, err = io.StringIO(), io.StringIO()
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, limit_s)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(list(argv))
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    return CliResult(code, out.getvalue(), err.getvalue())
