@@ -252,7 +252,11 @@ class Gateway(pulumi.ComponentResource):
                            "extractFrom": [{"headers": ["authorization"]}],   # OpenAI clients: "Bearer <key>"
                            "forwardClientIDHeader": CLIENT_ID_HEADER, "sanitize": True}},
             deps=[self.gateway, self.api_key_secret])
-        self.traffic_policy = cr("traffic", EG_API, "BackendTrafficPolicy", {"name": "openai", "namespace": ns},
+        # What the quotas may share out, for the guard policy that sums the rules against it.
+        budget = {"llm-serving.io/quota-budget-qps": f"{quota_capacity_qps(plan) * gw.rateLimitShare:.4f}",
+                  "llm-serving.io/proxies": str(proxies)}
+        self.traffic_policy = cr("traffic", EG_API, "BackendTrafficPolicy",
+                                 {"name": "openai", "namespace": ns, "annotations": budget},
                                  self._traffic_spec(plan, gw.apiKeyNames, proxies), deps=[self.route])
         # The load balancer's address, once Envoy Gateway has provisioned it (unknown in a preview).
         self.address = self.gateway.status.apply(gateway_address)
