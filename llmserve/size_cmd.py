@@ -15,6 +15,7 @@ from sizing.planner import PlanRequest, Pool, plan
 from sizing.profiles import load_profiles
 from sizing.report import plan_to_dict, table_rows
 
+from . import options
 from .errors import fail
 
 DEFAULT_REGION = "us-east-1"
@@ -38,7 +39,7 @@ def size(
     zones: Optional[str] = typer.Option(None, help="Zones: a count (2) or names (us-east-1a,us-east-1b); one node each."),
     nodes_per_zone: Optional[int] = typer.Option(None, "--nodes-per-zone", help="Nodes per zone with --zones."),
     stack: Optional[str] = typer.Option(None, help="Take the workload, model and pools from stacks/Pulumi.STACK.yaml."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    as_json: bool = options.JSON,
     plot: Optional[Path] = typer.Option(None, help="Write a PNG: TTFT and TPOT against QPS."),
     sweep: bool = typer.Option(False, help="Rank every feasible (instance, TP, weights) by cost per 1M output tokens."),
 ) -> None:
@@ -95,7 +96,7 @@ def size(
     try:
         result = plan(req)
     except SizingError as exc:
-        fail(f"{_option_for(str(exc), tp is not None)}{exc}")
+        fail(f"{_option_label(exc, tp is not None)}{exc}")
     data = plan_to_dict(result)
     if plot is not None:
         from .plots import plot_latency_vs_qps
@@ -106,24 +107,24 @@ def size(
         _print_report(data, plot)
 
 
-def _option_for(message: str, tp_given: bool) -> str:
-    if "tensor parallel" in message and tp_given:
-        return "--tp: "
-    if "weights of" in message:
-        return "--weights: "
-    if "SLO" in message:
-        return "SLOs: "
-    return ""
+# What a SizingError's `option` is shown as; --tp only when the user gave it.
+OPTION_LABELS = {"weights": "--weights: ", "slo": "SLOs: "}
+
+
+def _option_label(exc: SizingError, tp_given: bool) -> str:
+    if exc.option == "tp":
+        return "--tp: " if tp_given else ""
+    return OPTION_LABELS.get(exc.option, "")
 
 
 def _base_request(stack: str | None) -> PlanRequest:
     if stack is None:
         return PlanRequest(workload=Workload())
-    from settings import SettingsError, load_stack
+    from offline.stack import StackError, load_settings
     try:
-        return load_stack(stack).plan_request()
-    except SettingsError as exc:
-        fail(f"--stack {stack}: " + "; ".join(exc.problems))
+        return load_settings(stack).plan_request()
+    except StackError as exc:
+        fail(str(exc))
 
 
 def _pools(base: tuple[Pool, ...], zones: str | None, nodes: int | None, instance_type: str | None) -> tuple[Pool, ...]:

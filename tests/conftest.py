@@ -30,7 +30,7 @@ def build_program():
     Overrides replace whole `llm-serving:` keys (or `aws:region`) of the stack file's config.
     """
     def build(stack: str = "prod", overrides: dict | None = None, config: dict | None = None):
-        from llmserve.engine import run_program
+        from offline.engine import run_program
         raw = config if config is not None else stack_config(stack)
         for key, value in (overrides or {}).items():
             full = key if ":" in key else f"llm-serving:{key}"

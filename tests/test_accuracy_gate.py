@@ -11,9 +11,9 @@ import pytest
 
 from components import accuracy_check
 from components.accuracy_gate import GATE_TIMEOUT_S, LM_EVAL, PYTHON_IMAGE, gate_spec, rollout_digest
-from llmserve.engine import unwrap
-from llmserve.render_cmd import kubernetes_objects
-from llmserve.validate import validate
+from offline.engine import unwrap
+from offline.manifests import kubernetes_objects
+from tests.k8s_schema import validate
 from settings import SettingsError, settings_from_config
 from sizing.planner import plan as make_plan
 from tests.conftest import stack_config

@@ -11,7 +11,7 @@ from components.gateway import (
     CLIENT_ID_HEADER, Gateway, check_key_names, per_key_rate_limit, proxy_replicas, quota_capacity_qps, route_timeouts,
 )
 from components.drain import drain_timing, longest_request_s
-from llmserve.engine import is_secret
+from offline.engine import is_secret
 from tests.test_serving import plan_for, program  # noqa: F401 (fixture)
 
 CR = "kubernetes:{}"
@@ -220,7 +220,7 @@ def test_gateway_pods_run_on_system_nodes_across_zones(program):
 
 
 def test_api_key_placeholder_names_match_the_quota_keys(program):
-    from llmserve.engine import unwrap
+    from offline.engine import unwrap
 
     recording = program("prod")
     keys = unwrap(recording.named("llm-gateway-api-keys").inputs["stringData"])

@@ -11,10 +11,10 @@ from typer.testing import CliRunner
 
 from components.loadtest import GUIDELLM_IMAGE, loadtest_rates
 from llmserve.cli import app
-from llmserve.engine import is_secret, unwrap
+from offline.engine import is_secret, unwrap
 from llmserve.loadtest_cmd import Benchmark, Report, ReportError, Stat, assess, parse_report, read_report
-from llmserve.render_cmd import kubernetes_objects
-from llmserve.validate import validate
+from offline.manifests import kubernetes_objects
+from tests.k8s_schema import validate
 from settings import load_stack
 from sizing.planner import plan as make_plan
 

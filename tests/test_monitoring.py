@@ -7,9 +7,9 @@ import re
 
 import pytest
 
-from llmserve.engine import PLACEHOLDER_PREFIX, is_secret, unwrap
-from llmserve.render_cmd import kubernetes_objects
-from llmserve.validate import validate
+from offline.engine import PLACEHOLDER_PREFIX, is_secret, unwrap
+from offline.manifests import kubernetes_objects
+from tests.k8s_schema import validate
 from observability.rules import rule_groups
 
 MONITORING = "llm-serving:monitoring:Monitoring"
@@ -21,7 +21,7 @@ PINNED = re.compile(r"^\d+\.\d+\.\d+$")
 @pytest.fixture(scope="module")
 def programs():
     """Each stack built once for this module (the tests only read the recordings)."""
-    from llmserve.engine import run_program
+    from offline.engine import run_program
     from tests.conftest import stack_config
 
     return {stack: run_program(stack, stack_config(stack)) for stack in ("prod", "dev")}

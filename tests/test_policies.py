@@ -1,7 +1,7 @@
 """The guard policy pack: layouts in, violations out, by policy name.
 
 Two tables: layouts the program builds from stack-config variations, and hand-built resource
-sets for what the program cannot produce. Both go through `policies.offline.evaluate`, which
+sets for what the program cannot produce. Both go through `offline.policy_run.evaluate`, which
 runs the pack's own policy functions. Every policy has a failing and a passing case.
 """
 from __future__ import annotations
@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from llmserve.engine import SECRET_SIG, SIG_KEY, Recording, Registration, is_secret
-from policies.offline import evaluate
+from offline.engine import Recording, Registration
+from offline.values import SECRET_SIG, SIG_KEY, is_secret
+from offline.policy_run import evaluate
 from policies.registry import RULES, levels
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -445,7 +446,7 @@ def test_dev_violations_are_advisory():
 
 # -- the pack as the CLI runs it ------------------------------------------------------------
 def test_importing_the_policy_modules_does_not_block():
-    code = ("import policies, policies.registry, policies.offline, policies.failure_domains, "
+    code = ("import policies, policies.registry, offline.policy_run, policies.failure_domains, "
             "policies.security, policies.cost; print(len(policies.registry.POLICIES))")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

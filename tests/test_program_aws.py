@@ -10,7 +10,7 @@ import json
 import pulumi
 import pytest
 
-from llmserve.engine import is_secret, run_program, unwrap
+from offline.engine import is_secret, run_program, unwrap
 from settings import load_stack, read_stack_config, stack_file
 from sizing.planner import plan as make_plan
 

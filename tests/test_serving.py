@@ -11,8 +11,8 @@ from components.serving import (
     API_PORT, METRICS_PORT, disruption_min_available, startup_budget_s,
     target_qps, zone_node_slots,
 )
-from llmserve.engine import is_secret
-from llmserve.validate import validate
+from offline.engine import is_secret
+from tests.k8s_schema import validate
 from settings.load import settings_from_config
 from sizing.planner import plan as make_plan
 from sizing.report import plan_to_dict
