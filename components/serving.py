@@ -18,6 +18,11 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
+from conventions import (  # noqa: F401 (VLLM_IMAGE, METRICS_PROXY_IMAGE: read here and by other components)
+    ANNOTATION_ENVIRONMENT, ANNOTATION_GPUS_PER_NODE, ANNOTATION_REPLICA_CAPACITY_QPS, ANNOTATION_TARGET_QPS,
+    ANNOTATION_TENSOR_PARALLEL, ANNOTATION_ZONE, KEDA_CHART_VERSION, METRICS_PROXY_IMAGE, MONITORING_NAMESPACE,
+    VLLM_API_PORT, VLLM_IMAGE, VLLM_METRICS_PORT,
+)
 from settings import StackSettings
 from sizing.planner import Plan
 from sizing.report import plan_to_dict
@@ -25,11 +30,9 @@ from sizing.report import plan_to_dict
 from .drain import drain_timing, longest_request_s
 from .gpu_node_pool import LABEL_ROLE, MODEL_CACHE_PATH
 
-VLLM_IMAGE = "vllm/vllm-openai:v0.29.0"
-KEDA_CHART, KEDA_VERSION, KEDA_REPO = "keda", "2.20.2", "https://kedacore.github.io/charts"   # CRD in ../shared/crds
-METRICS_PROXY_IMAGE = "nginxinc/nginx-unprivileged:1.27.5-alpine"
-API_PORT = 8000
-METRICS_PORT = 9400
+KEDA_CHART, KEDA_VERSION, KEDA_REPO = "keda", KEDA_CHART_VERSION, "https://kedacore.github.io/charts"   # CRD in ../shared/crds
+API_PORT = VLLM_API_PORT
+METRICS_PORT = VLLM_METRICS_PORT
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Equal", "value": "true", "effect": "NoSchedule"}
 ZONE_KEY, HOST_KEY = "topology.kubernetes.io/zone", "kubernetes.io/hostname"
@@ -116,12 +119,12 @@ def burst_queue_target(plan: Plan) -> int:
 def policy_annotations(plan: Plan, settings: StackSettings, zone: str) -> dict[str, str]:
     """What the guard policies read from the workload alone (docs/contracts.md)."""
     return {
-        "llm-serving.io/zone": zone,
-        "llm-serving.io/target-qps": str(round(target_qps(plan), 4)),
-        "llm-serving.io/replica-capacity-qps": str(round(plan.capacity_per_replica.qps, 4)),
-        "llm-serving.io/tensor-parallel": str(plan.tp),
-        "llm-serving.io/gpus-per-node": str(plan.instance.gpus),
-        "llm-serving.io/environment": settings.environment,
+        ANNOTATION_ZONE: zone,
+        ANNOTATION_TARGET_QPS: str(round(target_qps(plan), 4)),
+        ANNOTATION_REPLICA_CAPACITY_QPS: str(round(plan.capacity_per_replica.qps, 4)),
+        ANNOTATION_TENSOR_PARALLEL: str(plan.tp),
+        ANNOTATION_GPUS_PER_NODE: str(plan.instance.gpus),
+        ANNOTATION_ENVIRONMENT: settings.environment,
     }
 
 
@@ -133,7 +136,7 @@ class ServingArgs:
     provider: k8s.Provider
     hub_token: pulumi.Input[str]                  # a Pulumi secret: settings.pulumi_config.secret("hubToken")
     gateway_namespace: str                        # where the Envoy proxies run
-    monitoring_namespace: str = "monitoring"      # where Prometheus runs
+    monitoring_namespace: str = MONITORING_NAMESPACE      # where Prometheus runs
     prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"   # KEDA's query endpoint
 
 

@@ -20,11 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import conventions
+
 from .values import is_secret, redacted, unwrap, walk, wrap_secret  # noqa: F401 (the engine's readers use these)
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAM = ROOT / "__main__.py"
-PROJECT = "llm-serving"
+PROJECT = conventions.PROJECT
 PLACEHOLDER_PREFIX = "offline-preview-secret"
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from conventions import LABEL_GRAFANA_DASHBOARD
 from observability.dashboard import dashboard_json
 from observability.rules import render_rule_file
 
@@ -17,7 +18,7 @@ from .values import manifest_value
 
 PROMETHEUS_RULE = "kubernetes:monitoring.coreos.com/v1:PrometheusRule"
 CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
-DASHBOARD_LABEL = "grafana_dashboard"
+DASHBOARD_LABEL = LABEL_GRAFANA_DASHBOARD
 
 
 def write_monitoring_files(recording, out: Path) -> list[Path]:
