@@ -7,6 +7,7 @@ components, observability, policies, the offline harness and the CLI can all rea
 """
 
 PROJECT = "llm-serving"             # the Pulumi project and the config namespace (llm-serving:<key>)
+ENVIRONMENT_CONFIG_KEY = f"{PROJECT}:environment"   # dev, staging or prod: what policy levels are keyed by
 
 # -- namespaces ----------------------------------------------------------------------------------
 SERVING_NAMESPACE = "llm-serving"                   # the default of serving.namespace
