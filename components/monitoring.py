@@ -23,7 +23,7 @@ import pulumi_kubernetes as k8s
 from observability import contract
 from observability.dashboard import build_dashboard, dashboard_json
 from conventions import (
-    DCGM_EXPORTER_CHART_VERSION, DCGM_EXPORTER_IMAGE_TAG, KUBE_PROMETHEUS_STACK_CHART_VERSION, LABEL_GRAFANA_DASHBOARD,
+    DCGM_EXPORTER_CHART_VERSION, DCGM_EXPORTER_IMAGE_TAG, KUBE_PROMETHEUS_STACK_CHART_VERSION, LABEL_ENVIRONMENT, LABEL_GRAFANA_DASHBOARD,
     MONITORING_NAMESPACE,
 )
 from observability.rules import AlertPolicy, recorded_names, rule_groups
@@ -159,7 +159,7 @@ class Monitoring(pulumi.ComponentResource):
         plan, settings, ns = args.plan, args.settings, args.namespace
         o = pulumi.ResourceOptions(parent=self, provider=args.provider)
         self.namespace = k8s.core.v1.Namespace(
-            f"{name}-ns", metadata={"name": ns, "labels": {"llm-serving.io/environment": settings.environment}},
+            f"{name}-ns", metadata={"name": ns, "labels": {LABEL_ENVIRONMENT: settings.environment}},
             opts=pulumi.ResourceOptions.merge(o, pulumi.ResourceOptions(depends_on=list(args.depends_on))))
         in_ns = pulumi.ResourceOptions.merge(o, pulumi.ResourceOptions(depends_on=[self.namespace]))
 

@@ -20,8 +20,8 @@ import pulumi_kubernetes as k8s
 
 from conventions import (  # noqa: F401 (VLLM_IMAGE, METRICS_PROXY_IMAGE: read here and by other components)
     ANNOTATION_ENVIRONMENT, ANNOTATION_GPUS_PER_NODE, ANNOTATION_REPLICA_CAPACITY_QPS, ANNOTATION_TARGET_QPS,
-    ANNOTATION_TENSOR_PARALLEL, ANNOTATION_ZONE, KEDA_CHART_VERSION, METRICS_PROXY_IMAGE, MONITORING_NAMESPACE,
-    VLLM_API_PORT, VLLM_IMAGE, VLLM_METRICS_PORT,
+    ANNOTATION_TENSOR_PARALLEL, ANNOTATION_ZONE, KEDA_CHART_VERSION, KEDA_NAMESPACE, LABEL_APP_NAME, LABEL_ENVIRONMENT,
+    METRICS_PROXY_IMAGE, MONITORING_NAMESPACE, VLLM_API_PORT, VLLM_IMAGE, VLLM_METRICS_PORT,
 )
 from settings import StackSettings
 from sizing.planner import Plan
@@ -36,7 +36,7 @@ METRICS_PORT = VLLM_METRICS_PORT
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Equal", "value": "true", "effect": "NoSchedule"}
 ZONE_KEY, HOST_KEY = "topology.kubernetes.io/zone", "kubernetes.io/hostname"
-APP_LABELS = {"app.kubernetes.io/name": "vllm", "llm-serving.io/role": "serving"}
+APP_LABELS = {LABEL_APP_NAME: "vllm", LABEL_ROLE: "serving"}
 CONTAINER_CACHE_PATH = "/models"
 
 # Platform figures (not workload figures), each with the reason for its value.
@@ -154,7 +154,7 @@ class Serving(pulumi.ComponentResource):
         startup_s = startup_budget_s(plan_to_dict(plan)["weights_gb"])
 
         self.namespace = k8s.core.v1.Namespace(
-            f"{name}-ns", metadata={"name": ns_name, "labels": {"llm-serving.io/environment": settings.environment}},
+            f"{name}-ns", metadata={"name": ns_name, "labels": {LABEL_ENVIRONMENT: settings.environment}},
             opts=k8s_opts)
         ns_opts = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[self.namespace])
         self.hub_secret = k8s.core.v1.Secret(
@@ -171,7 +171,7 @@ class Serving(pulumi.ComponentResource):
             self.keda = k8s.helm.v3.Release(
                 f"{name}-keda", name="keda", chart=KEDA_CHART, version=KEDA_VERSION,
                 repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=KEDA_REPO),
-                namespace="keda", create_namespace=True,
+                namespace=KEDA_NAMESPACE, create_namespace=True,
                 values={"nodeSelector": {LABEL_ROLE: "system"}}, opts=k8s_opts)
         previous = None
         for zone, count in plan.replicas_by_zone.items():

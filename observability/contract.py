@@ -89,10 +89,6 @@ DEPRECATED_PREFIXES = ("vllm:gpu_prefix_cache_",)
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
 
 
-def by_name() -> dict[str, Series]:
-    return {s.name: s for s in SERIES}
-
-
 def exposed_names() -> set[str]:
     """Every name a query may select: histogram families expand to their three series."""
     out = set()

@@ -28,7 +28,6 @@ from .profiles import Profile
 from .queueing import erlang_c_wait, md1_wait, poisson_quantile
 
 GB = 1e9
-Z95 = 1.6448536269514722
 
 
 class SizingError(ValueError):

@@ -17,7 +17,7 @@ from offline.engine import Recording, Registration
 from offline.values import SECRET_SIG, SIG_KEY, is_secret
 from offline.policy_run import evaluate
 from policies.registry import RULES, levels, pack_environment
-from tests.conftest import stack_config
+from tests.stacks import stack_config
 
 ROOT = Path(__file__).resolve().parent.parent
 ALL_POLICIES = {r.name for r in RULES}

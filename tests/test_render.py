@@ -15,8 +15,7 @@ from offline.manifests import kubernetes_objects, manifest_name
 from offline.values import manifest_value
 from tests.k8s_schema import is_custom, validate
 from settings import load_stack
-from tests.conftest import stack_config
-from tests.test_serving import plan_for, program  # noqa: F401 (fixture)
+from tests.stacks import stack_config
 
 runner = CliRunner()
 
@@ -65,8 +64,8 @@ def test_an_unknown_stack_is_one_line_and_exit_2(tmp_path):
 
 
 @pytest.mark.parametrize("stack", ["prod", "staging", "dev"])
-def test_every_object_the_program_creates_is_rendered(program, rendered, stack):
-    recording = program(stack)
+def test_every_object_the_program_creates_is_rendered(recorded, rendered, stack):
+    recording = recorded(stack)
     expected = sorted(manifest_name(o) for o in kubernetes_objects(recording))
     assert sorted(p.name for p, _ in manifests(rendered[stack])) == expected
     for path, obj in manifests(rendered[stack]):
