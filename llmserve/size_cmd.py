@@ -120,14 +120,12 @@ def _workload(base: Workload, qps, concurrency, input_tokens, output_tokens, ttf
     )
 
 
-# What a SizingError's `option` is shown as; --tp only when the user gave it.
-OPTION_LABELS = {"weights": "--weights: ", "slo": "SLOs: "}
-
-
 def _option_label(exc: SizingError, tp_given: bool) -> str:
-    if exc.option == "tp":
-        return "--tp: " if tp_given else ""
-    return OPTION_LABELS.get(exc.option, "")
+    """The prefix naming the option a sizing error concerns; --tp only when the user gave it
+    (a TP the planner chose is not the user's to fix)."""
+    if exc.option is None or (exc.option == "--tp" and not tp_given):
+        return ""
+    return f"{exc.option}: "
 
 
 def _base_request(stack: str | None) -> PlanRequest:

@@ -33,8 +33,8 @@ GB = 1e9
 class SizingError(ValueError):
     """A configuration the model cannot serve; the message names the constraint that fails.
 
-    `option` names the input it concerns ("tp", "weights", "slo"; None when it is the layout or
-    the load), so the CLI can point at the option without reading the message.
+    `option` names the input that can fix it, as the CLI names it ("--tp", "--weights", "SLOs";
+    None when it is the layout or the load), so the CLI points at it without reading the message.
     """
 
     def __init__(self, message: str, option: str | None = None):
@@ -307,16 +307,16 @@ def check_shape(shape: Shape, workload: Workload, profile: Profile) -> None:
     m, inst, tp = shape.model, shape.instance, shape.tp
     if tp < 1 or tp > inst.gpus:
         raise SizingError(f"tensor parallel {tp} exceeds the {inst.gpus} GPUs of one {inst.id} node "
-                          "(a TP group never spans nodes)", option="tp")
+                          "(a TP group never spans nodes)", option="--tp")
     if m.heads % tp:
         raise SizingError(f"tensor parallel {tp} does not divide the {m.heads} attention heads of {m.id}",
-                          option="tp")
+                          option="--tp")
     mem = memory(shape, workload, profile)
     if mem.weights_per_gpu_gb >= mem.usable_per_gpu_gb:
         raise SizingError(
             f"{shape.weights} weights of {m.id} need {mem.weights_per_gpu_gb:.1f} GB per GPU at TP={tp}, "
             f"more than the {mem.usable_per_gpu_gb:.1f} GB usable on a {inst.gpu.id} "
-            "(raise TP, use fp8 weights or a larger GPU)", option="weights")
+            "(raise TP, use fp8 weights or a larger GPU)", option="--weights")
     if mem.max_seqs_kv < 1:
         raise SizingError(
             f"no room for one sequence's KV cache ({workload.input_tokens + workload.output_tokens} tokens) "

@@ -267,7 +267,7 @@ def plan_for_tp(req: PlanRequest, model, instance: Instance, profile: Profile, t
         demand, unit = float(w.qps), "QPS"
     if per_replica <= 0:
         raise SizingError(f"one replica cannot meet the SLOs even unloaded: {unloaded_reason(real, w)}",
-                          option="slo")
+                          option="SLOs")
     survivors = max(1, math.ceil(demand / per_replica - 1e-9))
 
     notes: list[str] = []
