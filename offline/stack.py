@@ -36,10 +36,13 @@ def read_config(stack: str, config: Path | None = None) -> dict:
     """The raw `config:` map of stacks/Pulumi.STACK.yaml, or of `config` when given."""
     from settings import SettingsError, read_stack_config, stack_file
 
+    path = config or stack_file(stack)
     try:
-        return read_stack_config(config or stack_file(stack))
+        return read_stack_config(path)
     except SettingsError as exc:
-        raise StackError(source_of(stack, config), exc.problems) from None
+        # `--config PATH` already names the file; a stack name does not, so keep the path there.
+        problems = [p.removeprefix(f"{path}: ") for p in exc.problems] if config else exc.problems
+        raise StackError(source_of(stack, config), problems) from None
 
 
 def load_settings(stack: str, config: Path | None = None, raw: dict | None = None):
