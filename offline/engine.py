@@ -22,7 +22,8 @@ from typing import Any
 
 import conventions
 
-from .values import is_secret, redacted, unwrap, walk, wrap_secret  # noqa: F401 (the engine's readers use these)
+# Re-exported: what reads a recording reads its values with these (offline/values.py).
+from .values import SECRET_SIG, SIG_KEY, is_secret, redacted, unwrap, walk, wrap_secret  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAM = ROOT / "__main__.py"
