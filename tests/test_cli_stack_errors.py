@@ -30,3 +30,15 @@ def test_a_config_file_that_is_not_a_stack_file(capsys, tmp_path, command):
     assert main(args) == 2
     assert capsys.readouterr().err.splitlines() == [
         f"error: --config {path}: needs a top-level 'config:' map of llm-serving: keys"]
+
+
+def test_a_component_refusing_the_config_is_one_line_too(capsys, monkeypatch):
+    """Settings and plan pass, a component raises while the program builds: its message, on one line."""
+    import offline.engine
+
+    def refuse(stack, raw):
+        raise ValueError("g6e.48xlarge does not support EFA\nset efa: false for pool us-east-1a-g6e")
+    monkeypatch.setattr(offline.engine, "run_program", refuse)
+    assert main(["preview", "--stack", "prod"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "error: --stack prod: g6e.48xlarge does not support EFA; set efa: false for pool us-east-1a-g6e"]
