@@ -26,6 +26,7 @@ from pathlib import Path
 import pulumi
 import pulumi_kubernetes as k8s
 
+import conventions
 from settings import StackSettings
 from settings.schema import ACCURACY_TASK_METRICS
 from sizing.planner import Plan
@@ -36,7 +37,7 @@ from .gateway import gate_rate_limit, proxy_replicas
 from .loadtest import gateway_url, one_shot_pod_spec
 from .serving import VLLM_IMAGE, egress_policies, served_checkpoint
 
-PYTHON_IMAGE = "python:3.12.8-slim-bookworm"
+PYTHON_IMAGE = conventions.PYTHON_IMAGE
 LM_EVAL = "lm-eval[api]==0.4.13"        # the API client only: no torch in the gate's image
 # The gate waits this long at least for lm-eval (the Job's deadline and Pulumi's await); more
 # when its quota needs longer for the tasks' questions (`gate_timeout_s`).

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
+import conventions
 from settings import StackSettings
 from sizing.planner import Plan
 
@@ -31,7 +32,7 @@ from .serving import HUB_TOKEN_DIR, HUB_TOKEN_KEY, egress_policies, served_check
 from .pod_security import SCRATCH_MOUNT, SCRATCH_VOLUME, container_security, pod_security
 
 # GuideLLM 0.8.1 writes report schema version 2, the one `llmserve loadtest-report` reads.
-GUIDELLM_IMAGE = "ghcr.io/vllm-project/guidellm:v0.8.1"
+GUIDELLM_IMAGE = conventions.GUIDELLM_IMAGE
 RESULTS_PATH = "/results"
 SCENARIO_PATH = "/config"
 SEED = 42

@@ -18,8 +18,7 @@ from sizing.model import Shape, SizingError, check_shape
 from sizing.planner import candidate_tps
 from sizing.profiles import get_profile
 
-from . import schema
-from .schema import NAMESPACE, SECRET_KEYS, ZONE_LETTERS, StackSettings
+from .schema import MAX_API_KEYS, NAMESPACE, SECRET_KEYS, ZONE_LETTERS, StackSettings, _Strict
 
 STACKS_DIR = Path(__file__).resolve().parent.parent / "stacks"
 REGION_KEY = "aws:region"
@@ -170,10 +169,6 @@ def _non_finite(path: str, value, depth: int = 0) -> list[str]:
     return []
 
 
-def secret_config_keys(config: dict) -> list[str]:
-    return [k for k, v in config.items() if isinstance(v, dict) and "secure" in v]
-
-
 # -- checks that span keys -------------------------------------------------------------------
 def semantic_problems(s: StackSettings) -> list[str]:
     catalog = load_catalog()
@@ -252,7 +247,7 @@ LENGTH_FIXES = {
                                           "or [\"0.0.0.0/0\"] to open it on purpose",
     ("apiAllowedCidrs", "too_short"): "list the CIDRs that may reach the Kubernetes API (your office or VPN egress)",
     ("gateway.apiKeyNames", "too_short"): "name at least one API key; every route needs one",
-    ("gateway.apiKeyNames", "too_long"): f"at most {schema.MAX_API_KEYS} keys (Envoy Gateway's limit on local "
+    ("gateway.apiKeyNames", "too_long"): f"at most {MAX_API_KEYS} keys (Envoy Gateway's limit on local "
                                          "rate-limit rules); share keys between teams",
     ("accuracyGate.tasks", "too_short"): "an empty task list would pass without checking anything; list at least "
                                          "one task, or set accuracyGate.enabled: false",
@@ -269,11 +264,11 @@ def _fields_at(loc: list[str]) -> list[str]:
             continue          # an index into a list of models
         annotation = field.annotation
         for candidate in (annotation, *getattr(annotation, "__args__", ())):
-            if isinstance(candidate, type) and issubclass(candidate, schema._Strict):
+            if isinstance(candidate, type) and issubclass(candidate, _Strict):
                 model = candidate
                 break
             inner = getattr(candidate, "__args__", ())
-            if inner and isinstance(inner[0], type) and issubclass(inner[0], schema._Strict):
+            if inner and isinstance(inner[0], type) and issubclass(inner[0], _Strict):
                 model = inner[0]
                 break
     return [f for f in model.model_fields if f not in ("stack", "region")]

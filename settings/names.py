@@ -9,6 +9,9 @@ from __future__ import annotations
 import ipaddress
 import re
 
+from conventions import (AI_GATEWAY_NAMESPACE, GATEWAY_CONTROLLER_NAMESPACE, GPU_PLUGIN_NAMESPACE, KEDA_NAMESPACE,
+                         MONITORING_NAMESPACE)
+
 # DNS-1123 label (namespaces, most object names) and subdomain (Secret names): k8s.io/apimachinery
 # pkg/util/validation/validation.go.
 DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
@@ -28,8 +31,8 @@ LOCAL_PATH = re.compile(r"/models/[-\w.][-\w./]*")
 # Namespaces the serving namespace may not take: the cluster's own and the ones the program's
 # other components install into (a NetworkPolicy or Namespace object there would break them).
 RESERVED_NAMESPACES = frozenset({
-    "default", "kube-system", "kube-public", "kube-node-lease", "envoy-gateway-system",
-    "envoy-ai-gateway-system", "monitoring", "keda"})
+    "default", "kube-system", "kube-public", "kube-node-lease", GATEWAY_CONTROLLER_NAMESPACE, AI_GATEWAY_NAMESPACE,
+    MONITORING_NAMESPACE, KEDA_NAMESPACE, GPU_PLUGIN_NAMESPACE})
 
 # The system node group's AMI is AL2023 x86_64 (components/cluster.py), so Graviton types (m7g,
 # c7g, ...) cannot boot it; these general-purpose x86 families and sizes can.

@@ -11,14 +11,16 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from conventions import PROJECT, SERVING_NAMESPACE
 from sizing.catalog import CatalogError, load_catalog
 from sizing.model import Workload
 from sizing.planner import PlanRequest, Pool
 from sizing.profiles import load_profiles
 
-from . import names
+from .names import RESERVED_NAMESPACES, dns_label, dns_subdomain, private_cidr, role_arn, secret_key
+from .names import checkpoint as valid_checkpoint, hostname as valid_hostname, system_instance_type, tag
 
-NAMESPACE = "llm-serving"
+NAMESPACE = PROJECT    # the config namespace (llm-serving:<key>) and the cluster name prefix
 SECRET_KEYS = ("hubToken", "apiKeys", "grafanaAdminPassword")
 GATE_KEY_NAME = "accuracy-gate"   # the accuracy gate's own client id at the gateway (not a tenant's)
 MAX_API_KEYS = 16          # Envoy Gateway's BackendTrafficPolicy takes at most 16 local rate-limit rules
@@ -30,12 +32,12 @@ ACCURACY_TASK_METRICS = {
     "mmlu_pro": "exact_match,custom-extract",
 }
 
-K8sLabelName = Annotated[str, AfterValidator(names.dns_label)]
-SecretName = Annotated[str, AfterValidator(lambda v: names.dns_subdomain(v, "Secret name"))]
-IssuerName = Annotated[str, AfterValidator(lambda v: names.dns_subdomain(v, "issuer name"))]
-Hostname = Annotated[str, AfterValidator(names.hostname)]
-ApiKeyName = Annotated[str, AfterValidator(names.secret_key)]
-RoleArn = Annotated[str, AfterValidator(names.role_arn)]
+K8sLabelName = Annotated[str, AfterValidator(dns_label)]
+SecretName = Annotated[str, AfterValidator(lambda v: dns_subdomain(v, "Secret name"))]
+IssuerName = Annotated[str, AfterValidator(lambda v: dns_subdomain(v, "issuer name"))]
+Hostname = Annotated[str, AfterValidator(valid_hostname)]
+ApiKeyName = Annotated[str, AfterValidator(secret_key)]
+RoleArn = Annotated[str, AfterValidator(role_arn)]
 Score = Annotated[float, Field(ge=0, le=1)]
 
 
@@ -75,7 +77,7 @@ class ModelSettings(_Strict):
     @field_validator("checkpoint")
     @classmethod
     def _checkpoint(cls, v: str | None) -> str | None:
-        return None if v is None else names.checkpoint(v)
+        return None if v is None else valid_checkpoint(v)
 
 
 class CapacityBlock(_Strict):
@@ -123,7 +125,7 @@ class NetworkSettings(_Strict):
     @classmethod
     def _cidr(cls, v: str) -> str:
         net = ipaddress.ip_network(v, strict=True)
-        names.private_cidr(v)
+        private_cidr(v)
         if not 16 <= net.prefixlen <= 20:
             # AWS allows /16 at most; below /20 each zone's private subnet (an eighth of the VPC)
             # has too few addresses for the VPC CNI, which gives every pod a VPC address.
@@ -132,7 +134,7 @@ class NetworkSettings(_Strict):
 
 
 class SystemNodeSettings(_Strict):
-    instanceType: Annotated[str, AfterValidator(names.system_instance_type)] = "m7i.2xlarge"
+    instanceType: Annotated[str, AfterValidator(system_instance_type)] = "m7i.2xlarge"
     nodesPerZone: int = Field(1, ge=1, le=10)
 
 
@@ -164,14 +166,14 @@ class GatewaySettings(_Strict):
 
 class ServingSettings(_Strict):
     burstScaling: bool = False               # KEDA into the nodes' idle GPUs
-    namespace: K8sLabelName = "llm-serving"
+    namespace: K8sLabelName = SERVING_NAMESPACE
 
     @field_validator("namespace")
     @classmethod
     def _own_namespace(cls, v: str) -> str:
-        if v in names.RESERVED_NAMESPACES or v.startswith("kube-"):
+        if v in RESERVED_NAMESPACES or v.startswith("kube-"):
             raise ValueError(f"'{v}' belongs to the cluster or another component; use a namespace of its own, "
-                             "e.g. llm-serving")
+                             f"e.g. {SERVING_NAMESPACE}")
         return v
 
 
@@ -242,7 +244,7 @@ class StackSettings(_Strict):
     @classmethod
     def _tags(cls, v: dict[str, str]) -> dict[str, str]:
         for key, value in v.items():
-            names.tag(key, value)
+            tag(key, value)
         return v
 
     @field_validator("replicas")

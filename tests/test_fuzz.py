@@ -27,7 +27,9 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from settings import SettingsError, read_stack_config, settings_from_config, stack_file
 from sizing.model import SizingError
 from sizing.planner import plan as make_plan
-from tests.conftest import SHARED, CaseTimeout, CliResult, run_cli, stack_config
+from tests.conftest import SHARED
+from tests.inprocess_cli import CaseTimeout, CliResult, run_cli
+from tests.stacks import stack_config
 
 CASES: Counter = Counter()          # cases run per command, printed at the end of the module
 FUZZ = dict(derandomize=True, database=None, deadline=None, print_blob=True,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from llmserve.render_cmd import kubernetes_objects
+from offline.manifests import kubernetes_objects
 
 WORKLOADS = ("Deployment", "Job", "DaemonSet", "StatefulSet")
 # The one pod that calls the API server: the endpoint picker watches pods and its InferencePool.
@@ -17,15 +17,10 @@ ENV_ONLY_KEYS = {"OPENAI_API_KEY", "GUIDELLM__SPEC__BACKEND__API_KEY"}
 METADATA = "169.254.0.0/16"
 
 
-@pytest.fixture(scope="module")
-def objects():
+@pytest.fixture
+def objects(recorded):
     """prod with every optional workload on: the load test and (by default) the accuracy gate."""
-    from llmserve.engine import run_program
-    from tests.conftest import stack_config
-
-    raw = stack_config("prod")
-    raw["llm-serving:loadTest"] = {"enabled": True}
-    return kubernetes_objects(run_program("prod", raw))
+    return kubernetes_objects(recorded("prod", {"loadTest": {"enabled": True}}))
 
 
 def pods(objects):

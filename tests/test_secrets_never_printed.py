@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import run_cli, stack_config
+from tests.inprocess_cli import run_cli
+from tests.stacks import stack_config
 
 SENTINEL = "S3NT1NEL-7f3a"
 SECRET_KEYS = ("llm-serving:hubToken", "llm-serving:apiKeys", "llm-serving:grafanaAdminPassword")
@@ -33,7 +34,7 @@ def planted(tmp_path, monkeypatch):
     """Stack files with the sentinel in every secret, read by --stack NAME and --config PATH alike."""
     import settings
     import settings.load
-    from llmserve import engine
+    from offline import engine
 
     stacks = tmp_path / "stacks"
     stacks.mkdir()
@@ -104,7 +105,7 @@ def test_loadtest_report_prints_no_secret(planted, shared_dir):
 @pytest.mark.parametrize("command", ["preview", "render"])
 def test_a_malformed_api_keys_secret_is_refused_without_quoting_it(planted, monkeypatch, tmp_path, api_keys,
                                                                      message, command):
-    from llmserve import engine
+    from offline import engine
 
     monkeypatch.setattr(engine, "placeholder_secret",
                         lambda key, raw: api_keys if key.endswith(":apiKeys") else sentinel_value(key, raw))
@@ -138,7 +139,7 @@ def test_settings_errors_print_no_secret(planted, tmp_path, mangle, in_a_secret,
 
 
 def test_the_sentinel_reaches_the_program_so_its_absence_means_something(planted):
-    from llmserve.engine import run_program, unwrap
+    from offline.engine import run_program, unwrap
     from settings import read_stack_config, stack_file
 
     recording = run_program("prod", read_stack_config(stack_file("prod")))
