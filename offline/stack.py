@@ -81,6 +81,9 @@ def record_stack(stack: str, config: Path | None = None):
     from .engine import run_program
 
     raw = read_config(stack, config)
+    # The stack file itself first: what only the file shows (a secret in plain text) never reaches
+    # the program, which sees config values only through Pulumi's Config.
+    load_settings(stack, config, raw)
     try:
         return run_program(stack, raw)
     except pulumi.ConfigMissingError as exc:       # a secret the stack file does not set
