@@ -36,8 +36,8 @@ def read_config(stack: str, config: Path | None = None) -> dict:
     """The raw `config:` map of stacks/Pulumi.STACK.yaml, or of `config` when given."""
     from settings import SettingsError, read_stack_config, stack_file
 
-    path = config or stack_file(stack)
     try:
+        path = config or stack_file(stack)
         return read_stack_config(path)
     except SettingsError as exc:
         # `--config PATH` already names the file; a stack name does not, so keep the path there.

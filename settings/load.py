@@ -35,7 +35,7 @@ class SettingsError(ValueError):
 
 def stack_file(stack: str, stacks_dir: Path = STACKS_DIR) -> Path:
     if not STACK_NAME.fullmatch(stack):
-        raise SettingsError([f"--stack: '{stack[:60]}' is not a stack name; use letters, digits, '-', '_' and '.'"])
+        raise SettingsError([f"'{stack[:60]}' is not a stack name; use letters, digits, '-', '_' and '.'"])
     return stacks_dir / f"Pulumi.{stack}.yaml"
 
 
