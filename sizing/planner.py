@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from .catalog import Instance, load_catalog
-from .model import Capacity, Point, ReplicaModel, Shape, SizingError, Workload, check_shape
+from .model import Capacity, Memory, Point, ReplicaModel, Shape, SizingError, Workload, check_shape
 from .profiles import Profile, get_profile
 
 BINDING_WORDS = {
-    "tpot": "mean TPOT reaches the {tpot:.0f} ms SLO (decode steps slow as the batch grows)",
-    "ttft": "mean TTFT, prefill plus its queue, reaches the {ttft:.2f} s SLO",
+    "tpot": "{stat} TPOT reaches the {tpot:.0f} ms SLO (decode steps slow as the batch grows)",
+    "ttft": "{stat} TTFT, chunked prefill plus its queue, reaches the {ttft:.2f} s SLO",
     "kv": "the KV cache (or the engine's max_num_seqs) holds no more sequences in flight",
     "prefill": "prefill alone saturates the replica",
 }
@@ -79,13 +79,32 @@ class Plan:
     real: Point
     closed_loop: dict | None
     max_clients_per_replica: int | None
+    replica_model: ReplicaModel          # the real model the figures come from (components read it)
     gpus_used: int
     gpus_total: int
     gpu_hour_price: float | None
     node_price: float | None
     binding_constraint: str
     notes: tuple[str, ...] = field(default_factory=tuple)
-    fill_idle: dict | None = None
+    fill_idle_gpus: dict | None = None
+    fleet: FleetView | None = None       # replicas fixed by the request: the whole fleet at the load
+
+    @property
+    def memory(self) -> Memory:
+        return self.replica_model.memory
+
+    @property
+    def weights_gb(self) -> float:
+        return self.replica_model.memory.weights_gb
+
+    @property
+    def prefill_ms(self) -> float:
+        """One prompt's prefill, alone on an idle replica."""
+        return 1e3 * self.replica_model.prefill_alone_s
+
+    @property
+    def prefill_saturation_qps(self) -> float:
+        return 1 / self.replica_model.share_per_request_s
 
     @property
     def replicas_carrying(self) -> int:
@@ -115,29 +134,35 @@ class Plan:
         return None if per_hour is None or tokens <= 0 else per_hour / (tokens / 1e6)
 
     @cached_property
-    def model_args(self) -> dict:
+    def engine_args(self) -> dict:
         """vLLM arguments from the plan (computed once; frozen dataclasses allow a cached property)."""
-        return engine_args(self)
+        return _engine_args(self)
 
 
-def engine_args(plan: Plan) -> dict:
-    """vLLM arguments derived from the plan (the serving component passes them as they are)."""
+@dataclass(frozen=True)
+class FleetView:
+    """A fixed fleet evaluated at the load given, every replica up (`--replicas N`)."""
+    replicas: int
+    load_per_replica_qps: float
+    real: Point
+    clients_per_replica: float | None = None
+    closed_loop: dict | None = None
+
+
+def _engine_args(plan: Plan) -> dict:
+    """vLLM arguments derived from the plan (the serving component passes them as they are).
+
+    max_num_batched_tokens is the replica model's step budget (`ReplicaModel._batched_tokens`):
+    the TTFT the plan promises assumes exactly these chunks."""
     req, w = plan.request, plan.request.workload
     model = load_catalog().model(req.model)
     profile = get_profile(req.profile)
-    rm = ReplicaModel(Shape(model, plan.instance, plan.tp, req.weights, req.kv_dtype), w, profile, True)
-    max_len = w.input_tokens + w.output_tokens
-    max_seqs = rm.memory.max_seqs
-    # The chunked-prefill budget keeps one step that carries a prefill chunk within the TPOT SLO
-    # at the planned batch: chunk tokens cost their share of the prefill time each.
-    per_token = rm.ttft0_s / w.input_tokens
-    step = rm.step_s(plan.real.in_flight if math.isfinite(plan.real.in_flight) else max_seqs)
-    chunk = max(512, int((w.tpot_slo_s - step) / per_token) // 256 * 256) if per_token > 0 else 2048
+    rm = plan.replica_model
     return {
         "tensor_parallel_size": plan.tp,
-        "max_model_len": max_len,
-        "max_num_seqs": max_seqs,
-        "max_num_batched_tokens": chunk + max_seqs,
+        "max_model_len": w.input_tokens + w.output_tokens,
+        "max_num_seqs": rm.memory.max_seqs,
+        "max_num_batched_tokens": rm.batched_tokens,
         "gpu_memory_utilization": profile.gpu_memory_utilization,
         "kv_cache_dtype": "fp8" if req.kv_dtype == "fp8" else "auto",
         "weights": req.weights,
@@ -256,7 +281,7 @@ def plan_for_tp(req: PlanRequest, model, instance: Instance, profile: Profile, t
     per_node = instance.gpus // tp
     slots = zone_slots(req.pools, per_node)
     total_slots = sum(slots.values())
-    slo_words = BINDING_WORDS[cap.binding].format(tpot=w.tpot_slo_s * 1e3, ttft=w.ttft_slo_s)
+    slo_words = BINDING_WORDS[cap.binding].format(tpot=w.tpot_slo_s * 1e3, ttft=w.ttft_slo_s, stat=w.slo_statistic)
 
     # What one replica can carry: QPS (open loop) or clients (closed loop).
     if w.is_closed_loop:
@@ -366,5 +391,16 @@ def plan_for_tp(req: PlanRequest, model, instance: Instance, profile: Profile, t
         load_per_replica_qps=qps_load, ideal=ideal.at(qps_load), real=real.at(qps_load),
         closed_loop=closed, max_clients_per_replica=per_replica if w.is_closed_loop else None,
         gpus_used=gpus_used, gpus_total=gpus_total, gpu_hour_price=gpu_price, node_price=node_price,
-        binding_constraint=binding, notes=tuple(notes), fill_idle=fill,
+        binding_constraint=binding, notes=tuple(notes), fill_idle_gpus=fill, replica_model=real,
+        fleet=fleet_view(real, w, replicas) if req.replicas is not None else None,
     )
+
+
+def fleet_view(real: ReplicaModel, w: Workload, replicas: int) -> FleetView:
+    """Exactly `replicas` replicas, all up, sharing the load evenly (the router's aim)."""
+    if w.is_closed_loop:
+        share = w.concurrency / replicas
+        closed = real.closed_loop(max(1, math.ceil(share)))
+        return FleetView(replicas, closed["requests_per_s"], real.at(closed["requests_per_s"]), share, closed)
+    load = w.qps / replicas
+    return FleetView(replicas, load, real.at(load))
