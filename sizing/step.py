@@ -14,8 +14,9 @@ Used by the analytic engine (`sizing.model`), the simulator (`simulator.cost`) a
   times real_factor, max(a1 + b1 n, a2 + b2 n), plus e = prefill seconds per prompt token; a
   step with nothing to decode costs only its prefill (gate(0) = 0).
 
-B = tp x HBM bandwidth (x decode_bw_fraction), F = tp x peak x mfu. On links other than the one
-the profile was measured on, two ring all-reduces per layer are added (see `comm_terms`).
+B = tp x HBM bandwidth (x decode_bw_fraction), F = tp x peak x mfu. Two ring all-reduces per
+layer are added (`comm_terms`): in full when the profile's `comm_baseline_link` is `none`, else
+only what a slower link costs beyond the one the profile was measured on.
 """
 from __future__ import annotations
 
@@ -63,11 +64,14 @@ def comm_terms(shape, profile, tokens_per_step_bytes: float) -> tuple[float, flo
     m, inst, tp = shape.model, shape.instance, shape.tp
     if tp <= 1:
         return 0.0, 0.0
-    base = load_catalog().links[profile.comm_baseline_link]
     link = inst.link
     ring = 2 * (tp - 1)
-    d_lat = max(0.0, link.latency_us - base.latency_us) * 1e-6
-    d_inv_bw = max(0.0, 1 / (link.bandwidth_gbps * GB) - 1 / (base.bandwidth_gbps * GB))
+    if profile.comm_baseline_link == "none":       # every all-reduce charged in full
+        d_lat, d_inv_bw = link.latency_us * 1e-6, 1 / (link.bandwidth_gbps * GB)
+    else:
+        base = load_catalog().links[profile.comm_baseline_link]
+        d_lat = max(0.0, link.latency_us - base.latency_us) * 1e-6
+        d_inv_bw = max(0.0, 1 / (link.bandwidth_gbps * GB) - 1 / (base.bandwidth_gbps * GB))
     calls = 2 * m.layers
     return calls * ring * d_lat, calls * (ring / tp) * tokens_per_step_bytes * d_inv_bw
 
