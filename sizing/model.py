@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from .catalog import Instance, Model, bytes_per_element
 from .profiles import Profile
-from .queueing import QUANTILES, STATISTICS, erlang_c_wait, exp_tail_quantile, md1_wait, poisson_quantile
+from .queueing import QUANTILES, STATISTICS, erlang_c_wait, md1_wait_quantile, poisson_quantile
 from .step import build_step, comm_terms
 
 GB = 1e9
@@ -283,7 +283,7 @@ class ReplicaModel:
         # The quantile of the sum: the means plus the spreads combined in quadrature.
         tail = 1 - q
         res_q = _residual_quantile(tail, f, full, busy - f, dec)
-        wait_q = exp_tail_quantile(rho, mean_wait / rho, q) if rho > 0 else 0.0
+        wait_q = md1_wait_quantile(rho, work, q)
         last_q = extra if shared > tail else 0.0
         spread = math.sqrt(max(res_q - residual, 0.0) ** 2 + max(wait_q - mean_wait, 0.0) ** 2
                            + max(last_q - shared * extra, 0.0) ** 2)

@@ -66,3 +66,24 @@ def poisson_quantile(mean: float, q: float) -> float:
         pmf *= mean / k
         cdf += pmf
     return float(max(k, mean))
+
+
+def md1_wait_quantile(rho: float, service_s: float, q: float) -> float:
+    """The q-quantile of the M/D/1 wait, from its two regimes, whichever is longer:
+    - light load: at most the one prompt in service is ahead, P(W > t) = rho (1 - t / D);
+    - the tail: P(W > t) ~ rho exp(-g t), g the decay rate of the M/D/1 queue (Cramer-Lundberg:
+      rho (exp(g D) - 1) = g D), lighter than the exponential with the mean's scale."""
+    tail = 1 - q
+    if rho <= tail or service_s <= 0:
+        return 0.0
+    if rho >= 1:
+        return math.inf
+    light = service_s * (1 - tail / rho)
+    x = 2 * math.log(1 / rho) + 2 * (1 - rho) / rho + 1      # right of the root: Newton descends
+    for _ in range(30):
+        f = rho * (math.exp(x) - 1) - x
+        step = f / (rho * math.exp(x) - 1)
+        x -= step
+        if abs(step) < 1e-9 * x:
+            break
+    return max(light, math.log(rho / tail) * service_s / x)
