@@ -346,7 +346,7 @@ class ReplicaModel:
         else:
             tpot = _largest(lambda lam: self.latencies_at(lam, q)[1] <= w.tpot_slo_s, top)
         ttft = _largest(lambda lam: self.latencies_at(lam, q)[0] <= w.ttft_slo_s, min(top, tpot * 1.5 + 1e-9))
-        caps = {"tpot": tpot, "ttft": ttft, "kv": kv, "prefill": prefill}
+        caps = {"kv": kv, "prefill": prefill, "tpot": tpot, "ttft": ttft}   # ties: the structural limit
         binding = min(caps, key=caps.get)
         return Capacity(qps=caps[binding], binding=binding, by_constraint=caps, statistic=stat)
 

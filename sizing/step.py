@@ -39,6 +39,12 @@ class StepModel:
     e: float           # per prefill token, outside the max (its attention, or all of it when additive)
     gated: bool        # additive: no decode part without a decode batch
 
+    @classmethod
+    def additive(cls, branches, prefill_s_per_token: float) -> "StepModel":
+        """The seed's step from its decode branches [(a, b), ...] and a prefill cost per token."""
+        (a1, b1), (a2, b2) = (branches[0], branches[1]) if len(branches) > 1 else (branches[0], branches[0])
+        return cls(a1, b1, 0.0, a2, b2, 0.0, 0.0, prefill_s_per_token, True)
+
     def decode_s(self, n: float) -> float:
         """A step with n decodes and no prefill."""
         if n <= 0 and self.gated:

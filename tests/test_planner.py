@@ -99,7 +99,7 @@ def test_plan_satisfies_n_plus_one_or_says_why(qps, layout, tp):
 
 @pytest.mark.parametrize("nodes,qps,expected_replicas", [(2, 10, 2), (3, 30, 3), (2, 30, 4)])
 def test_single_zone_n_plus_one_by_node_survives_losing_the_fullest_node(nodes, qps, expected_replicas):
-    p = plan(PlanRequest(Workload(qps=qps), pools=pools(nodes), tp=4))
+    p = plan(PlanRequest(Workload(qps=qps, slo_statistic="mean"), pools=pools(nodes), tp=4))
     fullest = max(n.replicas for n in p.nodes)
     assert p.replicas == expected_replicas
     assert (p.replicas - fullest) * p.capacity_per_replica.qps >= qps

@@ -15,9 +15,10 @@ CAT = load_catalog()
 REF = get_profile("reference")
 
 
-def rm(model="llama-3-70b", instance="p5.48xlarge", tp=4, weights="fp8", kv="bf16", real=True, **w):
+def rm(model="llama-3-70b", instance="p5.48xlarge", tp=4, weights="fp8", kv="bf16", real=True, profile=REF, **w):
+    """A replica under the reference profile with mean SLOs (the seed's mechanics) unless told."""
     shape = Shape(CAT.model(model), CAT.instance(instance), tp, weights, kv)
-    return ReplicaModel(shape, Workload(**w), REF, real=real)
+    return ReplicaModel(shape, Workload(**{"slo_statistic": "mean", **w}), profile, real=real)
 
 
 def test_fixed_point_is_exact():
