@@ -4,6 +4,7 @@ option given as well overrides it."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Optional
 
@@ -13,6 +14,7 @@ from sizing.catalog import PRECISIONS, CatalogError, load_catalog
 from sizing.model import SizingError, Workload
 from sizing.planner import PlanRequest, Pool, plan
 from sizing.profiles import load_profiles
+from sizing.queueing import STATISTICS
 from sizing.report import plan_to_dict, table_rows
 
 from .errors import fail
@@ -31,8 +33,12 @@ def size(
     concurrency: Optional[int] = typer.Option(None, help="Closed-loop load: concurrent clients."),
     input_tokens: Optional[int] = typer.Option(None, "--input-tokens", help="Prompt tokens per request."),
     output_tokens: Optional[int] = typer.Option(None, "--output-tokens", help="Output tokens per request."),
-    ttft_slo: Optional[float] = typer.Option(None, "--ttft-slo", help="TTFT SLO in seconds (mean)."),
-    tpot_slo: Optional[float] = typer.Option(None, "--tpot-slo", help="TPOT SLO in seconds (mean)."),
+    ttft_slo: Optional[float] = typer.Option(None, "--ttft-slo", help="TTFT SLO in seconds (at --slo-statistic)."),
+    tpot_slo: Optional[float] = typer.Option(None, "--tpot-slo", help="TPOT SLO in seconds (at --slo-statistic)."),
+    slo_statistic: Optional[str] = typer.Option(None, "--slo-statistic",
+                                                help="mean, p50, p90, p95 or p99: the SLOs hold at this statistic "
+                                                     "(default: the stack's, else p95)."),
+    replicas: Optional[int] = typer.Option(None, help="Evaluate exactly this many replicas at the load (no planning)."),
     profile: Optional[str] = typer.Option(None, help="Efficiency profile: reference or calibrated."),
     gpu_hour_price: Optional[float] = typer.Option(None, "--gpu-hour-price", help="$ per GPU-hour (default: instance price / GPUs)."),
     zones: Optional[str] = typer.Option(None, help="Zones: a count (2) or names (us-east-1a,us-east-1b); one node each."),
@@ -48,9 +54,12 @@ def size(
         fail("--qps and --concurrency: give one (open loop) or the other (closed loop), not both")
     for name, value in (("--qps", qps), ("--concurrency", concurrency), ("--input-tokens", input_tokens),
                         ("--output-tokens", output_tokens), ("--ttft-slo", ttft_slo), ("--tpot-slo", tpot_slo),
-                        ("--gpu-hour-price", gpu_hour_price), ("--tp", tp), ("--nodes-per-zone", nodes_per_zone)):
-        if value is not None and value <= 0:
-            fail(f"{name}: must be greater than 0 (got {value:g})")
+                        ("--gpu-hour-price", gpu_hour_price), ("--tp", tp), ("--nodes-per-zone", nodes_per_zone),
+                        ("--replicas", replicas)):
+        if value is not None and not (math.isfinite(value) and value > 0):
+            fail(f"{name}: must be a finite number greater than 0 (got {value:g})")
+    if slo_statistic is not None and slo_statistic not in STATISTICS:
+        fail(f"--slo-statistic: unknown statistic '{slo_statistic}'; choose one of: {', '.join(STATISTICS)}")
     catalog = load_catalog()
     try:
         if model is not None:
@@ -71,20 +80,24 @@ def size(
             fail(f"{option}: unknown precision '{value}'; choose one of: {', '.join(PRECISIONS)}")
 
     load_given = qps is not None or concurrency is not None
-    workload = Workload(
-        input_tokens=input_tokens or w0.input_tokens,
-        output_tokens=output_tokens or w0.output_tokens,
-        ttft_slo_s=ttft_slo or w0.ttft_slo_s,
-        tpot_slo_s=tpot_slo or w0.tpot_slo_s,
-        qps=qps if load_given else w0.qps,
-        concurrency=concurrency if load_given else w0.concurrency,
-    )
+    try:
+        workload = Workload(
+            input_tokens=input_tokens or w0.input_tokens,
+            output_tokens=output_tokens or w0.output_tokens,
+            ttft_slo_s=ttft_slo or w0.ttft_slo_s,
+            tpot_slo_s=tpot_slo or w0.tpot_slo_s,
+            qps=qps if load_given else w0.qps,
+            concurrency=concurrency if load_given else w0.concurrency,
+            slo_statistic=slo_statistic or w0.slo_statistic,
+        )
+    except SizingError as exc:
+        fail(str(exc))
     instance_type = instance or (catalog.node_for_gpu(gpu).id if gpu else None)
     pools = _pools(base.pools, zones, nodes_per_zone, instance_type)
     req = PlanRequest(
         workload=workload, model=model or base.model, weights=weights or base.weights,
         kv_dtype=kv_dtype or base.kv_dtype, pools=pools, tp=tp if tp is not None else base.tp,
-        replicas=base.replicas, profile=profile or base.profile,
+        replicas=replicas if replicas is not None else base.replicas, profile=profile or base.profile,
         gpu_hour_price=gpu_hour_price if gpu_hour_price is not None else base.gpu_hour_price,
         instance_price=base.instance_price,
     )
@@ -95,7 +108,7 @@ def size(
     try:
         result = plan(req)
     except SizingError as exc:
-        fail(f"{_option_for(str(exc), tp is not None)}{exc}")
+        fail(f"{_option_for(exc, tp is not None)}{exc}")
     data = plan_to_dict(result)
     if plot is not None:
         from .plots import plot_latency_vs_qps
@@ -106,7 +119,10 @@ def size(
         _print_report(data, plot)
 
 
-def _option_for(message: str, tp_given: bool) -> str:
+def _option_for(exc: SizingError, tp_given: bool) -> str:
+    message = str(exc)
+    if getattr(exc, "option", None) and exc.option != "--tp":
+        return f"{exc.option}: " if exc.option not in message else ""
     if "tensor parallel" in message and tp_given:
         return "--tp: "
     if "weights of" in message:
