@@ -124,8 +124,8 @@ def test_every_vllm_argument_is_the_plans(program, stack, overrides):
     for d in serving_deployments(program(stack, overrides)).values():
         f = flags(d)
         for arg, flag in FLAG_FOR_ARG.items():
-            assert f[flag] == str(plan.model_args[arg]), flag
-        assert f["--model"] == plan.model_args["checkpoint"]
+            assert f[flag] == str(plan.engine_args[arg]), flag
+        assert f["--model"] == plan.engine_args["checkpoint"]
         assert "--enable-chunked-prefill" in f
         assert f["--shutdown-timeout"] == str(drain_timing(longest_request_s(plan)).shutdown_timeout_s)
         assert vllm_container(d)["resources"]["limits"]["nvidia.com/gpu"] == str(plan.tp)
