@@ -429,6 +429,30 @@ class ReplicaModel:
             "kv_cache_gb": m * (self.s_in + self.s_out) * self.kv_tok / GB,
         }
 
+    def closed_point(self, clients: int) -> Point:
+        """The replica under N closed-loop clients, as a Point: TTFT is the cycle bound N / X less
+        the decode time (finite for any N), its tail the chunked-prefill queue's spread at X."""
+        cl = self.closed_loop(clients)
+        x, tpot = cl["requests_per_s"], cl["tpot_ms"] / 1e3
+        if not (x > 0 and math.isfinite(tpot)):
+            return _unstable(x, cl["prefill_share"], "no throughput at this batch", self._stat)
+        n = self.in_flight(x, tpot)
+        q = QUANTILES.get(self._stat)
+        ttft = cl["ttft_ms"] / 1e3
+
+        def spread(qq: float | None) -> float:
+            if qq is None:
+                return 0.0
+            mean = self._ttft_prefill(x, n, tpot, None)
+            return max(self._ttft_prefill(x, n, tpot, qq) - mean, 0.0) if math.isfinite(mean) else 0.0
+
+        return Point(
+            qps=x, prefill_share=cl["prefill_share"], ttft_ms=1e3 * ttft, ttft_p95_ms=1e3 * (ttft + spread(0.95)),
+            tpot_ms=1e3 * tpot, tpot_p95_ms=1e3 * self._tpot_at(n, cl["prefill_share"], 0.95),
+            in_flight=cl["running"], kv_cache_gb=cl["kv_cache_gb"], queue_ms=cl["queue_ms"], stable=True,
+            statistic=self._stat, ttft_at_statistic_ms=1e3 * (ttft + spread(q)),
+            tpot_at_statistic_ms=cl["tpot_at_statistic_ms"])
+
     def max_clients_within_slo(self) -> int:
         """The most closed-loop clients one replica serves with TTFT and TPOT in SLO (mean TTFT,
         the cycle bound; TPOT at the workload's statistic)."""

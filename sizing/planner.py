@@ -344,7 +344,7 @@ def plan_for_tp(req: PlanRequest, model, instance: Instance, profile: Profile, t
     # loss leaves none (no redundancy, or an override that broke N+1: the policies reject that).
     carrying = left if left > 0 else replicas
     load = demand / carrying
-    closed = None
+    closed, clients = None, 0
     if w.is_closed_loop:
         clients = math.ceil(demand / carrying)
         closed = real.closed_loop(clients)
@@ -388,7 +388,9 @@ def plan_for_tp(req: PlanRequest, model, instance: Instance, profile: Profile, t
         nodes=nodes, redundancy=redundancy, survives_failure=survives, lost_domain=lost,
         capacity_per_replica=cap, capacity_per_replica_ideal=cap_ideal,
         capacity_qps=replicas * cap.qps, capacity_after_zone_loss_qps=left * cap.qps, replicas_after_loss=left,
-        load_per_replica_qps=qps_load, ideal=ideal.at(qps_load), real=real.at(qps_load),
+        load_per_replica_qps=qps_load,
+        ideal=ideal.closed_point(clients) if w.is_closed_loop else ideal.at(qps_load),
+        real=real.closed_point(clients) if w.is_closed_loop else real.at(qps_load),
         closed_loop=closed, max_clients_per_replica=per_replica if w.is_closed_loop else None,
         gpus_used=gpus_used, gpus_total=gpus_total, gpu_hour_price=gpu_price, node_price=node_price,
         binding_constraint=binding, notes=tuple(notes), fill_idle_gpus=fill, replica_model=real,
@@ -400,7 +402,8 @@ def fleet_view(real: ReplicaModel, w: Workload, replicas: int) -> FleetView:
     """Exactly `replicas` replicas, all up, sharing the load evenly (the router's aim)."""
     if w.is_closed_loop:
         share = w.concurrency / replicas
-        closed = real.closed_loop(max(1, math.ceil(share)))
-        return FleetView(replicas, closed["requests_per_s"], real.at(closed["requests_per_s"]), share, closed)
+        clients = max(1, math.ceil(share))
+        closed = real.closed_loop(clients)
+        return FleetView(replicas, closed["requests_per_s"], real.closed_point(clients), share, closed)
     load = w.qps / replicas
     return FleetView(replicas, load, real.at(load))
