@@ -192,7 +192,9 @@ class ReplicaModel:
     # -- TPOT ---------------------------------------------------------------------------------
     def step_s(self, n: float) -> float:
         """The decode-only step with n sequences."""
-        return max(a + b * n for a, b in self.branches)
+        (a1, b1), (a2, b2) = self.branches
+        x, y = a1 + b1 * n, a2 + b2 * n
+        return x if x > y else y
 
     def prefill_token_cost_s(self, n: float) -> float:
         """p: seconds a prompt token adds to a step that decodes n and carries a full chunk."""
@@ -221,7 +223,7 @@ class ReplicaModel:
         p = self.prefill_token_s
         tpot = self._tpot_fixed_p(qps, p)
         if not self.additive:
-            for _ in range(3):
+            for _ in range(1):      # p moves little with n: one refinement settles it
                 if not math.isfinite(tpot):
                     break
                 p = self.prefill_token_cost_s(self.in_flight(qps, tpot))
@@ -248,16 +250,16 @@ class ReplicaModel:
         return mean + max(self.step_s(nq) / (1 - uq) - mean, 0.0) * amplify
 
     # -- TTFT ---------------------------------------------------------------------------------
-    def _prefill_queue(self, qps: float, n: float) -> tuple[float, float, float, float]:
-        """(rho, prompt work D, own service S, full-chunk step) in s, of the chunked-prefill queue
-        at batch n. rho is also the share of time spent in steps that carry a full chunk."""
+    def _prefill_queue(self, qps: float, n: float) -> tuple[float, float, float, float, float]:
+        """(rho, prompt work D, own service S, full-chunk step, own last step) in s, of the
+        chunked-prefill queue at batch n. rho is also the share of time in full-chunk steps."""
         chunk = max(self.batched_tokens - n, 1.0)
-        full = self.step.step_s(n, chunk)
-        rate = chunk / full                                   # prompt tokens per second, chunks busy
-        rho = qps * self.s_in / rate
+        step = self.step
+        full = step.step_s(n, chunk)
+        rho = qps * self.s_in * full / chunk                  # chunks drain chunk / full tokens per second
         k = math.ceil(self.s_in / chunk)
-        service = (k - 1) * full + self.step.step_s(n, self.s_in - (k - 1) * chunk)
-        return rho, self.s_in / rate, service, full
+        last = step.step_s(n, self.s_in - (k - 1) * chunk)
+        return rho, self.s_in * full / chunk, (k - 1) * full + last, full, last
 
     def _ttft_prefill(self, qps: float, n: float, tpot: float, q: float | None) -> float:
         """TTFT before any KV-admission wait, at a statistic (q None: the mean).
@@ -266,17 +268,16 @@ class ReplicaModel:
         `full`), else, while decodes run, a decode step; then for the prompt work ahead of it
         (M/D/1); then its own ceil(s_in / chunk) steps, the last of which is full when a prompt
         that arrived meanwhile fills the rest of its budget (vLLM schedules it in the same step)."""
-        rho, work, service, full = self._prefill_queue(qps, n)
+        rho, work, service, full, last = self._prefill_queue(qps, n)
         if rho >= 1:
             return math.inf
         busy = 1 - math.exp(-n)                              # decodes run: a step is in progress
-        f = min(rho, busy)
+        f = rho if rho < busy else busy
         dec = self.step.decode_s(n)
         residual = (f * full + (busy - f) * dec) / 2
         mean_wait = rho * work / (2 * (1 - rho))
-        earlier = service - self.step.step_s(n, self.s_in - (math.ceil(self.s_in / max(self.batched_tokens - n, 1.0)) - 1)
-                                                 * max(self.batched_tokens - n, 1.0))
-        extra = max(full - (service - earlier), 0.0)          # a shared last step is a full one
+        earlier = service - last
+        extra = full - last if full > last else 0.0           # a shared last step is a full one
         shared = 1 - math.exp(-qps * (earlier + residual)) if earlier > 0 else 0.0
         if q is None:
             return residual + mean_wait + service + shared * extra
@@ -334,13 +335,28 @@ class ReplicaModel:
         return self._ttft_prefill(qps, n, tpot, q), self._tpot_at(n, u, q)
 
     # -- capacity ---------------------------------------------------------------------------------
-    def capacity(self, statistic: str | None = None) -> Capacity:
+    def capacity(self, statistic: str | None = None, detail: bool = True, iterations: int = 11) -> Capacity:
+        """The largest QPS within the SLOs at the statistic, the KV cache and the prefill share.
+
+        With detail, each latency constraint's own limit (one search each); without (the sweep),
+        one search for both, which leaves the non-binding one at the binding one's value."""
         w = self.workload
         stat = statistic or self._stat
         q = QUANTILES.get(stat)
         kv = self.qps_at_batch(self.memory.max_seqs)
         prefill = 1 / self.share_per_request_s
         top = min(kv, prefill)
+        if not detail:
+            def both(lam: float) -> bool:
+                ttft, tpot = self.latencies_at(lam, q)
+                return ttft <= w.ttft_slo_s and tpot <= w.tpot_slo_s
+            # TPOT at any statistic is at least the mean: the mean's closed form bounds the search.
+            lam = _largest(both, min(top, self.tpot_capacity_qps(w.tpot_slo_s)), iterations)
+            ttft, tpot = self.latencies_at(lam * (1 + 1e-3), q) if lam < top else (0.0, 0.0)
+            which = "ttft" if ttft > w.ttft_slo_s and tpot <= w.tpot_slo_s else "tpot"
+            caps = {"kv": kv, "prefill": prefill, which: lam}
+            binding = min(caps, key=caps.get)
+            return Capacity(qps=caps[binding], binding=binding, by_constraint=caps, statistic=stat)
         if q is None and self.additive:
             tpot = self.tpot_capacity_qps(w.tpot_slo_s)
         else:
@@ -490,13 +506,14 @@ def _residual_quantile(tail: float, p_long: float, long: float, p_short: float, 
     return (p_long + p_short - tail) / rate if rate > 0 else 0.0
 
 
-def _largest(ok, top: float, iterations: int = 16) -> float:
-    """The largest load in (0, top] for which ok holds (ok true below, false above)."""
+def _largest(ok, top: float, iterations: int = 11) -> float:
+    """The largest load in (0, top] for which ok holds (ok true below, false above), to 0.05% of
+    top: the part of the range where it changes (above or below 70% of top), then halving."""
     if not (math.isfinite(top) and top > 0):
         return 0.0
     if ok(top):
         return top
-    lo, hi = 0.0, top
+    lo, hi = (0.7 * top, top) if ok(0.7 * top) else (0.0, 0.7 * top)
     for _ in range(iterations):
         mid = (lo + hi) / 2
         if ok(mid):

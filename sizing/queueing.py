@@ -79,11 +79,11 @@ def md1_wait_quantile(rho: float, service_s: float, q: float) -> float:
     if rho >= 1:
         return math.inf
     light = service_s * (1 - tail / rho)
-    x = 2 * math.log(1 / rho) + 2 * (1 - rho) / rho + 1      # right of the root: Newton descends
+    x = min(2 * (1 - rho) / rho, 2 * math.log(1 / rho) + 1)   # right of the root: Newton descends
     for _ in range(30):
-        f = rho * (math.exp(x) - 1) - x
-        step = f / (rho * math.exp(x) - 1)
+        ex = rho * math.exp(x)
+        step = (ex - rho - x) / (ex - 1)
         x -= step
-        if abs(step) < 1e-9 * x:
+        if step < 1e-6 * x:
             break
     return max(light, math.log(rho / tail) * service_s / x)
