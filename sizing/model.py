@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from .catalog import Instance, Model, bytes_per_element
 from .profiles import Profile
-from .queueing import QUANTILES, STATISTICS, erlang_c_wait, md1_wait_quantile, poisson_quantile
+from .queueing import QUANTILES, STATISTICS, erlang_c_wait, md1_wait_quantile, poisson_quantile_smooth
 from .step import build_step, comm_terms
 
 GB = 1e9
@@ -237,17 +237,20 @@ class ReplicaModel:
         """TPOT at a statistic: the step at the Poisson q-quantile of the batch, prefill share alike."""
         if q is None:
             return self.step_s(n) / (1 - u) if u < 1 else math.inf
-        nq = poisson_quantile(n, q) if n > 0 else 0.0
+        nq = poisson_quantile_smooth(n, q)
         uq = u * nq / n if n > 0 else u
-        if uq >= 1:
-            return math.inf
         mean = self.step_s(n) / (1 - u)
+        # vLLM gives the decodes their tokens first: a step is at most a full-chunk step, however
+        # many prompts wait (they wait in the prefill queue, in TTFT, instead).
+        ceiling = max(self.step.step_s(nq, max(self.batched_tokens - nq, 0.0)), mean)
+        if uq >= 1:
+            return ceiling
         # A batch above its mean lasts a request's lifetime and slows every step, which keeps
         # more requests in flight: the batch varies 1 / (1 - loop gain) times more (its std, sqrt).
         qps = n / (self.ttft0_s + (self.s_out - 1) * mean) if n > 0 else 0.0
         gain = qps * (self.s_out - 1) * (self.step_s(n + 1) - self.step_s(n)) / (1 - u)
         amplify = 1 / math.sqrt(1 - gain) if gain < 0.9 else math.sqrt(10.0)   # std of an OU process
-        return mean + max(self.step_s(nq) / (1 - uq) - mean, 0.0) * amplify
+        return min(mean + max(self.step_s(nq) / (1 - uq) - mean, 0.0) * amplify, ceiling)
 
     # -- TTFT ---------------------------------------------------------------------------------
     def _prefill_queue(self, qps: float, n: float) -> tuple[float, float, float, float, float]:

@@ -87,3 +87,12 @@ def md1_wait_quantile(rho: float, service_s: float, q: float) -> float:
         if step < 1e-6 * x:
             break
     return max(light, math.log(rho / tail) * service_s / x)
+
+
+def poisson_quantile_smooth(mean: float, q: float) -> float:
+    """A smooth q-quantile of a Poisson count (Cornish-Fisher, never below the mean): rises with
+    the mean, so figures built on it do too."""
+    if mean <= 0:
+        return 0.0
+    z = Z[q]
+    return mean + max(0.0, z * math.sqrt(mean) + (z * z - 1) / 6)

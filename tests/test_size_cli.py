@@ -142,3 +142,58 @@ def test_ttft_that_no_configuration_meets_names_the_prefill(capsys):
 def test_one_slot_left_reads_in_the_singular(capsys):
     code, _, err = run(capsys, "size", "--qps", "40", "--slo-statistic", "mean")
     assert code == 2 and "after losing us-east-1a, 1 TP=8 replica slot remains, carrying 34.3 QPS" in err
+
+
+# -- a given fleet (--replicas) --------------------------------------------------------------------
+def test_replicas_evaluates_exactly_that_fleet_at_the_load(capsys):
+    code, out, _ = run(capsys, "size", "--replicas", "3", "--qps", "12", "--tp", "4", "--zones", "3", "--json")
+    d = json.loads(out)
+    assert code == 0 and d["replicas"] == 3
+    assert d["fleet"]["replicas"] == 3 and d["fleet"]["load_per_replica_qps"] == pytest.approx(4.0)
+    assert d["fleet"]["stable"] and d["fleet"]["ttft_ms"]["at_statistic"] >= d["fleet"]["ttft_ms"]["mean"]
+
+
+def test_replicas_with_concurrency_report_each_replicas_share_of_the_clients(capsys):
+    code, out, _ = run(capsys, "size", "--replicas", "2", "--concurrency", "100", "--tp", "4", "--json")
+    fleet = json.loads(out)["fleet"]
+    assert code == 0 and fleet["clients_per_replica"] == 50 and fleet["closed_loop"]["clients"] == 50
+
+
+def test_a_fleet_past_its_capacity_is_unstable_and_says_why(capsys):
+    code, out, _ = run(capsys, "size", "--replicas", "1", "--qps", "100", "--tp", "4", "--zones", "1")
+    assert code == 0
+    assert "Fleet of 1 replicas, all up: 100 QPS per replica: unstable (" in out.replace("\n", "")
+
+
+def test_replicas_line_in_the_table_output(capsys):
+    code, out, _ = run(capsys, "size", "--replicas", "4", "--qps", "20", "--tp", "4", "--slo-statistic", "mean")
+    assert code == 0 and "Fleet of 4 replicas, all up: 5 QPS per replica" in out.replace("\n", "")
+
+
+@pytest.mark.parametrize("statistic", ["mean", "p50", "p90", "p95", "p99"])
+def test_slo_statistic_is_the_capacitys(capsys, statistic):
+    code, out, _ = run(capsys, "size", "--slo-statistic", statistic, "--json")
+    d = json.loads(out)
+    assert code == 0 and d["workload"]["slo_statistic"] == statistic
+    assert d["binding_constraint"].startswith(f"per replica, {statistic} ")
+
+
+def test_a_tighter_statistic_never_raises_the_capacity(capsys):
+    caps = []
+    for statistic in ("p50", "p90", "p95", "p99"):
+        _, out, _ = run(capsys, "size", "--slo-statistic", statistic, "--tp", "4", "--json")
+        caps.append(json.loads(out)["capacity_per_replica_qps"]["real"])
+    assert caps == sorted(caps, reverse=True)
+
+
+def test_closed_loop_ttft_past_the_kv_cache_is_finite_and_grows_with_the_clients(capsys):
+    """The issue's case: 100 clients of 5,000-token prompts on TP=2 H100s (was 6.04e17 ms)."""
+    ttfts = []
+    for clients in ("50", "100", "200"):
+        code, out, _ = run(capsys, "size", "--model", "llama-3-70b", "--gpu", "h100-sxm", "--weights", "fp8",
+                           "--kv-dtype", "fp8", "--tp", "2", "--concurrency", clients, "--input-tokens", "5000",
+                           "--output-tokens", "500", "--zones", "1", "--ttft-slo", "1000", "--tpot-slo", "10",
+                           "--json")
+        assert code == 0
+        ttfts.append(json.loads(out)["ttft_ms"]["real"])
+    assert all(t is not None and 0 < t < 1e6 for t in ttfts) and ttfts == sorted(ttfts)
