@@ -239,6 +239,11 @@ def candidate_tps(model, instance: Instance) -> list[int]:
 
 
 def plan(req: PlanRequest) -> Plan:
+    for option, value in (("--gpu-hour-price", req.gpu_hour_price), ("instancePrice", req.instance_price)):
+        if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+            raise SizingError(f"{option}: must be a finite number greater than 0 (got {value!r})", option)
+    if req.replicas is not None and not (isinstance(req.replicas, int) and req.replicas >= 1):
+        raise SizingError(f"--replicas: must be an integer of at least 1 (got {req.replicas!r})", "--replicas")
     catalog = load_catalog()
     model = catalog.model(req.model)
     profile = get_profile(req.profile)
