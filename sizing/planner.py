@@ -276,6 +276,23 @@ def plan(req: PlanRequest) -> Plan:
     return best[1]
 
 
+@dataclass(frozen=True)
+class _Demand:
+    """What the load asks and what one replica carries: QPS (open loop) or clients (closed)."""
+    per_replica: float
+    demand: float
+    unit: str
+    survivors: int          # replicas that must be left after the worst loss
+
+
+@dataclass(frozen=True)
+class _Loss:
+    redundancy: str         # zone | node | none
+    lost: str
+    left: int               # replicas left after losing it
+    notes: tuple[str, ...]
+
+
 def plan_for_tp(req: PlanRequest, model, instance: Instance, profile: Profile, tp: int) -> Plan:
     w = req.workload
     shape = Shape(model, instance, tp, req.weights, req.kv_dtype)
@@ -283,28 +300,62 @@ def plan_for_tp(req: PlanRequest, model, instance: Instance, profile: Profile, t
     real = ReplicaModel(shape, w, profile, real=True)
     ideal = ReplicaModel(shape, w, profile, real=False)
     cap, cap_ideal = real.capacity(), ideal.capacity()
-    per_node = instance.gpus // tp
-    slots = zone_slots(req.pools, per_node)
-    total_slots = sum(slots.values())
-    slo_words = BINDING_WORDS[cap.binding].format(tpot=w.tpot_slo_s * 1e3, ttft=w.ttft_slo_s, stat=w.slo_statistic)
-
-    # What one replica can carry: QPS (open loop) or clients (closed loop).
+    slots = zone_slots(req.pools, instance.gpus // tp)
+    need = _demand(real, cap, w)
+    counts = _replica_counts(req, slots, need, tp)
+    nodes = place_on_nodes(counts, req.pools, tp, instance.gpus)
+    replicas = sum(counts.values())
+    loss = _worst_loss(slots, counts, nodes, replicas)
+    notes = list(loss.notes)
+    survives = loss.left >= need.survivors and loss.redundancy != "none"
+    if req.replicas is not None and not survives and loss.redundancy != "none":
+        notes.append(f"replicas overridden to {req.replicas}: N+1 does not hold "
+                     f"({loss.left} left after losing {loss.lost}, {need.survivors} needed)")
+    # The worst case that still serves: the replicas left after the loss, or all of them when a
+    # loss leaves none (no redundancy, or an override that broke N+1: the policies reject that).
+    carrying = loss.left if loss.left > 0 else replicas
+    closed, clients, qps_load = None, 0, need.demand / carrying
     if w.is_closed_loop:
-        per_replica = real.max_clients_within_slo()
-        demand, unit = float(w.concurrency), "clients"
+        clients = math.ceil(need.demand / carrying)
+        closed = real.closed_loop(clients)
+        qps_load = closed["requests_per_s"]
+    gpu_price, node_price = _prices(req, instance, notes)
+    gpus_used, gpus_total = replicas * tp, sum(p.nodes for p in req.pools) * instance.gpus
+    fill = _fill_idle_gpus(slots, loss, replicas, tp, gpus_used, gpus_total, cap.qps, notes)
+    return Plan(
+        request=req, instance=instance, tp=tp, replicas=replicas, replicas_by_zone=counts,
+        nodes=nodes, redundancy=loss.redundancy, survives_failure=survives, lost_domain=loss.lost,
+        capacity_per_replica=cap, capacity_per_replica_ideal=cap_ideal,
+        capacity_qps=replicas * cap.qps, capacity_after_zone_loss_qps=loss.left * cap.qps,
+        replicas_after_loss=loss.left, load_per_replica_qps=qps_load,
+        ideal=ideal.closed_point(clients) if w.is_closed_loop else ideal.at(qps_load),
+        real=real.closed_point(clients) if w.is_closed_loop else real.at(qps_load),
+        closed_loop=closed, max_clients_per_replica=int(need.per_replica) if w.is_closed_loop else None,
+        gpus_used=gpus_used, gpus_total=gpus_total, gpu_hour_price=gpu_price, node_price=node_price,
+        binding_constraint=_binding_words(cap, w, need, loss), notes=tuple(notes), fill_idle_gpus=fill,
+        replica_model=real, fleet=fleet_view(real, w, replicas) if req.replicas is not None else None,
+    )
+
+
+def _demand(real: ReplicaModel, cap: Capacity, w: Workload) -> _Demand:
+    if w.is_closed_loop:
+        per_replica, demand, unit = float(real.max_clients_within_slo()), float(w.concurrency), "clients"
     else:
-        per_replica = cap.qps
-        demand, unit = float(w.qps), "QPS"
+        per_replica, demand, unit = cap.qps, float(w.qps), "QPS"
     if per_replica <= 0:
         raise SizingError(f"one replica cannot meet the SLOs even unloaded: {unloaded_reason(real, w)}")
-    survivors = max(1, math.ceil(demand / per_replica - 1e-9))
+    return _Demand(per_replica, demand, unit, max(1, math.ceil(demand / per_replica - 1e-9)))
 
-    notes: list[str] = []
+
+def _replica_counts(req: PlanRequest, slots: dict[str, int], need: _Demand, tp: int) -> dict[str, int]:
+    """Replicas per zone: the request's fixed count, N+1 by zone, or (one zone) N+1 by node."""
+    total_slots = sum(slots.values())
     if req.replicas is not None:
-        counts = spread(min(req.replicas, total_slots), slots)
         if req.replicas > total_slots:
             raise PlanError(f"replicas {req.replicas} exceed the {total_slots} TP={tp} slots of the pools")
-    elif len(slots) >= 2:
+        return spread(req.replicas, slots)
+    unit, demand, per_replica, survivors = need.unit, need.demand, need.per_replica, need.survivors
+    if len(slots) >= 2:
         counts = replicas_for_n_plus_one(survivors, slots)
         if counts is None:
             worst = max(slots.values())
@@ -313,94 +364,66 @@ def plan_for_tp(req: PlanRequest, model, instance: Instance, profile: Profile, t
                 f"{'slot remains' if total_slots - worst == 1 else 'slots remain'}, "
                 f"carrying {(total_slots - worst) * per_replica:.1f} {unit}; {demand:g} {unit} needs {survivors} "
                 f"replicas of {per_replica:.1f} {unit} each (add nodes or zones, or lower the load)")
-    else:
-        # One zone: N+1 by node when there are two nodes or more (replicas round-robin over the
-        # nodes, so losing the fullest node loses ceil(total / nodes) of them).
-        node_count = sum(p.nodes for p in req.pools)
-        if survivors > total_slots:
-            raise PlanError(f"{demand:g} {unit} needs {survivors} TP={tp} replicas; the pool has {total_slots} slots")
-        total = survivors
-        if node_count > 1:
-            while total < total_slots and total - math.ceil(total / node_count) < survivors:
-                total += 1
-        counts = spread(total, slots)
-    nodes = place_on_nodes(counts, req.pools, tp, instance.gpus)
-    replicas = sum(counts.values())
+        return counts
+    # One zone: N+1 by node when there are two nodes or more (replicas round-robin over the
+    # nodes, so losing the fullest node loses ceil(total / nodes) of them).
+    node_count = sum(p.nodes for p in req.pools)
+    if survivors > total_slots:
+        raise PlanError(f"{demand:g} {unit} needs {survivors} TP={tp} replicas; the pool has {total_slots} slots")
+    total = survivors
+    if node_count > 1:
+        while total < total_slots and total - math.ceil(total / node_count) < survivors:
+            total += 1
+    return spread(total, slots)
 
+
+def _worst_loss(slots: dict[str, int], counts: dict[str, int], nodes, replicas: int) -> _Loss:
+    """The failure domain whose loss leaves the fewest replicas: a zone, else a node, else none."""
     if len(slots) >= 2:
-        redundancy = "zone"
         lost = max(counts, key=lambda z: (counts[z], z))
-        lost_replicas = counts[lost]
-    elif len(nodes) >= 2:
-        redundancy = "node"
+        return _Loss("zone", lost, replicas - counts[lost], ())
+    if len(nodes) >= 2:
         worst = max(nodes, key=lambda n: n.replicas)
-        lost, lost_replicas = f"{worst.pool}/node-{worst.node}", worst.replicas
-        notes.append("one zone only: the plan survives losing a node, not a zone")
-    else:
-        only = nodes[0]
-        redundancy, lost, lost_replicas = "none", f"{only.pool}/node-{only.node}", replicas
-        notes.append("one node only: no redundancy; losing it stops serving")
-    left = replicas - lost_replicas
-    survives = left >= survivors and redundancy != "none"
-    if req.replicas is not None and not survives and redundancy != "none":
-        notes.append(f"replicas overridden to {req.replicas}: N+1 does not hold "
-                     f"({left} left after losing {lost}, {survivors} needed)")
-    # The worst case that still serves: the replicas left after the loss, or all of them when a
-    # loss leaves none (no redundancy, or an override that broke N+1: the policies reject that).
-    carrying = left if left > 0 else replicas
-    load = demand / carrying
-    closed, clients = None, 0
-    if w.is_closed_loop:
-        clients = math.ceil(demand / carrying)
-        closed = real.closed_loop(clients)
-        qps_load = closed["requests_per_s"]
-    else:
-        qps_load = load
+        return _Loss("node", f"{worst.pool}/node-{worst.node}", replicas - worst.replicas,
+                     ("one zone only: the plan survives losing a node, not a zone",))
+    only = nodes[0]
+    return _Loss("none", f"{only.pool}/node-{only.node}", 0,
+                 ("one node only: no redundancy; losing it stops serving",))
+
+
+def _prices(req: PlanRequest, instance: Instance, notes: list[str]) -> tuple[float | None, float | None]:
     gpu_price = req.gpu_hour_price
     node_price = req.instance_price if req.instance_price is not None else instance.price_per_hour
     if gpu_price is None and node_price is not None:
         gpu_price = node_price / instance.gpus
     if node_price is None:
         notes.append(f"{instance.id} has no price in the catalog: costs need --gpu-hour-price")
+    return gpu_price, node_price
 
-    binding = (f"per replica, {slo_words} at {per_replica:.1f} {unit}; "
-               + (f"N+1 by {redundancy}: after losing {lost}, {left} replica(s) must carry "
-                  f"{demand:g} {unit}" if redundancy != "none" else "no failure domain to lose"))
-    gpus_used = replicas * tp
-    gpus_total = sum(p.nodes for p in req.pools) * instance.gpus
-    fill = None
-    if gpus_total - gpus_used >= tp:
-        all_counts = dict(slots)
-        fill_left = total_slots - max(all_counts.values()) if len(slots) >= 2 else total_slots
-        fill = {
-            "replicas": total_slots,
-            "capacity_qps": total_slots * cap.qps,
-            "capacity_after_zone_loss_qps": fill_left * cap.qps,
-            "idle_gpus": gpus_total - gpus_used,
-        }
-        after = f"after losing {lost}" if redundancy == "zone" else "in all"
-        if redundancy != "zone":
-            fill_left, shown_left = total_slots, replicas
-        else:
-            shown_left = left
-        fill["capacity_after_zone_loss_qps"] = fill_left * cap.qps
-        notes.append(
-            f"{gpus_total - gpus_used} of {gpus_total} GPUs stay idle on the nodes; filling them "
-            f"({total_slots} TP={tp} replicas) would carry {fill_left * cap.qps:.1f} QPS {after} "
-            f"instead of {shown_left * cap.qps:.1f}, at no extra node cost (burst headroom)")
-    return Plan(
-        request=req, instance=instance, tp=tp, replicas=replicas, replicas_by_zone=counts,
-        nodes=nodes, redundancy=redundancy, survives_failure=survives, lost_domain=lost,
-        capacity_per_replica=cap, capacity_per_replica_ideal=cap_ideal,
-        capacity_qps=replicas * cap.qps, capacity_after_zone_loss_qps=left * cap.qps, replicas_after_loss=left,
-        load_per_replica_qps=qps_load,
-        ideal=ideal.closed_point(clients) if w.is_closed_loop else ideal.at(qps_load),
-        real=real.closed_point(clients) if w.is_closed_loop else real.at(qps_load),
-        closed_loop=closed, max_clients_per_replica=per_replica if w.is_closed_loop else None,
-        gpus_used=gpus_used, gpus_total=gpus_total, gpu_hour_price=gpu_price, node_price=node_price,
-        binding_constraint=binding, notes=tuple(notes), fill_idle_gpus=fill, replica_model=real,
-        fleet=fleet_view(real, w, replicas) if req.replicas is not None else None,
-    )
+
+def _binding_words(cap: Capacity, w: Workload, need: _Demand, loss: _Loss) -> str:
+    slo_words = BINDING_WORDS[cap.binding].format(tpot=w.tpot_slo_s * 1e3, ttft=w.ttft_slo_s, stat=w.slo_statistic)
+    return (f"per replica, {slo_words} at {need.per_replica:.1f} {need.unit}; "
+            + (f"N+1 by {loss.redundancy}: after losing {loss.lost}, {loss.left} replica(s) must carry "
+               f"{need.demand:g} {need.unit}" if loss.redundancy != "none" else "no failure domain to lose"))
+
+
+def _fill_idle_gpus(slots: dict[str, int], loss: _Loss, replicas: int, tp: int, gpus_used: int,
+                    gpus_total: int, cap_qps: float, notes: list[str]) -> dict | None:
+    """What filling the nodes' idle GPUs with replicas would carry (burst headroom), or None."""
+    if gpus_total - gpus_used < tp:
+        return None
+    total_slots = sum(slots.values())
+    if loss.redundancy == "zone":
+        fill_left, shown_left, after = total_slots - max(slots.values()), loss.left, f"after losing {loss.lost}"
+    else:
+        fill_left, shown_left, after = total_slots, replicas, "in all"
+    notes.append(
+        f"{gpus_total - gpus_used} of {gpus_total} GPUs stay idle on the nodes; filling them "
+        f"({total_slots} TP={tp} replicas) would carry {fill_left * cap_qps:.1f} QPS {after} "
+        f"instead of {shown_left * cap_qps:.1f}, at no extra node cost (burst headroom)")
+    return {"replicas": total_slots, "capacity_qps": total_slots * cap_qps,
+            "capacity_after_zone_loss_qps": fill_left * cap_qps, "idle_gpus": gpus_total - gpus_used}
 
 
 def fleet_view(real: ReplicaModel, w: Workload, replicas: int) -> FleetView:
