@@ -96,6 +96,8 @@ def _plan(stack: str | None):
             req = load_stack(stack).plan_request()
         except SettingsError as exc:
             fail(f"--stack {stack}: " + "; ".join(exc.problems))
+        except SizingError as exc:      # a figure the sizing refuses (nan, inf): the stack's workload
+            fail(f"--stack {stack}: workload: {exc}")
     try:
         return plan(req)
     except SizingError as exc:

@@ -140,6 +140,8 @@ def _base_request(stack: str | None) -> PlanRequest:
         return load_stack(stack).plan_request()
     except SettingsError as exc:
         fail(f"--stack {stack}: " + "; ".join(exc.problems))
+    except SizingError as exc:      # a figure the sizing refuses (nan, inf): the stack's workload
+        fail(f"--stack {stack}: workload: {exc}")
 
 
 def _pools(base: tuple[Pool, ...], zones: str | None, nodes: int | None, instance_type: str | None) -> tuple[Pool, ...]:
