@@ -85,6 +85,7 @@ pulumi.export("plan", {
     "survivesZoneLoss": plan.survives_failure and plan.redundancy == "zone",
     "costPerHour": plan.cost_per_hour,
     "nodeCostPerHour": plan.node_cost_per_hour,
-    "costPerMillionOutputTokens": plan.per_million(plan.cost_per_hour),
+    "costPerMillionOutputTokens": None if plan.per_million(plan.cost_per_hour) is None
+    else round(plan.per_million(plan.cost_per_hour), 3),
     "bindingConstraint": plan.binding_constraint,
 })
