@@ -8,7 +8,7 @@ from sizing.model import ReplicaModel
 from sizing.planner import Plan
 
 from .cost import kv_capacity_tokens, step_cost
-from .engine import ReplicaSpec, SimConfig, ZoneFailure, simulate
+from .loop import ReplicaSpec, SimConfig, ZoneFailure, simulate
 from .report import summarize
 from .workload import WorkloadSpec
 

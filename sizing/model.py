@@ -34,14 +34,16 @@ from .queueing import QUANTILES, STATISTICS, erlang_c_wait, md1_wait_quantile, p
 from .step import build_step, comm_terms
 
 GB = 1e9
-Z95 = 1.6448536269514722
 CHUNK_MIN, CHUNK_MAX, CHUNK_ALIGN = 512, 8192, 256
 
 
 class SizingError(ValueError):
     """A configuration the model cannot serve; the message names the constraint that fails.
 
-    `option` names the input (CLI option or stack key) that can fix it, when one does."""
+    `option` names the input that can fix it, as the CLI names it ("--tp", "--weights", "SLOs",
+    "--qps", ...; None when it is the layout or the load), so the CLI points at it without reading
+    the message.
+    """
 
     def __init__(self, message: str, option: str | None = None):
         super().__init__(message)
@@ -540,8 +542,11 @@ def activation_gb(model: Model, tp: int, batched_tokens: int, max_seqs: int) -> 
     return (tokens + logits) / GB
 
 
-def memory(shape: Shape, workload: Workload, profile: Profile, batched_tokens: int) -> Memory:
+def memory(shape: Shape, workload: Workload, profile: Profile, batched_tokens: int | None = None) -> Memory:
+    """The replica's memory; `batched_tokens` (max_num_batched_tokens) sets the activation peak
+    (default: the smallest chunk beside the profile's max_num_seqs)."""
     m, gpu, tp = shape.model, shape.instance.gpu, shape.tp
+    batched_tokens = batched_tokens or CHUNK_MIN + profile.max_num_seqs
     w = m.weight_bytes(shape.weights)
     kv_tok = m.kv_bytes_per_token(shape.kv_dtype)
     max_len = workload.input_tokens + workload.output_tokens
@@ -571,15 +576,16 @@ def check_shape(shape: Shape, workload: Workload, profile: Profile) -> None:
     m, inst, tp = shape.model, shape.instance, shape.tp
     if tp < 1 or tp > inst.gpus:
         raise SizingError(f"tensor parallel {tp} exceeds the {inst.gpus} GPUs of one {inst.id} node "
-                          "(a TP group never spans nodes)", "--tp")
+                          "(a TP group never spans nodes)", option="--tp")
     if m.heads % tp:
-        raise SizingError(f"tensor parallel {tp} does not divide the {m.heads} attention heads of {m.id}", "--tp")
+        raise SizingError(f"tensor parallel {tp} does not divide the {m.heads} attention heads of {m.id}",
+                          option="--tp")
     mem = memory(shape, workload, profile, CHUNK_MIN + profile.max_num_seqs)
     if mem.weights_per_gpu_gb >= mem.usable_per_gpu_gb:
         raise SizingError(
             f"{shape.weights} weights of {m.id} need {mem.weights_per_gpu_gb:.1f} GB per GPU at TP={tp}, "
             f"more than the {mem.usable_per_gpu_gb:.1f} GB usable on a {inst.gpu.id} "
-            "(raise TP, use fp8 weights or a larger GPU)", "--weights")
+            "(raise TP, use fp8 weights or a larger GPU)", option="--weights")
     if mem.max_seqs_kv < 1:
         raise SizingError(
             f"no room for one sequence's KV cache ({workload.input_tokens + workload.output_tokens} tokens) "

@@ -259,10 +259,10 @@ def plan(req: PlanRequest) -> Plan:
         try:
             p = plan_for_tp(req, model, instance, profile, tp)
         except PlanError as exc:      # fits, but the pools cannot carry the load
-            failures.append((1, tp, str(exc)))
+            failures.append((1, tp, str(exc), exc.option))
             continue
         except SizingError as exc:    # does not fit or cannot meet the SLOs at all
-            failures.append((0, tp, str(exc)))
+            failures.append((0, tp, str(exc), exc.option))
             continue
         key = (not p.survives_failure, p.gpus_used, -p.capacity_after_zone_loss_qps, p.real.ttft_ms)
         if best is None or key < best[0]:
@@ -271,8 +271,8 @@ def plan(req: PlanRequest) -> Plan:
         if not failures:
             raise PlanError("no tensor-parallel degree fits")
         # Report the most capable option's failure: the one a user would try to fix.
-        _, tp, msg = max(failures)
-        raise PlanError(msg if req.tp else f"no TP degree works; at TP={tp}, the most capable: {msg}")
+        _, tp, msg, option = max(failures)
+        raise PlanError(msg if req.tp else f"no TP degree works; at TP={tp}, the most capable: {msg}", option)
     return best[1]
 
 
@@ -343,7 +343,8 @@ def _demand(real: ReplicaModel, cap: Capacity, w: Workload) -> _Demand:
     else:
         per_replica, demand, unit = cap.qps, float(w.qps), "QPS"
     if per_replica <= 0:
-        raise SizingError(f"one replica cannot meet the SLOs even unloaded: {unloaded_reason(real, w)}")
+        raise SizingError(f"one replica cannot meet the SLOs even unloaded: {unloaded_reason(real, w)}",
+                          option="SLOs")
     return _Demand(per_replica, demand, unit, max(1, math.ceil(demand / per_replica - 1e-9)))
 
 
