@@ -19,7 +19,7 @@ import csv
 import re
 import statistics
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,6 +45,7 @@ class Row:
     load: str               # offline | clients | qps
     load_value: float
     measured: dict          # figure -> value (absent when not measured)
+    engine: str = ""
 
 
 def _model(text: str) -> str | None:
@@ -106,7 +107,8 @@ def read_shared_format(path: Path) -> tuple[list[Row], list[str]]:
                 continue
             if replicas > 1 and "output_tok_s" in measured:
                 measured["output_tok_s"] /= replicas
-            rows.append(Row(rid, model, gpu, weights, kv, tp, s_in, s_out, load, value, measured))
+            rows.append(Row(rid, model, gpu, weights, kv, tp, s_in, s_out, load, value, measured,
+                            r.get("engine", "").lower()))
     return rows, skipped
 
 
@@ -117,12 +119,24 @@ def read_project_rows() -> list[Row]:
                 "offline", 0.0, {"output_tok_s": m.output_tok_s}) for m in load_measurements()]
 
 
+def vllm_defaults(gpu) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) a vLLM OpenAI server picks when not told:
+    vllm/engine/arg_utils.py EngineArgs.get_batch_defaults (8192 and 1024 on GPUs of 70 GiB or
+    more other than the A100, else 2048 and 256)."""
+    big = gpu.memory_gb * 1e9 >= 70 * 2**30 and not gpu.id.startswith("a100")
+    return (8192, 1024) if big else (2048, 256)
+
+
 def predict(row: Row, profile_name: str) -> dict:
     catalog = load_catalog()
     shape = Shape(catalog.model(row.model), catalog.node_for_gpu(row.gpu), row.tp, row.weights, row.kv_dtype)
     w = Workload(input_tokens=row.input_tokens, output_tokens=row.output_tokens, qps=None, concurrency=1,
                  slo_statistic="mean")
-    rm = ReplicaModel(shape, w, get_profile(profile_name), real=True)
+    profile, batched = get_profile(profile_name), None
+    if "vllm" in row.engine:       # the measured server ran with vLLM's defaults, not our plan's budget
+        batched, seqs = vllm_defaults(shape.instance.gpu)
+        profile = replace(profile, max_num_seqs=seqs)
+    rm = ReplicaModel(shape, w, profile, real=True, batched_tokens=batched)
     if row.load == "qps":
         p = rm.at(row.load_value)
         return {"ttft_ms": p.ttft_ms, "tpot_ms": p.tpot_ms, "output_tok_s": row.load_value * row.output_tokens}

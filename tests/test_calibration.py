@@ -66,3 +66,21 @@ def test_calibrated_profile_is_no_worse_than_the_reference():
 def test_calibrated_error_per_row_within_30_percent(row):
     (m, predicted, err), = [t for t in errors(get_profile("calibrated")) if t[0].id == row]
     assert abs(err) < 0.30, f"row {row}: predicted {predicted:.0f} tok/s, measured {m.output_tok_s:.0f}"
+
+
+def test_the_accuracy_benchmark_expresses_every_fixed_length_row_of_the_shared_file(shared_dir):
+    """bench/bench_accuracy.py reads the shared file's columns (held-out files use them too): the 13
+    offline rows are expressed, per-GPU figures scaled to the TP group; the rest say why not."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "bench" / "bench_accuracy.py"
+    spec = importlib.util.spec_from_file_location("bench_accuracy", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rows, skipped = bench.read_shared_format(shared_dir / "reference" / "calibration_measurements.csv")
+    ours = {str(m.id): m.output_tok_s for m in load_measurements()}
+    assert {r.id: r.measured["output_tok_s"] for r in rows} == pytest.approx(ours)
+    assert len(skipped) == 9 and all(": " in why for why in skipped)
+    report = bench.report(rows, "calibrated")
+    assert "Median absolute error (profile calibrated):" in report and "output_tok_s" in report
