@@ -72,11 +72,13 @@ def test_the_accuracy_benchmark_expresses_every_fixed_length_row_of_the_shared_f
     """bench/bench_accuracy.py reads the shared file's columns (held-out files use them too): the 13
     offline rows are expressed, per-GPU figures scaled to the TP group; the rest say why not."""
     import importlib.util
+    import sys
     from pathlib import Path
 
     path = Path(__file__).resolve().parent.parent / "bench" / "bench_accuracy.py"
     spec = importlib.util.spec_from_file_location("bench_accuracy", path)
     bench = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = bench         # dataclasses look their module up there
     spec.loader.exec_module(bench)
     rows, skipped = bench.read_shared_format(shared_dir / "reference" / "calibration_measurements.csv")
     ours = {str(m.id): m.output_tok_s for m in load_measurements()}
