@@ -82,10 +82,11 @@ def meets_slos(plan: Plan, qps: float, duration_s: float, seed: int = 0) -> tupl
 
 
 def simulated_capacity_qps(plan: Plan, duration_s: float = 300.0, seed: int = 0, rel_tol: float = 0.02) -> float:
-    """The most QPS one replica carries with mean TTFT and TPOT within the SLOs (bisection).
+    """The most QPS one replica carries with TTFT and TPOT within the SLOs at the plan's statistic
+    (bisection).
 
-    The same definition as the analytic capacity (means, Poisson arrivals); it brackets the
-    analytic figure first, so a handful of short runs suffice.
+    The same definition as the analytic capacity (the workload's statistic, Poisson arrivals); it
+    brackets the analytic figure first, so a handful of short runs suffice.
     """
     guess = plan.capacity_per_replica.qps
     if not math.isfinite(guess) or guess <= 0:
