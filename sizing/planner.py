@@ -13,6 +13,7 @@ from functools import cached_property
 from .catalog import Instance, load_catalog
 from .model import Capacity, Memory, Point, ReplicaModel, Shape, SizingError, Workload, check_shape
 from .profiles import Profile, get_profile
+from .queueing import QUANTILES
 
 BINDING_WORDS = {
     "tpot": "{stat} TPOT reaches the {tpot:.0f} ms SLO (decode steps slow as the batch grows)",
@@ -230,6 +231,15 @@ def unloaded_reason(rm: ReplicaModel, w: Workload) -> str:
                 f"above the {w.ttft_slo_s:g} s TTFT SLO")
     if rm.step_s(1) >= w.tpot_slo_s:
         return (f"one decode step takes {rm.step_s(1) * 1e3:.1f} ms with a single sequence, "
+                f"above the {w.tpot_slo_s * 1e3:g} ms TPOT SLO")
+    light = 1e-3 * min(rm.qps_at_batch(rm.memory.max_seqs), 1 / rm.share_per_request_s)
+    ttft, tpot = rm.latencies_at(light, QUANTILES.get(w.slo_statistic))
+    if ttft >= w.ttft_slo_s:
+        return (f"at the lightest load the {w.slo_statistic} TTFT is {ttft:.2f} s (a {w.input_tokens:,}-token "
+                f"prompt in chunks of up to {rm.batched_tokens:,} tokens, each step shared with the decodes), "
+                f"above the {w.ttft_slo_s:g} s TTFT SLO")
+    if tpot >= w.tpot_slo_s:
+        return (f"at the lightest load the {w.slo_statistic} TPOT is {tpot * 1e3:.1f} ms, "
                 f"above the {w.tpot_slo_s * 1e3:g} ms TPOT SLO")
     return "the KV cache cannot hold the batch the SLOs need"
 

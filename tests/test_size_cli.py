@@ -197,3 +197,11 @@ def test_closed_loop_ttft_past_the_kv_cache_is_finite_and_grows_with_the_clients
         assert code == 0
         ttfts.append(json.loads(out)["ttft_ms"]["real"])
     assert all(t is not None and 0 < t < 1e6 for t in ttfts) and ttfts == sorted(ttfts)
+
+
+def test_a_ttft_slo_below_the_idle_chunked_prefill_names_the_chunks(capsys):
+    code, _, err = run(capsys, "size", "--profile", "calibrated", "--ttft-slo", "0.05", "--tp", "4")
+    assert code == 2
+    assert err.strip() == ("error: SLOs: one replica cannot meet the SLOs even unloaded: at the lightest load the p95 "
+                           "TTFT is 0.06 s (a 1,000-token prompt in chunks of up to 997 tokens, each step shared "
+                           "with the decodes), above the 0.05 s TTFT SLO")
