@@ -200,6 +200,8 @@ def _print_report(d: dict, plot: Path | None) -> None:
     nodes = ", ".join(f"{n['pool']}/node-{n['node']}: {n['replicas']} replica(s), {n['gpus_idle']} GPUs idle"
                       for n in d["nodes"])
     console.print(f"Plan: {d['replicas']} x TP={d['tp']} replicas {d['replicas_by_zone']}; {nodes}.")
+    if d.get("unstable_reason"):
+        console.print(f"Unstable at {d['load_per_replica_qps']:.3g} QPS per replica: {d['unstable_reason']}.")
     if "fleet" in d:
         console.print(_fleet_line(d))
     for note in d["notes"]:

@@ -205,3 +205,12 @@ def test_a_ttft_slo_below_the_idle_chunked_prefill_names_the_chunks(capsys):
     assert err.strip() == ("error: SLOs: one replica cannot meet the SLOs even unloaded: at the lightest load the p95 "
                            "TTFT is 0.06 s (a 1,000-token prompt in chunks of up to 997 tokens, each step shared "
                            "with the decodes), above the 0.05 s TTFT SLO")
+
+
+def test_a_load_without_a_steady_state_says_unstable_and_why(capsys):
+    code, out, _ = run(capsys, "size", "--qps", "30", "--replicas", "2", "--tp", "4", "--json")
+    d = json.loads(out)
+    assert code == 0 and d["stable"] is False and d["ttft_ms"]["real"] is None
+    assert d["unstable_reason"] == "prefill alone needs 108% of the replica"
+    code, out, _ = run(capsys, "size", "--qps", "30", "--replicas", "2", "--tp", "4")
+    assert "Unstable at 30 QPS per replica: prefill alone needs 108% of the replica." in out
