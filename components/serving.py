@@ -25,7 +25,6 @@ from conventions import (  # noqa: F401 (VLLM_IMAGE, METRICS_PROXY_IMAGE: read h
 )
 from settings import StackSettings
 from sizing.planner import Plan
-from sizing.report import plan_to_dict
 
 from .drain import drain_timing, longest_request_s
 from .gpu_node_pool import LABEL_ROLE, MODEL_CACHE_PATH
@@ -83,9 +82,9 @@ def startup_budget_s(weights_gb: float) -> int:
 
 
 def vllm_args(plan: Plan, shutdown_timeout_s: int, checkpoint: str | None = None) -> list[str]:
-    """The container arguments, every value from `plan.model_args` (the checkpoint from the stack's
+    """The container arguments, every value from `plan.engine_args` (the checkpoint from the stack's
     `model.checkpoint` when it sets one, validated by settings)."""
-    a = plan.model_args
+    a = plan.engine_args
     return [
         "--model", checkpoint or a["checkpoint"],
         "--served-model-name", plan.request.model,
@@ -118,14 +117,15 @@ def zone_node_slots(plan: Plan, zone: str) -> tuple[int, int]:
 def burst_queue_target(plan: Plan) -> int:
     """Waiting requests per replica that still start within the TTFT SLO: the slack between the
     SLO and the planned TTFT, in prompt prefills. KEDA adds replicas above it."""
-    d = plan_to_dict(plan)
     slack_ms = plan.request.workload.ttft_slo_s * 1e3 - plan.real.ttft_ms
-    return max(1, math.floor(slack_ms / d["prefill_ms"]))
+    if not math.isfinite(slack_ms):
+        return 1
+    return max(1, math.floor(slack_ms / plan.prefill_ms))
 
 
 def served_checkpoint(plan: Plan, settings: StackSettings) -> str:
     """The stack's `model.checkpoint` when set (a hub id or a path in the model cache), else the catalog's."""
-    return settings.model.checkpoint or plan.model_args["checkpoint"]
+    return settings.model.checkpoint or plan.engine_args["checkpoint"]
 
 
 def vllm_env() -> list[dict]:
@@ -186,7 +186,7 @@ class Serving(pulumi.ComponentResource):
         self.pod_labels = dict(APP_LABELS)
         self.drain = drain_timing(longest_request_s(plan))
         self.checkpoint = served_checkpoint(plan, settings)
-        startup_s = startup_budget_s(plan_to_dict(plan)["weights_gb"])
+        startup_s = startup_budget_s(plan.weights_gb)
 
         self.namespace = k8s.core.v1.Namespace(
             f"{name}-ns", metadata={"name": ns_name, "labels": {LABEL_ENVIRONMENT: settings.environment}},
