@@ -46,6 +46,7 @@ Count = Annotated[int, Field(ge=0)]
 
 class Percentiles(_Fields):
     p50: NonNegative
+    p90: NonNegative
     p95: NonNegative
     p99: NonNegative
 
@@ -132,6 +133,12 @@ class Stat:
     p95: float
     p99: float
     count: int
+    p90: float | None = None
+
+    def at(self, statistic: str) -> float:
+        """The figure the SLO is stated at (the workload's `slo_statistic`: mean, p50, p90, p95, p99)."""
+        value = getattr(self, statistic)
+        return self.p95 if value is None else value      # p90 missing: judge at the stricter p95
 
 
 @dataclass(frozen=True)
@@ -157,10 +164,10 @@ class Benchmark:
         """It achieved (nearly) the rate it offered, so it tested that rate."""
         return self.rate is not None and self.requests_per_s >= ACHIEVED_SHARE * self.rate
 
-    def meets(self, ttft_slo_ms: float, tpot_slo_ms: float) -> bool:
-        """The plan's SLOs are means: mean TTFT and mean TPOT within them, errors within budget."""
-        return (self.successful > 0 and self.ttft_ms.mean <= ttft_slo_ms and self.tpot_ms.mean <= tpot_slo_ms
-                and self.error_share <= ERROR_BUDGET)
+    def meets(self, ttft_slo_ms: float, tpot_slo_ms: float, statistic: str = "mean") -> bool:
+        """TTFT and TPOT within the SLOs at the plan's statistic (mean, p50, ... p99), errors within budget."""
+        return (self.successful > 0 and self.ttft_ms.at(statistic) <= ttft_slo_ms
+                and self.tpot_ms.at(statistic) <= tpot_slo_ms and self.error_share <= ERROR_BUDGET)
 
 
 @dataclass(frozen=True)
@@ -188,7 +195,8 @@ def _first_problem(exc: ValidationError, prefix: str = "") -> str:
 
 def _stat(d: Distribution, scale: float = 1.0) -> Stat:
     p = d.percentiles
-    return Stat(mean=scale * d.mean, p50=scale * p.p50, p95=scale * p.p95, p99=scale * p.p99, count=d.count)
+    return Stat(mean=scale * d.mean, p50=scale * p.p50, p95=scale * p.p95, p99=scale * p.p99, count=d.count,
+                p90=scale * p.p90)
 
 
 def _benchmark(b: GenerativeBenchmark) -> Benchmark:
@@ -255,35 +263,41 @@ def read_report(path: Path) -> Report:
 
 # -- the verdict -------------------------------------------------------------------------------
 def _planned_step_check(at_plan: list[Benchmark], rated: list[Benchmark], qps: float,
-                        ttft_slo: float, tpot_slo: float) -> dict:
+                        ttft_slo: float, tpot_slo: float, stat: str) -> dict:
     if not at_plan:
         rates = ", ".join(f"{b.rate:g}" for b in rated) or "none"
         return {"name": "slos_at_planned_rate", "ok": False,
                 "detail": f"no constant or poisson step at the planned {qps:g} QPS (rates: {rates})"}
     b = at_plan[0]
-    detail = (f"at {b.rate:g} QPS: mean TTFT {b.ttft_ms.mean:.1f} ms (SLO {ttft_slo:g}), mean TPOT "
-              f"{b.tpot_ms.mean:.1f} ms (SLO {tpot_slo:g}), errors {100 * b.error_share:.1f}% "
+    detail = (f"at {b.rate:g} QPS: {stat} TTFT {b.ttft_ms.at(stat):.1f} ms (SLO {ttft_slo:g}), {stat} TPOT "
+              f"{b.tpot_ms.at(stat):.1f} ms (SLO {tpot_slo:g}), errors {100 * b.error_share:.1f}% "
               f"(budget {100 * ERROR_BUDGET:g}%)")
     if not b.reached_rate:
         detail += (f"; achieved only {b.requests_per_s:.2f} of {b.rate:g} QPS offered (needs "
                    f"{100 * ACHIEVED_SHARE:g}%), so the planned rate was not tested")
-    return {"name": "slos_at_planned_rate", "ok": b.reached_rate and b.meets(ttft_slo, tpot_slo), "detail": detail}
+    return {"name": "slos_at_planned_rate", "ok": b.reached_rate and b.meets(ttft_slo, tpot_slo, stat),
+            "detail": detail}
 
 
 def assess(report: Report, plan, simulation: dict) -> dict:
     """The verdict: each check with its numbers, and whether the plan holds."""
     w = plan.request.workload
     ttft_slo, tpot_slo = 1e3 * w.ttft_slo_s, 1e3 * w.tpot_slo_s
+    stat = getattr(w, "slo_statistic", "mean")
+
+    def counts(b: Benchmark) -> bool:
+        return b.reached_rate and b.meets(ttft_slo, tpot_slo, stat)
+
     rated = sorted((b for b in report.benchmarks if b.rate is not None), key=lambda b: b.rate)
     at_plan = [b for b in rated if abs(b.rate - w.qps) <= RATE_MATCH * w.qps]
-    good = [b for b in rated if b.reached_rate and b.meets(ttft_slo, tpot_slo)]
+    good = [b for b in rated if counts(b)]
     best = max((g.rate for g in good), default=0.0)
-    reached = any(b.rate > best and not (b.reached_rate and b.meets(ttft_slo, tpot_slo)) for b in rated)
+    reached = any(b.rate > best and not counts(b) for b in rated)
     # What the fleet carried at the SLOs: the achieved rate, never more than was offered.
     measured_cap = max((min(b.rate, b.requests_per_s) for b in good), default=0.0)
     # With no redundancy the plan claims only that its node carries the load.
     share_left = (plan.replicas if plan.redundancy == "none" else plan.replicas_after_loss) / plan.replicas
-    checks = [_planned_step_check(at_plan, rated, w.qps, ttft_slo, tpot_slo)]
+    checks = [_planned_step_check(at_plan, rated, w.qps, ttft_slo, tpot_slo, stat)]
     after_loss = measured_cap * share_left
     bound = "" if reached else "at least "
     loss = (f"{plan.replicas_after_loss} left after losing {plan.lost_domain} carry" if plan.redundancy != "none"
@@ -294,13 +308,14 @@ def assess(report: Report, plan, simulation: dict) -> dict:
     return {
         "report": {"guidellm_version": report.guidellm_version, "target": report.target, "model": report.model,
                    "benchmarks": [{**asdict(b), "error_share": round(b.error_share, 4), "reached_rate": b.reached_rate,
-                                   "meets_slos": b.meets(ttft_slo, tpot_slo)} for b in report.benchmarks]},
+                                   "meets_slos": b.meets(ttft_slo, tpot_slo, stat)} for b in report.benchmarks]},
         "measured": {
             "ttft_p95_ms": at_plan[0].ttft_ms.p95 if at_plan else None,
             "tpot_p95_ms": at_plan[0].tpot_ms.p95 if at_plan else None,
             "capacity_qps": measured_cap, "capacity_reached": reached,
         },
         "plan": {"qps": w.qps, "replicas": plan.replicas, "ttft_slo_ms": ttft_slo, "tpot_slo_ms": tpot_slo,
+                 "slo_statistic": stat,
                  **simulation.pop("analytic"), "capacity_qps": round(plan.capacity_qps, 3),
                  "capacity_after_zone_loss_qps": round(plan.capacity_after_zone_loss_qps, 3)},
         "simulation": simulation,

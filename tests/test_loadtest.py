@@ -257,3 +257,12 @@ def test_the_rendered_objects_are_valid_kubernetes(recorded):
     assert len(objects) == 5        # Secret, ConfigMap, PVC, egress NetworkPolicy, Job
     for obj in objects:
         validate(obj, "1.33")
+
+
+def test_the_slos_are_judged_at_the_plans_statistic():
+    """dev states its SLOs at p95 (the default): a step whose mean TPOT fits but whose p95 does not fails."""
+    dev_plan = make_plan(load_stack("dev").plan_request())
+    assert dev_plan.request.workload.slo_statistic == "p95"
+    v = verdict(dev_plan, step(2, 120, 40), step(4, 120, 20))       # TPOT p95 = 1.5 x mean = 60 ms > 50
+    assert not v["checks"][0]["ok"]
+    assert v["checks"][0]["detail"].startswith("at 2 QPS: p95 TTFT 180.0 ms (SLO 1000), p95 TPOT 60.0 ms (SLO 50)")
