@@ -4,15 +4,15 @@ Only wiring lives here; every number a component needs comes from the plan.
 """
 import pulumi
 
-from components.accuracy_gate import AccuracyGate, AccuracyGateArgs
+from components.accuracy_gate import AccuracyGate, AccuracyGateArgs, GateJob
 from components.cluster import Cluster, ClusterArgs
 from components.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
 from components.gateway import CONTROLLER_NAMESPACE, Gateway, GatewayArgs
 from components.gpu_plugin import GpuPlugin, GpuPluginArgs
-from components.loadtest import LoadTest, LoadTestArgs
+from components.loadtest import LoadTest, LoadTestArgs, LoadTestRun
 from components.monitoring import Monitoring, MonitoringArgs
 from components.network import Network, NetworkArgs, network_zones
-from components.serving import Serving, ServingArgs
+from components.serving import Serving, ServingArgs, served_checkpoint
 from settings import SettingsError
 from settings.pulumi_config import secret, settings_from_pulumi
 from sizing.model import SizingError
@@ -45,8 +45,10 @@ gpu_pools = [
 gpu_plugin = GpuPlugin("gpu-plugin", GpuPluginArgs(provider=cluster.k8s_provider),
                        opts=pulumi.ResourceOptions(depends_on=gpu_pools))
 serving = Serving("serving", ServingArgs(
-    plan=plan, settings=settings, provider=cluster.k8s_provider, hub_token=secret("hubToken"),
-    gateway_namespace=CONTROLLER_NAMESPACE), opts=pulumi.ResourceOptions(depends_on=[gpu_plugin]))
+    plan=plan, namespace=settings.serving.namespace, environment=settings.environment,
+    burst_scaling=settings.serving.burstScaling, checkpoint=served_checkpoint(plan, settings),
+    provider=cluster.k8s_provider, hub_token=secret("hubToken"), gateway_namespace=CONTROLLER_NAMESPACE),
+    opts=pulumi.ResourceOptions(depends_on=[gpu_plugin]))
 gateway = Gateway("llm-gateway", GatewayArgs(
     plan=plan, settings=settings, provider=cluster.k8s_provider, api_keys=secret("apiKeys"),
     namespace=serving.namespace_name, service_name=serving.service_name, depends_on=(serving,)))
@@ -56,11 +58,13 @@ gateway = Gateway("llm-gateway", GatewayArgs(
 proof = [serving, gateway]
 if settings.accuracy_gate_enabled:
     proof.append(AccuracyGate("accuracy-gate", AccuracyGateArgs(
-        plan=plan, settings=settings, provider=cluster.k8s_provider, namespace=serving.namespace_name,
+        plan=plan, job=GateJob.for_stack(plan, settings), provider=cluster.k8s_provider,
+        namespace=serving.namespace_name,
         api_keys=secret("apiKeys"), depends_on=tuple(proof))))
 if settings.loadTest.enabled:
     LoadTest("load-test", LoadTestArgs(
-        plan=plan, settings=settings, provider=cluster.k8s_provider, namespace=serving.namespace_name,
+        plan=plan, run=LoadTestRun.for_stack(plan, settings), provider=cluster.k8s_provider,
+        namespace=serving.namespace_name,
         api_keys=secret("apiKeys"), hub_token=secret("hubToken"), depends_on=tuple(proof)))
 
 # -- monitoring: Prometheus, Grafana, DCGM exporter; alert thresholds and dashboard lines from the plan

@@ -28,7 +28,7 @@ import pulumi_kubernetes as k8s
 
 import conventions
 from settings import StackSettings
-from settings.schema import ACCURACY_TASK_METRICS
+from settings.schema import ACCURACY_TASK_METRICS, AccuracyGateSettings
 from sizing.planner import Plan
 
 from . import accuracy_check
@@ -51,52 +51,67 @@ LABELS = {"app.kubernetes.io/name": "lm-eval", "app.kubernetes.io/part-of": "llm
 
 
 # -- what the gate runs (pure) ---------------------------------------------------------------
-def gate_spec(settings: StackSettings) -> dict:
+@dataclass(frozen=True)
+class GateJob:
+    """What the gate's Job is made of, and nothing else from the stack."""
+    gate: AccuracyGateSettings         # tasks, baselines, maxDrop
+    hostname: str                      # the gateway's public name: the gate goes through it like a client
+    rate_limit_share: float            # gateway.rateLimitShare: the gate's quota is a part of it
+    zones: int                         # the serving zones: how many proxies split the quota
+    checkpoint: str                    # what vLLM serves (judged: a new one re-runs the gate)
+
+    @classmethod
+    def for_stack(cls, plan: Plan, settings: StackSettings) -> "GateJob":
+        return cls(gate=settings.accuracyGate, hostname=settings.gateway.hostname,
+                   rate_limit_share=settings.gateway.rateLimitShare, zones=len(settings.zones),
+                   checkpoint=served_checkpoint(plan, settings))
+
+
+def gate_spec(g: AccuracyGateSettings) -> dict:
     """The tasks, their metrics and baselines, and the allowed drop (accuracy_check.py's input)."""
-    g = settings.accuracyGate          # tasks are known and have baselines (settings check both)
+    # tasks are known and have baselines (settings check both)
     return {"max_drop": g.maxDrop,
             "tasks": {t: {"metric": ACCURACY_TASK_METRICS[t], "baseline": g.baseline[t]} for t in g.tasks}}
 
 
-def concurrency(plan: Plan, settings: StackSettings) -> int:
+def concurrency(plan: Plan, job: GateJob) -> int:
     """Requests in flight: what the gate's own quota carries at the plan's latency (Little's law on
     one proxy's bucket, since its connections may all reach one), never more than one replica
     holds at the planned load."""
     n = plan.real.in_flight
     if not (math.isfinite(n) and plan.load_per_replica_qps > 0):
         return 1
-    limit = gate_rate_limit(plan, settings.gateway.rateLimitShare, proxy_replicas(len(settings.zones)))
+    limit = gate_rate_limit(plan, job.rate_limit_share, proxy_replicas(job.zones))
     request_s = n / plan.load_per_replica_qps
     return max(1, min(math.ceil(n), math.floor(limit.requests / limit.unit_s * request_s)))
 
 
-def gate_timeout_s(plan: Plan, settings: StackSettings) -> int:
+def gate_timeout_s(plan: Plan, job: GateJob) -> int:
     """Long enough for every question at the gate's own quota (one proxy's bucket), with a quarter
     spare for retries; never under GATE_TIMEOUT_S."""
-    limit = gate_rate_limit(plan, settings.gateway.rateLimitShare, proxy_replicas(len(settings.zones)))
-    questions = sum(TASK_QUESTIONS[t] for t in settings.accuracyGate.tasks)
+    limit = gate_rate_limit(plan, job.rate_limit_share, proxy_replicas(job.zones))
+    questions = sum(TASK_QUESTIONS[t] for t in job.gate.tasks)
     return max(GATE_TIMEOUT_S, math.ceil(1.25 * questions * limit.unit_s / limit.requests) + SETUP_MARGIN_S)
 
 
-def lm_eval_command(plan: Plan, settings: StackSettings) -> list[str]:
+def lm_eval_command(plan: Plan, job: GateJob) -> list[str]:
     model_args = ",".join([
         f"model={plan.request.model}",
-        f"base_url={gateway_url(settings)}/v1/completions",
-        f"num_concurrent={concurrency(plan, settings)}",
+        f"base_url={gateway_url(job.hostname)}/v1/completions",
+        f"num_concurrent={concurrency(plan, job)}",
         "max_retries=3",
         f"timeout={REQUEST_TIMEOUT_S}",
         "tokenized_requests=False",      # the server tokenizes; the gate needs no tokenizer
         "tokenizer_backend=none",
     ])
     return ["lm_eval", "--model", "local-completions", "--model_args", model_args,
-            "--tasks", ",".join(settings.accuracyGate.tasks), "--output_path", f"{WORK}/results"]
+            "--tasks", ",".join(job.gate.tasks), "--output_path", f"{WORK}/results"]
 
 
-def rollout_digest(plan: Plan, settings: StackSettings) -> str:
+def rollout_digest(plan: Plan, job: GateJob) -> str:
     """Changes whenever what the gate judges changes, so the Job is replaced and runs again."""
-    judged = {"engine": plan.engine_args, "checkpoint": served_checkpoint(plan, settings), "image": VLLM_IMAGE,
-              "gate": gate_spec(settings),
-              "command": lm_eval_command(plan, settings)}
+    judged = {"engine": plan.engine_args, "checkpoint": job.checkpoint, "image": VLLM_IMAGE,
+              "gate": gate_spec(job.gate), "command": lm_eval_command(plan, job)}
     return hashlib.sha256(json.dumps(judged, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -105,9 +120,9 @@ def install_command() -> list[str]:
     return ["pip", "install", "--no-cache-dir", "--quiet", "--target", f"{WORK}/py", LM_EVAL]
 
 
-def shell_script(plan: Plan, settings: StackSettings) -> str:
+def shell_script(plan: Plan, job: GateJob) -> str:
     """The gate container's: lm-eval (installed by the init container) then the check; no install here."""
-    quoted = " ".join(f"'{a}'" for a in lm_eval_command(plan, settings))
+    quoted = " ".join(f"'{a}'" for a in lm_eval_command(plan, job))
     return "\n".join([
         "set -eu",
         f"export PYTHONPATH={WORK}/py PATH={WORK}/py/bin:$PATH",
@@ -120,7 +135,7 @@ def shell_script(plan: Plan, settings: StackSettings) -> str:
 @dataclass(frozen=True)
 class AccuracyGateArgs:
     plan: Plan
-    settings: StackSettings
+    job: GateJob                        # GateJob.for_stack(plan, settings)
     provider: k8s.Provider
     namespace: str
     api_keys: pulumi.Input[str]         # the apiKeys Pulumi secret: JSON {name: key}
@@ -132,11 +147,11 @@ class AccuracyGate(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: AccuracyGateArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llm-serving:accuracy_gate:AccuracyGate", name, None, opts)
-        plan, settings, ns = args.plan, args.settings, args.namespace
+        plan, job, ns = args.plan, args.job, args.namespace
         child = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=list(args.depends_on))
-        self.gate = gate_spec(settings)
-        self.digest = rollout_digest(plan, settings)
-        self.timeout_s = gate_timeout_s(plan, settings)
+        self.gate = gate_spec(job.gate)
+        self.digest = rollout_digest(plan, job)
+        self.timeout_s = gate_timeout_s(plan, job)
         # The gate's own key (the gateway meters it at the gate's share), never a tenant's.
         self.credentials = k8s.core.v1.Secret(
             f"{name}-credentials", metadata={"namespace": ns, "labels": LABELS}, type="Opaque",
@@ -146,7 +161,7 @@ class AccuracyGate(pulumi.ComponentResource):
             f"{name}-check", metadata={"namespace": ns, "labels": LABELS},
             data={"gate.json": json.dumps(self.gate, indent=2),
                   "accuracy_check.py": Path(accuracy_check.__file__).read_text(),
-                  "run.sh": shell_script(plan, settings)},
+                  "run.sh": shell_script(plan, job)},
             opts=child)
         # HTTPS out: the package index (init container) and the gateway's public name (the gate).
         for key, spec in egress_policies(LABELS, "accuracy-gate-egress").items():

@@ -177,7 +177,7 @@ class Gateway(pulumi.ComponentResource):
         # The accuracy gate's own key (derived from the apiKeys secret), metered at its own share.
         self.gate_key = GATE_KEY_NAME if gate_on else None
         self.settings_share = gw.rateLimitShare
-        # While the load test is on, its key (loadtest.client_key_name) may reach the sweep's top
+        # While the load test is on, its key (LoadTestRun.key_name) may reach the sweep's top
         # rate: the test measures the engines, not the quota. Run it in staging or before prod
         # takes traffic; the other keys keep their shares.
         self.load_test_key = settings.gateway.apiKeyNames[0] if settings.loadTest.enabled else None

@@ -24,6 +24,7 @@ import pulumi_kubernetes as k8s
 
 import conventions
 from settings import StackSettings
+from settings.schema import LoadTestSettings
 from sizing.planner import Plan
 
 from .api_keys import client_key
@@ -66,40 +67,46 @@ def loadtest_rates(plan: Plan, steps: int) -> list[float]:
     return [planned] + [r for r in sweep if abs(r - planned) > 0.01 * planned]
 
 
-def gateway_url(settings: StackSettings) -> str:
-    """The public hostname: the test goes through TLS, auth, quotas and routing like a client."""
-    return f"https://{settings.gateway.hostname}"
+def gateway_url(hostname: str) -> str:
+    """The public hostname: the jobs go through TLS, auth, quotas and routing like a client."""
+    return f"https://{hostname}"
 
 
-def client_key_name(settings: StackSettings) -> str:
-    """The jobs use the first configured API key. While the load test is on, the gateway meters
-    that key at the fleet's capacity (gateway.load_test_rate_limit) so the sweep is not cut by
-    the key's quota; the accuracy gate's few requests fit in any quota."""
-    return settings.gateway.apiKeyNames[0]
+@dataclass(frozen=True)
+class LoadTestRun:
+    """What the GuideLLM run is made of, and nothing else from the stack."""
+    stack: str
+    load_test: LoadTestSettings        # steps, arrivals, results volume
+    hostname: str                      # the gateway's public name
+    key_name: str                      # the API key it sends: the first of gateway.apiKeyNames, which the
+                                       # gateway meters at the fleet's capacity while the load test is on
+    checkpoint: str                    # the tokenizer: what vLLM serves
+
+    @classmethod
+    def for_stack(cls, plan: Plan, settings: StackSettings) -> "LoadTestRun":
+        return cls(stack=settings.stack, load_test=settings.loadTest, hostname=settings.gateway.hostname,
+                   key_name=settings.gateway.apiKeyNames[0], checkpoint=served_checkpoint(plan, settings))
 
 
-
-
-def scenario(plan: Plan, settings: StackSettings) -> dict:
+def scenario(plan: Plan, run: LoadTestRun) -> dict:
     """The GuideLLM run, in its scenario format (the `config` a report echoes back)."""
-    w, lt = plan.request.workload, settings.loadTest
+    w, lt = plan.request.workload, run.load_test
     spec = {
-        "backend": {"kind": "openai_http", "target": gateway_url(settings), "model": plan.request.model,
+        "backend": {"kind": "openai_http", "target": gateway_url(run.hostname), "model": plan.request.model,
                     "request_format": "/v1/completions"},
         "profile": {"kind": lt.arrivals, "rate": loadtest_rates(plan, lt.sweepSteps)},
         "constraints": [{"kind": "max_duration", "seconds": lt.stepSeconds}],
-        "tokenizer": {"kind": "huggingface_auto", "model": served_checkpoint(plan, settings)},
+        "tokenizer": {"kind": "huggingface_auto", "model": run.checkpoint},
         "data": [{"kind": "synthetic_text", "prompt_tokens": w.input_tokens, "output_tokens": w.output_tokens}],
         "seed": {"kind": "static", "value": SEED},
     }
     digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
-    spec["outputs"] = [{"kind": "json", "path": f"{RESULTS_PATH}/guidellm-{settings.stack}-{digest}.json"}]
-    labels = {"stack": settings.stack, "plan-qps": f"{w.qps:g}", "plan-capacity-qps": f"{plan.capacity_qps:.2f}"}
+    spec["outputs"] = [{"kind": "json", "path": f"{RESULTS_PATH}/guidellm-{run.stack}-{digest}.json"}]
+    labels = {"stack": run.stack, "plan-qps": f"{w.qps:g}", "plan-capacity-qps": f"{plan.capacity_qps:.2f}"}
     return {"metadata": {"labels": labels}, "spec": spec}
 
 
-def run_deadline_s(plan: Plan, settings: StackSettings) -> int:
-    lt = settings.loadTest
+def run_deadline_s(plan: Plan, lt: LoadTestSettings) -> int:
     return len(loadtest_rates(plan, lt.sweepSteps)) * lt.stepSeconds + SETUP_MARGIN_S
 
 
@@ -107,7 +114,7 @@ def run_deadline_s(plan: Plan, settings: StackSettings) -> int:
 @dataclass(frozen=True)
 class LoadTestArgs:
     plan: Plan
-    settings: StackSettings
+    run: LoadTestRun                    # LoadTestRun.for_stack(plan, settings)
     provider: k8s.Provider
     namespace: str                      # the serving namespace (its policies restrict ingress only)
     api_keys: pulumi.Input[str]         # the apiKeys Pulumi secret: JSON {name: key}
@@ -120,11 +127,11 @@ class LoadTest(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: LoadTestArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llm-serving:loadtest:LoadTest", name, None, opts)
-        plan, settings, ns = args.plan, args.settings, args.namespace
+        plan, run, ns = args.plan, args.run, args.namespace
         child = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=list(args.depends_on))
-        self.scenario = scenario(plan, settings)
+        self.scenario = scenario(plan, run)
         self.report_path = self.scenario["spec"]["outputs"][0]["path"]
-        key_name = client_key_name(settings)
+        key_name = run.key_name
         self.credentials = k8s.core.v1.Secret(
             f"{name}-credentials", metadata={"namespace": ns, "labels": LABELS}, type="Opaque",
             string_data={"api-key": pulumi.Output.secret(args.api_keys).apply(lambda t: client_key(t, key_name)),
@@ -136,7 +143,7 @@ class LoadTest(pulumi.ComponentResource):
         self.results = k8s.core.v1.PersistentVolumeClaim(
             f"{name}-results", metadata={"namespace": ns, "labels": LABELS},
             spec={"accessModes": ["ReadWriteOnce"],
-                  "resources": {"requests": {"storage": f"{settings.loadTest.storageGi}Gi"}}},
+                  "resources": {"requests": {"storage": f"{run.load_test.storageGi}Gi"}}},
             opts=child)
         secret_ref = {"name": self.credentials.metadata.apply(lambda m: m["name"])}
         # HTTPS out: the gateway's public name and the model hub (the tokenizer).
@@ -168,7 +175,7 @@ class LoadTest(pulumi.ComponentResource):
                 "llm-serving.io/report-path": self.report_path}},
             spec={
                 "backoffLimit": 0,            # a failed load test is read, not retried over the results
-                "activeDeadlineSeconds": run_deadline_s(plan, settings),
+                "activeDeadlineSeconds": run_deadline_s(plan, run.load_test),
                 "template": {
                     "metadata": {"labels": LABELS},
                     "spec": one_shot_pod_spec(container, [

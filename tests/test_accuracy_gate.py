@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from components import accuracy_check
-from components.accuracy_gate import GATE_TIMEOUT_S, LM_EVAL, PYTHON_IMAGE, gate_spec, rollout_digest
+from components.accuracy_gate import GATE_TIMEOUT_S, LM_EVAL, PYTHON_IMAGE, GateJob, gate_spec, rollout_digest
 from components.api_keys import gate_key
 from components.gateway import gate_rate_limit
 from offline.engine import unwrap
@@ -101,7 +101,7 @@ def test_a_task_without_a_known_metric_is_refused_by_the_settings():
 
 def test_the_gate_judges_the_configured_tasks_baselines_and_margin():
     settings = settings_for("prod", {"accuracyGate": {"tasks": ["gsm8k"], "baseline": {"gsm8k": 0.9}, "maxDrop": 0.02}})
-    assert gate_spec(settings) == {"max_drop": 0.02,
+    assert gate_spec(settings.accuracyGate) == {"max_drop": 0.02,
                                    "tasks": {"gsm8k": {"metric": "exact_match,strict-match", "baseline": 0.9}}}
 
 
@@ -113,8 +113,9 @@ def test_the_gate_judges_the_configured_tasks_baselines_and_margin():
 def test_a_new_rollout_or_new_thresholds_run_the_gate_again(overrides):
     base = settings_for("prod")
     changed = settings_for("prod", overrides)
-    assert rollout_digest(make_plan(base.plan_request()), base) != \
-        rollout_digest(make_plan(changed.plan_request()), changed)
+    base_plan, changed_plan = make_plan(base.plan_request()), make_plan(changed.plan_request())
+    assert rollout_digest(base_plan, GateJob.for_stack(base_plan, base)) != \
+        rollout_digest(changed_plan, GateJob.for_stack(changed_plan, changed))
 
 
 # -- the Job in the program ------------------------------------------------------------------------------
@@ -164,7 +165,7 @@ def test_the_job_runs_pinned_lm_eval_and_ships_the_tested_check(recorded):
     assert "==" in LM_EVAL
     data = res["kubernetes:core/v1:ConfigMap"].inputs["data"]
     assert data["accuracy_check.py"] == Path(accuracy_check.__file__).read_text()
-    assert json.loads(data["gate.json"]) == gate_spec(settings_for("prod"))
+    assert json.loads(data["gate.json"]) == gate_spec(settings_for("prod").accuracyGate)
     # The install runs in the init container, which sees no secret; the gate installs nothing.
     assert install["command"][:2] == ["pip", "install"] and LM_EVAL in install["command"]
     assert "valueFrom" not in json.dumps(install) and "pip" not in data["run.sh"]

@@ -267,3 +267,12 @@ def test_burst_scaling_fills_the_nodes_idle_gpus(recorded):
         assert int(trigger["metadata"]["threshold"]) >= 1
         validate({"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject", "metadata": {"name": "x"},
                   "spec": {**spec, "minReplicaCount": count, "maxReplicaCount": ceiling, "cooldownPeriod": 600}}, "1.33")
+
+
+def test_the_stacks_checkpoint_is_what_vllm_serves(build_program):
+    """model.checkpoint (validated by settings as a hub id or a path in the model cache) replaces the
+    catalog's prequantized checkpoint; without it the catalog's is served."""
+    model = {"id": "llama-3-70b", "weights": "fp8", "kvCacheDtype": "bf16", "checkpoint": "my-org/llama-3-70b-fp8"}
+    recording = build_program("prod", {"model": model})
+    args = vllm_container(next(iter(serving_deployments(recording).values())))["args"]
+    assert args[args.index("--model") + 1] == "my-org/llama-3-70b-fp8"
