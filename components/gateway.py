@@ -26,7 +26,6 @@ from conventions import (
     INFERENCE_EXTENSION_VERSION, MONITORING_NAMESPACE,
 )
 from settings import StackSettings
-from settings.schema import MAX_API_KEYS
 from sizing.planner import Plan
 
 from .api_keys import GATE_KEY_NAME, gate_key, parse_api_keys

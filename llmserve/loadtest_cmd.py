@@ -56,7 +56,8 @@ def _print(v: dict, stack: str) -> None:
     steps = Table("strategy", "rate", "achieved", "ok / errors", "TTFT mean", "TTFT p95", "TPOT mean", "TPOT p95",
                   "meets SLOs")
     for b in r["benchmarks"]:
-        steps.add_row(b["strategy"], "-" if b["rate"] is None else f"{b['rate']:g}", f"{b['requests_per_s']:.2f}" + ("" if b["rate"] is None or b["reached_rate"] else " (short)"),
+        short = "" if b["rate"] is None or b["reached_rate"] else " (short)"     # did not test its rate
+        steps.add_row(b["strategy"], "-" if b["rate"] is None else f"{b['rate']:g}", f"{b['requests_per_s']:.2f}{short}",
                       f"{b['successful']} / {b['errored'] + b['incomplete']}", f"{b['ttft_ms']['mean']:.1f}",
                       f"{b['ttft_ms']['p95']:.1f}", f"{b['tpot_ms']['mean']:.1f}", f"{b['tpot_ms']['p95']:.1f}",
                       "yes" if b["meets_slos"] else "no")

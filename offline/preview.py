@@ -6,7 +6,6 @@ never shown (scrubbed to "[secret]") and it is reported as a mandatory violation
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any

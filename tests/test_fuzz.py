@@ -24,7 +24,7 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from settings import SettingsError, read_stack_config, settings_from_config, stack_file
+from settings import SettingsError, read_stack_config, settings_from_config
 from sizing.model import SizingError
 from sizing.planner import plan as make_plan
 from tests.conftest import SHARED
