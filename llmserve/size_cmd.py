@@ -85,7 +85,7 @@ def size(
     try:
         result = plan(req)
     except SizingError as exc:
-        fail(f"{_option_label(exc, tp is not None)}{exc}")
+        fail(f"{_option_label(exc, tp is not None) or _load_label(qps, concurrency, stack)}{exc}")
     if plot is not None:
         from .plots import plot_latency_vs_qps
         plot_latency_vs_qps(result, plot)
@@ -142,6 +142,16 @@ def _workload(base: Workload, qps, concurrency, input_tokens, output_tokens, ttf
         )
     except SizingError as exc:      # the message names the option already
         fail(str(exc))
+
+
+def _load_label(qps, concurrency, stack: str | None) -> str:
+    """A plan that cannot carry the load names the load it was given (the fix is less load or more
+    nodes or zones, which the message says)."""
+    if qps is not None:
+        return "--qps: "
+    if concurrency is not None:
+        return "--concurrency: "
+    return f"--stack {stack}: " if stack is not None else "reference workload: "
 
 
 def _option_label(exc: SizingError, tp_given: bool) -> str:
