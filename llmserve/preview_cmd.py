@@ -68,7 +68,7 @@ def preview(
 
     violations = [dict(v) for v in evaluate(recording, settings.environment)]
     resources = [{"urn": r.urn, "type": r.type, "name": r.name, "id": r.id, "parent": r.parent,
-                  "inputs": redacted(r.inputs)} for r in recording.resources]
+                  "dependencies": list(r.dependencies), "inputs": redacted(r.inputs)} for r in recording.resources]
     outputs = redacted(recording.outputs)
     # Belt and braces: a secret that lost its wrapping on the way into a plain input is a bug
     # in the program; never print it, and fail the preview so CI catches it.
@@ -82,11 +82,22 @@ def preview(
 
     if as_json:
         print(json.dumps({"stack": stack, "plan": plan_data, "resources": resources,
-                          "violations": violations, "outputs": outputs}, indent=2, default=str))
+                          "violations": violations, "outputs": outputs,
+                          "placeholderSecrets": [k for k in recording.placeholder_secrets
+                                                 if k.partition(":")[2] in settings.required_secrets]}, indent=2, default=str))
     else:
         _print_text(stack, settings, plan_data, resources, violations, outputs)
+        print(placeholder_note([k for k in recording.placeholder_secrets
+                                if k.partition(":")[2] in settings.required_secrets]))
     if any(v.get("level") == "mandatory" for v in violations):
         raise typer.Exit(1)
+
+
+def placeholder_note(keys: list[str]) -> str:
+    """What the preview stood in for: no secret is decrypted offline."""
+    names = ", ".join(k.partition(":")[2] for k in keys)
+    return (f"Secrets: offline placeholders for {names} (a real `pulumi up` needs each set with "
+            "`pulumi config set --secret <key> <value>`).")
 
 
 def _scrub(value: Any, marker: str) -> Any:
