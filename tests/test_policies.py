@@ -194,7 +194,7 @@ def reference_layout() -> Layout:
         labels=picker_labels))
     lay.add("kubernetes:inference.networking.k8s.io/v1:InferencePool", "pool", k8s("InferencePool", "vllm", {
         "selector": {"matchLabels": SERVING_LABELS}, "targetPorts": [{"number": 8000.0}],
-        "endpointPickerRef": {"name": "vllm-epp", "port": {"number": 9002.0}, "failureMode": "FailOpen"}}))
+        "endpointPickerRef": {"name": "vllm-epp", "port": {"number": 9002.0}, "failureMode": "FailClose"}}))
     lay.add("kubernetes:gateway.networking.k8s.io/v1:Gateway", "gateway", k8s("Gateway", "llm", {
         "gatewayClassName": "envoy", "listeners": [{"name": "https", "port": 443.0, "protocol": "HTTPS"}]}))
     lay.add("kubernetes:gateway.networking.k8s.io/v1:HTTPRoute", "route", k8s("HTTPRoute", "openai", {
@@ -284,8 +284,8 @@ CASES = {
     "serving pods without the GPU toleration": (
         lambda lay: [pod_of(lay, n).update(tolerations=[]) for n in ("vllm-us-east-1a", "vllm-us-east-1b")],
         {"tp-group-fits-on-node", "capacity-after-zone-loss"}),
-    "picker fails closed": (lambda lay: spec_of(lay, "pool")["endpointPickerRef"].update(failureMode="FailClose"),
-                            {"endpoint-picker-redundant"}),
+    "picker claims to fail open": (lambda lay: spec_of(lay, "pool")["endpointPickerRef"].update(failureMode="FailOpen"),
+                                   {"endpoint-picker-redundant"}),
     "picker has one replica": (lambda lay: spec_of(lay, "epp").update(replicas=1.0), {"endpoint-picker-redundant"}),
     "picker not spread": (lambda lay: pod_of(lay, "epp").pop("topologySpreadConstraints"),
                           {"endpoint-picker-redundant"}),
@@ -373,9 +373,9 @@ def test_every_policy_has_a_failing_and_a_passing_case():
     ("TP group larger than a node", "tp-group-fits-on-node",
      "Deployment vllm-us-east-1a requests 16 GPUs per pod but a node of ng-us-east-1a has 8; a tensor-parallel "
      "group cannot span nodes"),
-    ("picker fails closed", "endpoint-picker-redundant",
-     "InferencePool vllm fails closed: when its endpoint picker is down every request fails; set "
-     "endpointPickerRef.failureMode: FailOpen"),
+    ("picker claims to fail open", "endpoint-picker-redundant",
+     "InferencePool vllm declares failureMode FailOpen, which Envoy AI Gateway v1.0.0 does not honour (its ext_proc "
+     "filter fails closed); declare FailClose and keep the picker redundant"),
     ("token as a literal env value", "secrets-only-as-secrets",
      "Deployment vllm-us-east-1a: container vllm sets HF_TOKEN to a literal value; use valueFrom.secretKeyRef"),
     ("route-level policy without auth overrides the Gateway's", "routes-behind-auth",
