@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pulumi_policy import EnforcementLevel, Policy, ResourceValidationPolicy, StackValidationPolicy
 
-from . import cost, failure_domains, security
+from . import controllers, cost, failure_domains, security
 from .rules import Rule
 
 PACK_NAME = "llm-serving-guards"
@@ -19,7 +19,7 @@ CONFIG_DIR = Path(__file__).resolve().parent / "config"
 # Without a config file for the stack every policy blocks: a new stack is treated like prod.
 DEFAULT_LEVEL = EnforcementLevel.MANDATORY
 
-RULES: tuple[Rule, ...] = tuple(failure_domains.RULES + security.RULES + cost.RULES)
+RULES: tuple[Rule, ...] = tuple(failure_domains.RULES + security.RULES + cost.RULES + controllers.RULES)
 
 
 def to_policy(rule: Rule) -> Policy:

@@ -108,8 +108,8 @@ VLLM_SERIES = [s for s in contract.SERIES if s.source == "vllm"]
 
 
 @pytest.mark.parametrize("series", VLLM_SERIES, ids=lambda s: s.name)
-def test_vllm_series_is_exposed_by_the_pinned_vllm(series, shared_dir):
-    text = (shared_dir / "samples" / CAPTURE_NEW).read_text()
+def test_vllm_series_is_exposed_by_the_pinned_vllm(series, upstream_file):
+    text = upstream_file(f"samples/{CAPTURE_NEW}").read_text()
     types = exposition_types(text)     # a counter's TYPE line may name it with or without _total
     assert types.get(series.name, types.get(series.name.removesuffix("_total"))) == series.kind
     expected = {series.name + s for s in contract.HISTOGRAM_SUFFIXES} if series.kind == "histogram" else {series.name}
@@ -127,15 +127,15 @@ def test_the_serving_component_deploys_the_pinned_vllm():
 
 
 @pytest.mark.parametrize("deprecated", sorted(contract.DEPRECATED))
-def test_the_pinned_vllm_no_longer_exposes_deprecated_names(deprecated, shared_dir):
-    text = (shared_dir / "samples" / CAPTURE_NEW).read_text()
+def test_the_pinned_vllm_no_longer_exposes_deprecated_names(deprecated, upstream_file):
+    text = upstream_file(f"samples/{CAPTURE_NEW}").read_text()
     assert not any(n.startswith(deprecated) for n in sample_names(text))
 
 
-def test_the_older_capture_still_has_the_deprecated_tpot_name(shared_dir):
+def test_the_older_capture_still_has_the_deprecated_tpot_name(upstream_file):
     """Why the refusal matters: on 0.11.x a panel on the old name still shows data; on the pinned
     version it would show "No data"."""
-    text = (shared_dir / "samples" / CAPTURE_OLD).read_text()
+    text = upstream_file(f"samples/{CAPTURE_OLD}").read_text()
     assert exposition_types(text).get("vllm:time_per_output_token_seconds") == "histogram"
     assert "vllm:time_per_output_token_seconds_bucket" in sample_names(text)
     assert contract.deprecated_reason("vllm:time_per_output_token_seconds") is not None

@@ -111,11 +111,13 @@ def test_gpu_node_group_labels_and_taint_follow_the_contract(built, stack):
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_every_launch_template_requires_imdsv2(built, stack):
+def test_every_launch_template_requires_imdsv2_with_hop_limit_1(built, stack):
     rec = built(stack)
-    for lt in rec.of_type(LAUNCH_TEMPLATE):
+    templates = rec.of_type(LAUNCH_TEMPLATE)
+    assert templates
+    for lt in templates:
         assert lt.inputs["metadataOptions"]["httpTokens"] == "required", lt.name
-        assert lt.inputs["metadataOptions"]["httpPutResponseHopLimit"] == 2, lt.name
+        assert lt.inputs["metadataOptions"]["httpPutResponseHopLimit"] == 1, lt.name
 
 
 @pytest.mark.parametrize("stack", STACKS)
