@@ -41,11 +41,11 @@ network = Network("llm", NetworkArgs(
     tags=settings.tags,
 ))
 cluster = Cluster("llm", ClusterArgs(settings=settings, network=network))
-gpu_pools = [
-    GpuNodePool(f"gpu-{pool.label}", GpuNodePoolArgs(
-        settings=settings, plan=plan, pool=pool, pool_settings=pool_settings, cluster=cluster, network=network))
-    for pool, pool_settings in zip(plan.request.pools, settings.gpuPools)
-]
+gpu_pools: list[GpuNodePool] = []
+for pool, pool_settings in zip(plan.request.pools, settings.gpuPools):     # each updates after the one before
+    gpu_pools.append(GpuNodePool(f"gpu-{pool.label}", GpuNodePoolArgs(
+        settings=settings, plan=plan, pool=pool, pool_settings=pool_settings, cluster=cluster, network=network,
+        update_after=tuple(p.node_group for p in gpu_pools[-1:]))))
 
 # -- controllers the gateway needs: load balancer, certificate, DNS (each through Pod Identity) ---
 gw_settings = settings.gateway

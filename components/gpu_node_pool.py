@@ -111,6 +111,9 @@ class GpuNodePoolArgs:
     pool_settings: GpuPoolSettings   # capacity reservation / block, EFA
     cluster: Cluster
     network: Network
+    # Node groups updated before this one: pools update one after another, so a launch template
+    # change never drains two zones at once (MINIMAL takes the node down before replacing it).
+    update_after: tuple = ()
 
 
 class GpuNodePool(pulumi.ComponentResource):
@@ -195,7 +198,7 @@ class GpuNodePool(pulumi.ComponentResource):
             labels={LABEL_POOL: pool.label, LABEL_ROLE: "gpu", LABEL_ZONE: pool.zone},
             taints=[GPU_TAINT],
             tags=tags,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=cluster.node_dependencies),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[*cluster.node_dependencies, *args.update_after]),
         )
         self.register_outputs({
             "nodeGroupName": self.node_group.node_group_name,

@@ -235,6 +235,14 @@ def test_gpu_node_groups_drain_before_they_replace(programs, stack):
     assert [g.inputs["updateConfig"] for g in groups] == [{"maxUnavailable": 1, "updateStrategy": "MINIMAL"}] * len(groups)
 
 
+def test_gpu_pools_update_one_zone_after_the_other(programs):
+    groups = [g for g in programs["prod"].of_type("aws:eks/nodeGroup:NodeGroup")
+              if g.inputs["labels"].get("llm-serving.io/role") == "gpu"]
+    assert len(groups) == 2
+    first, second = groups
+    assert first.urn in second.dependencies and second.urn not in first.dependencies
+
+
 def test_prod_runs_an_eks_version_in_standard_support_and_in_envoy_gateways_matrix(programs):
     assert programs["prod"].named("llm-eks").inputs["version"] == "1.35"
 
