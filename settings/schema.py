@@ -24,7 +24,7 @@ ALL_SECRET_KEYS = SECRET_KEYS + TLS_SECRET_KEYS
 LETS_ENCRYPT = "https://acme-v02.api.letsencrypt.org/directory"
 # EKS versions the stack accepts: in EKS standard support on the prices' date (2026-11) and in
 # Envoy Gateway v1.9's compatibility matrix (v1.33-v1.36). See the README to move to the next.
-KUBERNETES_VERSIONS = ("1.34", "1.35", "1.36")
+KUBERNETES_VERSIONS = ("1.34", "1.35")     # 1.34: standard support to 2026-12-02; 1.35: to 2027-03-27
 
 
 class _Strict(BaseModel):

@@ -274,3 +274,26 @@ def test_the_program_stops_on_a_missing_secret_before_registering_anything():
     with pytest.raises(pulumi.RunError) as exc:
         require_secrets(settings)
     assert str(exc.value).startswith("secret config not set: llm-serving:hubToken, llm-serving:grafanaAdminPassword;")
+
+
+# -- settings ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("gateway, problem", [
+    ({"hostname": "llm.example.com", "apiKeyNames": ["a"]},
+     "llm-serving:gateway: certificate: acme needs hostedZoneId (the Route 53 zone holding hostname) and acmeEmail; "
+     "or set certificate: provided and the tlsCertificate and tlsPrivateKey secrets"),
+    ({"hostname": "llm.example.com", "hostedZoneId": "example.com", "acmeEmail": "ops@example.com"},
+     "llm-serving:gateway.hostedZoneId: String should match pattern '^Z[A-Z0-9]{1,31}$'"),
+])
+def test_the_certificate_source_is_explicit(gateway, problem):
+    from settings import SettingsError, settings_from_config
+    raw = {**stack_config("prod"), "llm-serving:gateway": gateway}
+    with pytest.raises(SettingsError) as exc:
+        settings_from_config("prod", raw)
+    assert exc.value.problems == [problem]
+
+
+def test_a_provided_certificate_adds_its_two_secrets():
+    from settings import settings_from_config
+    settings = settings_from_config("prod", {**stack_config("prod"), "llm-serving:gateway": PROVIDED_TLS})
+    assert settings.required_secrets == ("hubToken", "apiKeys", "grafanaAdminPassword", "tlsCertificate",
+                                         "tlsPrivateKey")

@@ -140,7 +140,7 @@ INVALID = [
         id="reservation-and-block"),
     pytest.param(
         prod_with(kubernetesVersion="1.33"),
-        ["llm-serving:kubernetesVersion: Input should be '1.34', '1.35' or '1.36'"],
+        ["llm-serving:kubernetesVersion: Input should be '1.34' or '1.35'"],
         id="unsupported-kubernetes-version"),
     pytest.param(
         prod_with(environment="qa"),
