@@ -148,3 +148,45 @@ def test_burst_scaling_queries_read_contract_series(build_program):
     assert queries
     for query in queries:
         check_expr(query, where="ScaledObject")
+
+
+# -- label names: pinned per exporter, like the series --------------------------------------------
+def series_labels(text: str, family: str) -> set[str]:
+    """Label names on the samples of `family` (and its _bucket/_sum/_count) in an exposition."""
+    found: set[str] = set()
+    for line in text.splitlines():
+        name, brace, rest = line.partition("{")
+        if brace and name in {family, *(family + s for s in contract.HISTOGRAM_SUFFIXES)}:
+            found.update(part.split("=", 1)[0] for part in rest.split("}", 1)[0].split(",") if "=" in part)
+    return found
+
+
+@pytest.mark.parametrize("series", VLLM_SERIES, ids=lambda s: s.name)
+def test_vllm_labels_are_the_pinned_ones(series, upstream_file):
+    text = upstream_file(f"samples/{CAPTURE_NEW}").read_text()
+    assert series_labels(text, series.name) - {"le"} == set(series.labels)
+
+
+@pytest.mark.parametrize("expr, legend, refused", [
+    ("avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL)", "{{Hostname}}", True),      # before dcgm-exporter PR #655
+    ("avg by (hostname) (DCGM_FI_DEV_GPU_UTIL)", "{{hostname}}", False),
+    ("max by (gpu, UUID) (DCGM_FI_DEV_GPU_TEMP)", "GPU {{gpu}}", False),
+    ('sum by (zone) (vllm:num_requests_running{model_name="m"})', "{{zone}}", False),
+    ("sum by (model) (vllm:num_requests_running)", "", True),
+])
+def test_a_label_the_exporter_does_not_emit_is_refused(expr, legend, refused):
+    if refused:
+        with pytest.raises(contract.ContractError, match="is not on the"):
+            contract.check_labels(expr, legend)
+    else:
+        assert contract.check_labels(expr, legend) is None
+
+
+def test_gpu_panels_group_by_the_exporters_hostname_label():
+    from observability.dashboard import panel_specs
+    from sizing.planner import plan
+    from settings import load_stack
+
+    specs = panel_specs(plan(load_stack("prod").plan_request()))
+    gpu = [q for s in specs for q in s.queries if "DCGM_" in q.expr]
+    assert gpu and all("by (hostname)" in q.expr and q.legend == "{{hostname}}" for q in gpu)
