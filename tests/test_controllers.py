@@ -297,3 +297,32 @@ def test_a_provided_certificate_adds_its_two_secrets():
     settings = settings_from_config("prod", {**stack_config("prod"), "llm-serving:gateway": PROVIDED_TLS})
     assert settings.required_secrets == ("hubToken", "apiKeys", "grafanaAdminPassword", "tlsCertificate",
                                          "tlsPrivateKey")
+
+
+# -- the preview shows the order --------------------------------------------------------------
+def test_preview_json_lists_each_resources_dependencies_and_the_placeholder_secrets():
+    from typer.testing import CliRunner
+
+    from llmserve.cli import app
+
+    result = CliRunner().invoke(app, ["preview", "--stack", "prod", "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    urns = {r["urn"] for r in doc["resources"]}
+    assert all(set(r["dependencies"]) <= urns for r in doc["resources"])
+    proxy = next(r for r in doc["resources"] if r["name"] == "llm-gateway-envoyproxy")
+    assert any(u.endswith("::aws-lb-controller-release") for u in proxy["dependencies"])
+    assert doc["placeholderSecrets"] == ["llm-serving:apiKeys", "llm-serving:grafanaAdminPassword",
+                                         "llm-serving:hubToken"]
+
+
+def test_the_text_preview_says_which_secrets_are_placeholders():
+    from typer.testing import CliRunner
+
+    from llmserve.cli import app
+
+    result = CliRunner().invoke(app, ["preview", "--stack", "dev"])
+    assert result.exit_code == 0
+    assert result.output.splitlines()[-1] == (
+        "Secrets: offline placeholders for apiKeys, grafanaAdminPassword, hubToken (a real `pulumi up` needs "
+        "each set with `pulumi config set --secret <key> <value>`).")
