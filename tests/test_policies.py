@@ -462,6 +462,7 @@ def test_levels_per_stack(stack, level):
     assert set(config) == ALL_POLICIES
     expected = {name: level for name in ALL_POLICIES}
     expected["capacity-block-opt-in"] = "mandatory"     # money cannot be refunded, even in dev
+    expected["controller-contract"] = "mandatory"       # without its controller nothing deploys, even in dev
     assert {name: lvl.value for name, lvl in config.items()} == expected
 
 
