@@ -19,10 +19,12 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_kubernetes as k8s
 
+from conventions import CERT_MANAGER_CHART_VERSION
+
 from .cluster import SYSTEM_ROLE_LABEL
 from .pod_identity import PodIdentity, PodIdentityArgs
 
-CHART, CHART_VERSION, CHART_REPO = "cert-manager", "v1.21.1", "https://charts.jetstack.io"
+CHART, CHART_VERSION, CHART_REPO = "cert-manager", CERT_MANAGER_CHART_VERSION, "https://charts.jetstack.io"
 NAMESPACE = "cert-manager"
 RELEASE = "cert-manager"
 SERVICE_ACCOUNT = "cert-manager"          # the chart's controller service account (fullname)

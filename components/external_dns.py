@@ -19,10 +19,12 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_kubernetes as k8s
 
+from conventions import EXTERNAL_DNS_CHART_VERSION
+
 from .cluster import SYSTEM_ROLE_LABEL
 from .pod_identity import PodIdentity, PodIdentityArgs
 
-CHART, CHART_VERSION, CHART_REPO = "external-dns", "1.21.1", "https://kubernetes-sigs.github.io/external-dns/"
+CHART, CHART_VERSION, CHART_REPO = "external-dns", EXTERNAL_DNS_CHART_VERSION, "https://kubernetes-sigs.github.io/external-dns/"
 NAMESPACE = "external-dns"
 RELEASE = "external-dns"
 SERVICE_ACCOUNT = "external-dns"

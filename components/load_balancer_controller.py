@@ -25,10 +25,13 @@ from pathlib import Path
 import pulumi
 import pulumi_kubernetes as k8s
 
+from conventions import AWS_LOAD_BALANCER_CONTROLLER_CHART_VERSION
+
 from .cluster import SYSTEM_ROLE_LABEL
 from .pod_identity import PodIdentity, PodIdentityArgs
 
-CHART, CHART_VERSION, CHART_REPO = "aws-load-balancer-controller", "3.5.0", "https://aws.github.io/eks-charts"
+CHART, CHART_VERSION, CHART_REPO = "aws-load-balancer-controller", AWS_LOAD_BALANCER_CONTROLLER_CHART_VERSION, \
+    "https://aws.github.io/eks-charts"
 APP_VERSION = "v3.5.0"
 NAMESPACE = "kube-system"
 SERVICE_ACCOUNT = "aws-load-balancer-controller"

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
+import conventions
 from settings import StackSettings
 from sizing.planner import Plan
 
@@ -29,7 +30,7 @@ from .cluster import SYSTEM_ROLE_LABEL
 from .gateway import GATEWAY_CLUSTER_IP
 
 # GuideLLM 0.8.1 writes report schema version 2, the one `llmserve loadtest-report` reads.
-GUIDELLM_IMAGE = "ghcr.io/vllm-project/guidellm:v0.8.1"
+GUIDELLM_IMAGE = conventions.GUIDELLM_IMAGE
 RESULTS_PATH = "/results"
 SCENARIO_PATH = "/config"
 SEED = 42

@@ -13,21 +13,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-# -- pinned versions ----------------------------------------------------------------------------
-# vLLM: the image the serving component deploys (components/serving.py pins the same tag; a test
-# checks). The names below were checked against a real /metrics capture of this version.
-VLLM_VERSION = "0.29.0"
-# kube-prometheus-stack 88.x ships prometheus-operator v0.93.0, the CRDs in ../shared/crds.
-KUBE_PROMETHEUS_STACK_CHART = "88.2.0"
+# -- pinned versions: in `conventions` (one place). The names below were checked against a real
+# /metrics capture of vLLM `conventions.VLLM_VERSION`; those of Envoy Gateway and the inference
+# extension's endpoint picker are stable across their v1 releases.
+from conventions import VLLM_VERSION  # noqa: E402,F401 (the metric names are pinned to it)
+
 KUBE_PROMETHEUS_STACK_REPO = "https://prometheus-community.github.io/helm-charts"
-# DCGM exporter: chart 4.8.3 deploys DCGM 4.6.0 / exporter 4.8.3.
-DCGM_EXPORTER_CHART = "4.8.3"
-DCGM_EXPORTER_IMAGE_TAG = "4.6.0-4.8.3-distroless"
 DCGM_EXPORTER_REPO = "https://nvidia.github.io/dcgm-exporter/helm-charts"
-# Envoy Gateway v1.9 (the CRDs in ../shared/crds) and the Gateway API Inference Extension v1.x
-# endpoint picker: the names below are stable across their v1 releases.
-ENVOY_GATEWAY_VERSION = "v1.9.0"
-INFERENCE_EXTENSION_VERSION = "v1.6.0"
 
 
 @dataclass(frozen=True)
@@ -112,10 +104,6 @@ DEPRECATED_PREFIXES = ("vllm:gpu_prefix_cache_",)
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
 
 
-def by_name() -> dict[str, Series]:
-    return {s.name: s for s in SERIES}
-
-
 def exposed_names() -> set[str]:
     """Every name a query may select: histogram families expand to their three series."""
     out = set()
@@ -195,7 +183,7 @@ def check_labels(expr: str, legend: str = "", where: str = "expression") -> None
     """Raise ContractError when an expression over pinned exporter series groups by, matches on
     or shows a label those series do not carry (a renamed label fails as silently as a renamed
     series: every series collapses into one)."""
-    series = [by_name().get(_family(n)) for n in series_in(expr)]
+    series = [_series_by_name().get(_family(n)) for n in series_in(expr)]
     pinned = [s for s in series if s is not None and s.labels]
     if not pinned or len(pinned) != len(series):
         return                                  # recorded series or unpinned ones: not judged here
@@ -207,9 +195,13 @@ def check_labels(expr: str, legend: str = "", where: str = "expression") -> None
                             f"(observability/contract.py pins their labels)")
 
 
+def _series_by_name() -> dict[str, Series]:
+    return {s.name: s for s in SERIES}
+
+
 def _family(name: str) -> str:
     for suffix in HISTOGRAM_SUFFIXES:
-        if name.endswith(suffix) and name[: -len(suffix)] in by_name():
+        if name.endswith(suffix) and name[: -len(suffix)] in _series_by_name():
             return name[: -len(suffix)]
     return name
 

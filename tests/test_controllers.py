@@ -12,10 +12,11 @@ import pytest
 from components import cert_manager, external_dns, load_balancer_controller as lbc
 from components.cluster import SERVICE_CIDR
 from components.gateway import AIGW_CONTROLLER_LABELS, GATEWAY_CLUSTER_IP
-from llmserve.engine import run_program
+from offline.engine import run_program
 from policies.controllers import contract_violations
-from policies.offline import evaluate, stack_resources
-from tests.conftest import ROOT, stack_config
+from offline.policy_run import evaluate, stack_resources
+from tests.conftest import ROOT
+from tests.stacks import stack_config
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 ASSOCIATION = "aws:eks/podIdentityAssociation:PodIdentityAssociation"
