@@ -50,7 +50,7 @@ def require_secrets(settings: StackSettings) -> None:
     """Fail before anything is registered when a secret the program reads is not set, with one
     line naming the command, instead of Pulumi's multi-line error at the first use."""
     cfg = pulumi.Config(NAMESPACE)
-    missing = [k for k in settings.required_secrets if cfg.get(k) is None]
+    missing = [k for k in settings.required_secrets if cfg.get_secret(k) is None]
     if missing:
         raise pulumi.RunError(missing_secrets_message(settings.stack, missing))
 
