@@ -102,7 +102,7 @@ monitoring = Monitoring("monitoring", MonitoringArgs(
 # -- outputs --------------------------------------------------------------------------------------
 pulumi.export("clusterName", cluster.cluster_name)
 pulumi.export("kubeconfig", cluster.kubeconfig)
-pulumi.export("gatewayHostname", settings.gateway.hostname)     # the name clients use (external-dns publishes it)
+pulumi.export("gatewayHostname", settings.gateway.hostname)     # the name clients use (external-dns publishes it when the stack has its hosted zone)
 pulumi.export("gatewayAddress", gateway.address)                 # the load balancer, once it exists
 pulumi.export("plan", {
     "replicas": plan.replicas,
