@@ -12,7 +12,6 @@ import pytest
 from components import cert_manager, external_dns, load_balancer_controller as lbc
 from components.cluster import SERVICE_CIDR
 from components.gateway import AIGW_CONTROLLER_LABELS, GATEWAY_CLUSTER_IP
-from offline.engine import run_program
 from policies.controllers import contract_violations
 from offline.policy_run import evaluate, stack_resources
 from tests.conftest import ROOT
@@ -25,16 +24,19 @@ ZONE_SPREAD_KEY = "topology.kubernetes.io/zone"
 PROVIDED_TLS = {"hostname": "llm.example.com", "certificate": "provided", "apiKeyNames": ["team-a", "team-b"]}
 
 
-@pytest.fixture(scope="module")
-def programs():
-    """Each variant built once for this module (the tests only read the recordings)."""
-    def build(stack: str, **overrides):
-        raw = stack_config(stack)
-        raw.update({f"llm-serving:{k}": v for k, v in overrides.items()})
-        return run_program(stack, raw)
-    return {"prod": build("prod"), "staging": build("staging"), "dev": build("dev"),
-            "prod-burst": build("prod", serving={"burstScaling": True}),
-            "prod-provided-tls": build("prod", gateway=PROVIDED_TLS)}
+VARIANTS = {"prod": ("prod", None), "staging": ("staging", None), "dev": ("dev", None),
+            "prod-burst": ("prod", {"serving": {"burstScaling": True}}),
+            "prod-provided-tls": ("prod", {"gateway": PROVIDED_TLS})}
+
+
+@pytest.fixture
+def programs(recorded):
+    """The recordings by variant name (built once per session by `recorded`; read only)."""
+    class ByVariant:
+        def __getitem__(self, variant: str):
+            stack, overrides = VARIANTS[variant]
+            return recorded(stack, overrides)
+    return ByVariant()
 
 
 def releases(recording) -> dict[str, object]:
@@ -104,16 +106,15 @@ def unhook(recording, name: str, dependency_prefix: str):
     (lambda rec: drop(rec, "monitoring-kube-prometheus-stack"),
      "PodMonitor vllm needs chart kube-prometheus-stack, which this program does not install"),
 ])
-def test_breaking_the_contract_on_purpose_is_caught(programs, breakage, message):
-    recording = breakage(run_program("prod", stack_config("prod")))
+def test_breaking_the_contract_on_purpose_is_caught(build_program, breakage, message):
+    recording = breakage(build_program("prod"))
     found = [v["message"] for v in evaluate(recording, "prod") if v["policy"] == "controller-contract"]
     assert message in found
     assert all(v["level"] == "mandatory" for v in evaluate(recording, "prod") if v["policy"] == "controller-contract")
 
 
-def test_a_scaled_object_without_keda_is_caught(programs):
-    recording = drop(run_program("prod", {**stack_config("prod"), "llm-serving:serving": {"burstScaling": True}}),
-                     "serving-keda")
+def test_a_scaled_object_without_keda_is_caught(build_program):
+    recording = drop(build_program("prod", {"serving": {"burstScaling": True}}), "serving-keda")
     assert any(m.startswith("ScaledObject ") and "needs chart keda" in m
                for _, m in contract_violations(stack_resources(recording)))
 
