@@ -34,8 +34,8 @@ from sizing.planner import Plan
 from . import accuracy_check
 from .api_keys import gate_key
 from .gateway import gate_rate_limit, proxy_replicas
-from .loadtest import gateway_url, one_shot_pod_spec
-from .serving import VLLM_IMAGE, egress_policies, served_checkpoint
+from .loadtest import gateway_url, job_egress, one_shot_pod_spec
+from .serving import VLLM_IMAGE, served_checkpoint
 
 PYTHON_IMAGE = conventions.PYTHON_IMAGE
 LM_EVAL = "lm-eval[api]==0.4.13"        # the API client only: no torch in the gate's image
@@ -91,7 +91,8 @@ def gate_timeout_s(plan: Plan, job: GateJob) -> int:
     spare for retries; never under GATE_TIMEOUT_S."""
     limit = gate_rate_limit(plan, job.rate_limit_share, proxy_replicas(job.zones))
     questions = sum(TASK_QUESTIONS[t] for t in job.gate.tasks)
-    return max(GATE_TIMEOUT_S, math.ceil(1.25 * questions * limit.unit_s / limit.requests) + SETUP_MARGIN_S)
+    return max(GATE_TIMEOUT_S,
+               math.ceil(1.25 * questions * limit.unit_s / limit.requests) + SETUP_MARGIN_S + READY_WAIT_S)
 
 
 def lm_eval_command(plan: Plan, job: GateJob) -> list[str]:
@@ -115,16 +116,36 @@ def rollout_digest(plan: Plan, job: GateJob) -> str:
     return hashlib.sha256(json.dumps(judged, sort_keys=True).encode()).hexdigest()[:16]
 
 
+# Before judging: wait until the gateway answers with its real certificate (issued by
+# cert-manager a few minutes after `pulumi up` creates it) and the API key is accepted.
+READY_WAIT_S = 1800
+WAIT_FOR_GATEWAY = """\
+import os, sys, time, urllib.request
+url, deadline = sys.argv[1] + "/v1/models", time.time() + float(sys.argv[2])
+request = urllib.request.Request(url, headers={"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"]})
+while True:
+    try:
+        urllib.request.urlopen(request, timeout=10).read()
+        break
+    except Exception as exc:
+        if time.time() > deadline:
+            sys.exit("gateway not ready at " + url + ": " + str(exc))
+        time.sleep(10)
+"""
+
+
 def install_command() -> list[str]:
     """The init container's: lm-eval into the shared work folder, with no secret in reach."""
     return ["pip", "install", "--no-cache-dir", "--quiet", "--target", f"{WORK}/py", LM_EVAL]
 
 
 def shell_script(plan: Plan, job: GateJob) -> str:
-    """The gate container's: lm-eval (installed by the init container) then the check; no install here."""
+    """The gate container's: wait for the gateway, lm-eval (installed by the init container), the
+    check; no install here."""
     quoted = " ".join(f"'{a}'" for a in lm_eval_command(plan, job))
     return "\n".join([
         "set -eu",
+        f"python /gate/wait_for_gateway.py '{gateway_url(job.hostname)}' {READY_WAIT_S}",
         f"export PYTHONPATH={WORK}/py PATH={WORK}/py/bin:$PATH",
         quoted,
         f"python /gate/accuracy_check.py /gate/gate.json {WORK}/results",
@@ -152,6 +173,7 @@ class AccuracyGate(pulumi.ComponentResource):
         self.gate = gate_spec(job.gate)
         self.digest = rollout_digest(plan, job)
         self.timeout_s = gate_timeout_s(plan, job)
+        self.hostname = job.hostname
         # The gate's own key (the gateway meters it at the gate's share), never a tenant's.
         self.credentials = k8s.core.v1.Secret(
             f"{name}-credentials", metadata={"namespace": ns, "labels": LABELS}, type="Opaque",
@@ -161,10 +183,11 @@ class AccuracyGate(pulumi.ComponentResource):
             f"{name}-check", metadata={"namespace": ns, "labels": LABELS},
             data={"gate.json": json.dumps(self.gate, indent=2),
                   "accuracy_check.py": Path(accuracy_check.__file__).read_text(),
+                  "wait_for_gateway.py": WAIT_FOR_GATEWAY,
                   "run.sh": shell_script(plan, job)},
             opts=child)
         # HTTPS out: the package index (init container) and the gateway's public name (the gate).
-        for key, spec in egress_policies(LABELS, "accuracy-gate-egress").items():
+        for key, spec in job_egress(LABELS, "accuracy-gate-egress").items():
             k8s.networking.v1.NetworkPolicy(f"{name}-egress", metadata={"name": key, "namespace": ns},
                                             spec=spec, opts=child)
         self.job = k8s.batch.v1.Job(
@@ -207,4 +230,4 @@ class AccuracyGate(pulumi.ComponentResource):
         return one_shot_pod_spec(gate, [
             {"name": "gate", "configMap": {"name": self.config.metadata.apply(lambda m: m["name"])}},
             {"name": "work", "emptyDir": {}},
-        ], init_containers=(install,))
+        ], self.hostname, init_containers=(install,))

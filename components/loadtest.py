@@ -29,6 +29,7 @@ from sizing.planner import Plan
 
 from .api_keys import client_key
 from .cluster import SYSTEM_ROLE_LABEL
+from .gateway import GATEWAY_CLUSTER_IP
 from .serving import HUB_TOKEN_DIR, HUB_TOKEN_KEY, egress_policies, served_checkpoint
 from .pod_security import SCRATCH_MOUNT, SCRATCH_VOLUME, container_security, pod_security
 
@@ -42,19 +43,35 @@ LABELS = {"app.kubernetes.io/name": "guidellm", "app.kubernetes.io/part-of": "ll
           "llm-serving.io/role": "load-test"}
 
 
-def one_shot_pod_spec(container: dict, volumes: list[dict], init_containers: tuple[dict, ...] = ()) -> dict:
+def one_shot_pod_spec(container: dict, volumes: list[dict], hostname: str,
+                      init_containers: tuple[dict, ...] = ()) -> dict:
     """The pod of a run-once Job (load test, accuracy gate): on the system nodes, non-root with a
     read-only root filesystem (/tmp is an emptyDir), no service-account token (it never calls the
-    API server), never restarted in place (a failure is read, not retried over its own results)."""
+    API server), never restarted in place (a failure is read, not retried over its own results).
+    The gateway's public hostname resolves, inside the pod only, to the gateway's in-cluster
+    address: the client sends that name as Host and SNI (so TLS, the route and auth are the real
+    ones) without waiting for public DNS or going out through the load balancer."""
     def hardened(c: dict) -> dict:
         return {**c, "securityContext": container_security(),
                 "volumeMounts": [*c.get("volumeMounts", []), SCRATCH_MOUNT]}
 
     spec = {"restartPolicy": "Never", "nodeSelector": dict(SYSTEM_ROLE_LABEL), **pod_security(),
+            "hostAliases": [{"ip": GATEWAY_CLUSTER_IP, "hostnames": [hostname]}],
             "containers": [hardened(container)], "volumes": [*volumes, SCRATCH_VOLUME]}
     if init_containers:
         spec["initContainers"] = [hardened(c) for c in init_containers]
     return spec
+
+
+def job_egress(labels: dict[str, str], name: str) -> dict[str, dict]:
+    """A Job's egress: HTTPS to public addresses (the model hub, a package index) and the gateway
+    in the cluster: its Service address, and its Envoy pods, which listen on the Service port plus
+    10000 (Envoy Gateway shifts privileged ports so the proxy needs no capability)."""
+    policies = egress_policies(labels, name)
+    gateway_pods = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": conventions.GATEWAY_CONTROLLER_NAMESPACE}}}
+    policies[name]["egress"].append({"to": [{"ipBlock": {"cidr": f"{GATEWAY_CLUSTER_IP}/32"}}, gateway_pods],
+                                     "ports": [{"protocol": "TCP", "port": 443}, {"protocol": "TCP", "port": 10443}]})
+    return policies
 
 
 # -- figures derived from the plan (pure) ----------------------------------------------------
@@ -68,7 +85,8 @@ def loadtest_rates(plan: Plan, steps: int) -> list[float]:
 
 
 def gateway_url(hostname: str) -> str:
-    """The public hostname: the jobs go through TLS, auth, quotas and routing like a client."""
+    """The public hostname (resolved in the pod to the gateway's in-cluster address, see
+    one_shot_pod_spec): the jobs go through TLS, auth, quotas and routing like a client."""
     return f"https://{hostname}"
 
 
@@ -147,7 +165,7 @@ class LoadTest(pulumi.ComponentResource):
             opts=child)
         secret_ref = {"name": self.credentials.metadata.apply(lambda m: m["name"])}
         # HTTPS out: the gateway's public name and the model hub (the tokenizer).
-        for key, spec in egress_policies(LABELS, "load-test-egress").items():
+        for key, spec in job_egress(LABELS, "load-test-egress").items():
             k8s.networking.v1.NetworkPolicy(f"{name}-egress", metadata={"name": key, "namespace": ns},
                                             spec=spec, opts=child)
         container = {
@@ -185,7 +203,7 @@ class LoadTest(pulumi.ComponentResource):
                         {"name": "hub-token", "secret": {
                             "secretName": self.credentials.metadata.apply(lambda m: m["name"]),
                             "items": [{"key": HUB_TOKEN_KEY, "path": HUB_TOKEN_KEY}], "defaultMode": 0o440}},
-                    ]),
+                    ], run.hostname),
                 },
             },
             opts=child)
