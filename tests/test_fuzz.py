@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from settings import SettingsError, read_stack_config, settings_from_config
 from sizing.model import SizingError
 from sizing.planner import plan as make_plan
-from tests.conftest import SHARED
+from tests.conftest import UPSTREAM
 from tests.inprocess_cli import CaseTimeout, CliResult, run_cli
 from tests.stacks import stack_config
 
@@ -290,7 +290,7 @@ def test_stack_commands_with_bad_options(tmp_path_factory, command, stack_args, 
 
 
 # -- GuideLLM reports ----------------------------------------------------------------------------
-SAMPLE = SHARED / "samples" / "guidellm-report-0.8.0.dev18.json"
+SAMPLE = UPSTREAM / "samples" / "guidellm-report-0.8.0.dev18.json"
 
 
 def _paths(value, prefix=()):
@@ -325,10 +325,10 @@ def mangled_reports(draw) -> bytes:
     return json.dumps(data, allow_nan=True).encode()
 
 
-@pytest.mark.skipif(not SAMPLE.exists(), reason="../shared/samples holds the GuideLLM report")
 @settings(max_examples=60, **FUZZ)
 @given(mangled_reports())
 def test_loadtest_report_on_mangled_reports(tmp_path_factory, data):
+    assert SAMPLE_DATA, f"{SAMPLE} missing: run scripts/fetch-upstream"
     path = tmp_path_factory.mktemp("report") / "report.json"
     path.write_bytes(data)
     argv = ["loadtest-report", str(path), "--stack", "dev"]

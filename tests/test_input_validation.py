@@ -75,8 +75,7 @@ INVALID = [
      f"{NS}:gateway.apiKeyNames[0]: 'team a' is not a valid Secret key; use letters, digits, '-', '_' and '.'"),
     ({"gateway": {"apiKeyNames": ["accuracy-gate"]}},
      f"{NS}:gateway.apiKeyNames: accuracy-gate is the accuracy gate's own key; name the tenant's key otherwise"),
-    ({"gateway": {"tlsSecretName": None}},
-     f"{NS}:gateway: set tlsSecretName or certManagerIssuer; the gateway serves HTTPS only"),
+    ({"gateway": {"tlsSecretName": None}}, f"{NS}:gateway.tlsSecretName: Input should be a valid string"),
     ({"accuracyGate": {"tasks": []}}, f"{NS}:accuracyGate.tasks: an empty task list would pass without checking "
                                       "anything; list at least one task, or set accuracyGate.enabled: false"),
     ({"accuracyGate": {"tasks": ["hellaswag"]}},
@@ -148,13 +147,24 @@ def test_plot_into_a_folder_is_refused(tmp_path):
                                                     f"as {tmp_path / 'plot.png'}\n")
 
 
-def test_render_reports_a_missing_secret_as_preview_does(tmp_path):
-    config = stack_config("prod")
-    config.pop("llm-serving:hubToken")
-    path = tmp_path / "Pulumi.prod.yaml"
+@pytest.mark.parametrize("overrides, problem", [
+    ({"gpuPools": [{"zone": "us-east-1a"}, {"zone": "us-east-1z"}]},
+     f"{NS}:gpuPools[1].zone: the subnet layout covers zones us-east-1a to us-east-1g; use one of those"),
+    ({"gateway": {**stack_config("prod")[f"{NS}:gateway"], "apiKeyNames": []}},
+     f"{NS}:gateway.apiKeyNames: name at least one API key; every route needs one"),
+    ({"gateway": {**stack_config("prod")[f"{NS}:gateway"], "tlsSecretName": None}},
+     f"{NS}:gateway.tlsSecretName: Input should be a valid string"),
+    ({"accuracyGate": {"tasks": ["hellaswag"]}},
+     f"{NS}:accuracyGate.tasks: no known metric for hellaswag; supported: gsm8k, gsm8k_cot, mmlu_pro"),
+])
+def test_render_refuses_what_preview_refuses_in_the_same_line(tmp_path, overrides, problem):
     import yaml
-    path.write_text(yaml.safe_dump({"config": config}))
-    for command in (["render", "--out", str(tmp_path / "out")], ["preview"]):
-        result = run_cli([command[0], "--stack", "prod", "--config", str(path), *command[1:]])
-        assert (result.exit_code, result.stderr) == (2, f"error: --config {path}: llm-serving:hubToken: missing; set "
-                                                        "it with `pulumi config set --secret hubToken ...`\n")
+
+    path = tmp_path / "Pulumi.prod.yaml"
+    path.write_text(yaml.safe_dump({"config": with_overrides(stack_config("prod"), overrides)}))
+    lines = set()
+    for extra in (["render", "--out", str(tmp_path / "out")], ["preview"]):
+        result = run_cli([extra[0], "--stack", "prod", "--config", str(path), *extra[1:]])
+        assert result.exit_code == 2
+        lines.add(result.stderr)
+    assert lines == {f"error: --config {path}: {problem}\n"}

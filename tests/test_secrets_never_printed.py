@@ -89,8 +89,8 @@ def test_render_writes_no_secret(planted, tmp_path):
     assert "[secret]" in (out / "manifests" / "llm-serving_secret_hub-token.yaml").read_text()
 
 
-def test_loadtest_report_prints_no_secret(planted, shared_dir):
-    result = run_cli(["loadtest-report", str(shared_dir / "samples/guidellm-report-0.8.0.dev18.json"),
+def test_loadtest_report_prints_no_secret(planted, upstream_file):
+    result = run_cli(["loadtest-report", str(upstream_file("samples/guidellm-report-0.8.0.dev18.json")),
                       "--stack", "dev", "--json"], limit_s=120)
     assert result.exit_code == 1
     assert_clean(result)
