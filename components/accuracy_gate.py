@@ -87,12 +87,13 @@ def concurrency(plan: Plan, job: GateJob) -> int:
 
 
 def gate_timeout_s(plan: Plan, job: GateJob) -> int:
-    """Long enough for every question at the gate's own quota (one proxy's bucket), with a quarter
-    spare for retries; never under GATE_TIMEOUT_S."""
-    limit = gate_rate_limit(plan, job.rate_limit_share, proxy_replicas(job.zones))
+    """Long enough for every question at the gate's own quota (its buckets on all proxies: the load
+    balancer spreads its connections), with a quarter spare for retries; never under GATE_TIMEOUT_S."""
+    proxies = proxy_replicas(job.zones)
+    limit = gate_rate_limit(plan, job.rate_limit_share, proxies)
     questions = sum(TASK_QUESTIONS[t] for t in job.gate.tasks)
-    return max(GATE_TIMEOUT_S,
-               math.ceil(1.25 * questions * limit.unit_s / limit.requests) + SETUP_MARGIN_S + READY_WAIT_S)
+    quota_qps = limit.requests * proxies / limit.unit_s
+    return max(GATE_TIMEOUT_S, math.ceil(1.25 * questions / quota_qps) + SETUP_MARGIN_S + READY_WAIT_S)
 
 
 def lm_eval_command(plan: Plan, job: GateJob) -> list[str]:

@@ -52,9 +52,9 @@ MIN_PROXY_REPLICAS = 2
 RATE_UNITS = (("Second", 1), ("Minute", 60), ("Hour", 3600))
 ROUNDING_KEPT = 0.95                    # a unit is fine enough when flooring keeps 95% of the share
 RETRY_STATUS = 503
-# The accuracy gate's key: a tenth of the quota budget (about 1.4 QPS for prod), enough for its
-# ~13,000 generations within GATE_TIMEOUT_S, and never a tenant's quota.
-GATE_QUOTA_SHARE = 0.1
+# The accuracy gate's own key takes the headroom the tenants leave (1 - gateway.rateLimitShare of
+# the capacity after a zone loss: 10%, 1.6 QPS in prod): never a tenant's quota, and the sum of
+# all keys stays within that capacity.
 # In the static band of the Service CIDR (the first 256 addresses of a /16, which the API server
 # hands out only when asked for by name, KEP-3070), clear of kubernetes (.1) and kube-dns (.10).
 GATEWAY_CLUSTER_IP = str(ipaddress.ip_network(SERVICE_CIDR)[100])
@@ -114,12 +114,13 @@ def per_key_rate_limit(capacity_qps: float, share: float, keys: int, proxies: in
 
 
 def quota_shares(share: float, gate_on: bool) -> tuple[float, float]:
-    """(the tenants' part, the accuracy gate's part) of the capacity the quotas share out: the
-    gate's own key takes GATE_QUOTA_SHARE of `share` while it is on, so the sum stays `share`."""
-    return (share * (1 - GATE_QUOTA_SHARE), share * GATE_QUOTA_SHARE) if gate_on else (share, 0.0)
+    """(the tenants' part, the accuracy gate's part) of the capacity the quotas share out: tenants
+    keep `share` (gateway.rateLimitShare); the gate, while on, takes the rest (settings keep it >= 5%)."""
+    return (share, 1.0 - share) if gate_on else (share, 0.0)
 
 
 def gate_rate_limit(plan: Plan, share: float, proxies: int) -> RateLimit:
+    """The accuracy gate's bucket per proxy: the headroom the tenants' `share` leaves."""
     return per_key_rate_limit(quota_capacity_qps(plan), quota_shares(share, True)[1], 1, proxies)
 
 
@@ -322,7 +323,8 @@ class Gateway(pulumi.ComponentResource):
                            "forwardClientIDHeader": CLIENT_ID_HEADER, "sanitize": True}},
             deps=[self.gateway, self.api_key_secret])
         # What the quotas may share out, for the guard policy that sums the rules against it.
-        budget = {"llm-serving.io/quota-budget-qps": f"{quota_capacity_qps(plan) * gw.rateLimitShare:.4f}",
+        budget_share = sum(quota_shares(gw.rateLimitShare, gate_on))
+        budget = {"llm-serving.io/quota-budget-qps": f"{quota_capacity_qps(plan) * budget_share:.4f}",
                   "llm-serving.io/proxies": str(proxies)}
         self.traffic_policy = cr("traffic", EG_API, "BackendTrafficPolicy",
                                  {"name": "openai", "namespace": ns, "annotations": budget},

@@ -24,6 +24,8 @@ STACKS_DIR = Path(__file__).resolve().parent.parent / "stacks"
 REGION_KEY = "aws:region"
 STACK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")    # Pulumi's stack name characters
 MAX_STACK_FILE_BYTES = 1_000_000
+# The accuracy gate's key takes what the tenants' quotas leave: at least 5% of the capacity after a loss.
+MAX_TENANT_SHARE_WITH_GATE = 0.95
 MAX_DEPTH = 20           # deeper than any stack file needs; bounds recursion over hostile input
 
 
@@ -202,6 +204,10 @@ def semantic_problems(s: StackSettings) -> list[str]:
             problems.append(f"{key}.capacityBlock: give id (a block you hold, cr-...) or purchase: true")
         if cb and cb.id and cb.purchase:
             problems.append(f"{key}.capacityBlock: set id or purchase, not both")
+    if s.accuracy_gate_enabled and s.gateway.rateLimitShare > MAX_TENANT_SHARE_WITH_GATE:
+        problems.append(f"{NAMESPACE}:gateway.rateLimitShare: {s.gateway.rateLimitShare:g} leaves the accuracy gate's "
+                        f"own key less than {1 - MAX_TENANT_SHARE_WITH_GATE:.0%} of the capacity; use at most "
+                        f"{MAX_TENANT_SHARE_WITH_GATE:g}, or set accuracyGate.enabled: false")
     if s.loadTest.enabled and s.workload.qps is None:
         problems.append(f"{NAMESPACE}:loadTest.enabled: the workload is closed-loop (concurrency); the rate "
                         "sweep needs workload.qps, or set loadTest.enabled: false")

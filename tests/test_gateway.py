@@ -110,9 +110,12 @@ def test_recorded_quotas_fit_the_capacity_after_a_zone_loss(recorded, stack, gat
     seconds = {"Second": 1, "Minute": 60, "Hour": 3600}
     proxies = int(one(recording, CR.format("gateway.envoyproxy.io/v1alpha1:EnvoyProxy"))
                   ["spec"]["provider"]["kubernetes"]["envoyDeployment"]["replicas"])
-    total_qps = sum(r["limit"]["requests"] / seconds[r["limit"]["unit"]] for r in rules) * proxies
-    assert total_qps <= quota_capacity_qps(plan) * settings.gateway.rateLimitShare
-    assert total_qps <= plan.capacity_qps
+    per_key = {r["clientSelectors"][0]["headers"][0]["value"]: r["limit"]["requests"] / seconds[r["limit"]["unit"]]
+               * proxies for r in rules}
+    tenants_qps = sum(per_key[k] for k in settings.gateway.apiKeyNames)
+    # The tenants share rateLimitShare of it; the accuracy gate's own key takes the rest, never more.
+    assert tenants_qps <= quota_capacity_qps(plan) * settings.gateway.rateLimitShare
+    assert sum(per_key.values()) <= quota_capacity_qps(plan) <= plan.capacity_qps
     if plan.redundancy == "zone":
         assert quota_capacity_qps(plan) == plan.capacity_after_zone_loss_qps
     # The tenants' keys, then the accuracy gate's own (on by default in staging and prod).

@@ -98,6 +98,9 @@ INVALID = [
     ({"gatewayAllowedCidrs": ["::/0"]},
      f"{NS}:gatewayAllowedCidrs: ::/0: use IPv4 CIDRs (the cluster and its load balancer are IPv4)"),
     ({"replica": 2}, f"{NS}:replica: unknown key; did you mean replicas?"),
+    ({"gateway": {**stack_config("prod")[f"{NS}:gateway"], "rateLimitShare": 1.0}},
+     f"{NS}:gateway.rateLimitShare: 1 leaves the accuracy gate's own key less than 5% of the capacity; use at most "
+     "0.95, or set accuracyGate.enabled: false"),
 ]
 
 
