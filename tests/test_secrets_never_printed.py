@@ -18,7 +18,8 @@ from tests.inprocess_cli import run_cli
 from tests.stacks import stack_config
 
 SENTINEL = "S3NT1NEL-7f3a"
-SECRET_KEYS = ("llm-serving:hubToken", "llm-serving:apiKeys", "llm-serving:grafanaAdminPassword")
+SECRET_KEYS = ("llm-serving:hubToken", "llm-serving:apiKeys", "llm-serving:grafanaAdminPassword",
+               "llm-serving:tlsCertificate", "llm-serving:tlsPrivateKey")
 
 
 def sentinel_value(key: str, raw: dict) -> str:
@@ -72,6 +73,22 @@ def test_success_paths_print_no_secret(planted, argv, code):
     result = run_cli(argv, limit_s=120)
     assert result.exit_code == code, result.stderr
     assert_clean(result)
+
+
+@pytest.mark.parametrize("command", ["preview", "render"])
+def test_a_provided_certificate_and_key_are_printed_nowhere(planted, tmp_path, command):
+    config = yaml.safe_load((planted / "Pulumi.prod.yaml").read_text())["config"]
+    config["llm-serving:gateway"] = {**config["llm-serving:gateway"], "certificate": "provided"}
+    path = tmp_path / "Pulumi.prod.yaml"
+    path.write_text(yaml.safe_dump({"config": config}))
+    out = tmp_path / "out"
+    result = run_cli([command, "--stack", "prod", "--config", str(path)]
+                     + (["--out", str(out)] if command == "render" else []), limit_s=120)
+    assert result.exit_code == 0, result.stderr
+    assert_clean(result, *([out] if command == "render" else []))
+    from offline.engine import run_program, unwrap         # the control: the sentinel did reach the program
+    recording = run_program("prod", config)
+    assert any(f"{SENTINEL}-tlsPrivateKey" in json.dumps(unwrap(r.inputs)) for r in recording.resources)
 
 
 def test_preview_shows_secrets_only_as_placeholders(planted):
