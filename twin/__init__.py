@@ -1,0 +1,11 @@
+"""A local twin of the monitoring path, and the plan checked and recalibrated from live metrics.
+
+- `vllm_metrics`: the /metrics exposition of vLLM 0.29.0 (families, labels, buckets).
+- `timeline`: a simulator run turned into per-replica metric state over time.
+- `exporters`: emulated vLLM replicas, kube-state-metrics and Envoy on 127.0.0.1.
+- `servers`: a real Prometheus and Alertmanager on loopback, with the program's rules.
+- `scenario`: `llmserve twin`: which alerts fired and resolved, against what the plan expects.
+- `promapi`, `check`, `calibrate`: `llmserve check` and `llmserve calibrate` on any Prometheus.
+
+Imports sizing, simulator, observability and settings; never llmserve (the CLI sits on top).
+"""
