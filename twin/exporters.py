@@ -3,6 +3,9 @@ kube-state-metrics (pod readiness and labels, which the replica-count rules read
 gateway (the offered load, which the capacity rules read). All are driven by one `Timeline` on
 one accelerated clock; a replica in a lost zone answers 503, as a pod that is gone fails its
 scrape, and kube-state-metrics reports it not ready.
+
+Counts are served divided by the clock scale (see `timeline.values_at`): an accelerated twin's
+rates read per simulated second.
 """
 from __future__ import annotations
 
@@ -70,6 +73,7 @@ class Exporters:
         self.timeline, self.clock, self.namespace, self.model_name = timeline, clock, namespace, model_name
         self._servers: list[ThreadingHTTPServer] = []
         self.targets: list[Target] = []
+        self.scraped: set[int] = set()      # ports scraped at least once
 
     def __enter__(self) -> "Exporters":
         try:
@@ -95,11 +99,25 @@ class Exporters:
             server.server_close()
 
     def _serve(self, render_body) -> int:
-        server = ThreadingHTTPServer((LOOPBACK, 0), _handler(render_body))
+        def counted(path: str, render=render_body) -> tuple[int, str]:
+            self.scraped.add(port)
+            return render(path)
+        server = ThreadingHTTPServer((LOOPBACK, 0), _handler(counted))
+        port = server.server_address[1]
         server.daemon_threads = True
         self._servers.append(server)
         threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
-        return server.server_address[1]
+        return port
+
+    def wait_scraped(self, timeout_s: float) -> bool:
+        """Until every target has been scraped once (Prometheus takes its targets a few seconds
+        after it is ready); bounded by timeout_s."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if {t.port for t in self.targets} <= self.scraped:
+                return True
+            time.sleep(0.05)
+        return False
 
     def _k(self) -> int:
         return self.timeline.index(self.clock.now())
@@ -111,7 +129,7 @@ class Exporters:
             return 404, "not found\n"
         if not rep.up[k]:
             return 503, "replica lost with its zone\n"
-        return 200, vm.render(self.model_name, values_at(rep, k), self.clock.wall_start or 0.0)
+        return 200, vm.render(self.model_name, values_at(rep, k, self.clock.scale), self.clock.wall_start or 0.0)
 
     def _kube_state(self, path: str) -> tuple[int, str]:
         k = self._k()
@@ -132,12 +150,12 @@ class Exporters:
 
     def _envoy(self, path: str) -> tuple[int, str]:
         k = self._k()
-        tl, prefix = self.timeline, f'envoy_http_conn_manager_prefix="{ENVOY_CLIENT_LISTENER}"'
+        tl, prefix, per = self.timeline, f'envoy_http_conn_manager_prefix="{ENVOY_CLIENT_LISTENER}"', self.clock.scale
         lines = ["# TYPE envoy_http_downstream_rq_total counter",
-                 f"envoy_http_downstream_rq_total{{{prefix}}} {tl.offered[k]:.0f}",
+                 f"envoy_http_downstream_rq_total{{{prefix}}} {tl.offered[k] / per!r}",
                  "# TYPE envoy_http_downstream_rq_xx counter"]
         for cls, series in (("2", tl.answered_2xx), ("5", tl.answered_5xx)):
-            lines.append(f'envoy_http_downstream_rq_xx{{envoy_response_code_class="{cls}",{prefix}}} {series[k]:.0f}')
+            lines.append(f'envoy_http_downstream_rq_xx{{envoy_response_code_class="{cls}",{prefix}}} {series[k] / per!r}')
         lines += ["# TYPE envoy_http_local_rate_limiter_http_local_rate_limit_rate_limited counter",
                   "envoy_http_local_rate_limiter_http_local_rate_limit_rate_limited 0"]
         return 200, "\n".join(lines) + "\n"

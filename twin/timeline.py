@@ -227,7 +227,7 @@ def _cumulative(per_point: dict) -> tuple[list[int], list[tuple[list[float], flo
     return sorted(per_point), out
 
 
-def histogram_at(rep: ReplicaTimeline, family: vm.Family, k: int) -> vm.Histogram:
+def histogram_at(rep: ReplicaTimeline, family: vm.Family, k: int, per: float = 1.0) -> vm.Histogram:
     empty = vm.Histogram([0.0] * (len(family.buckets) + 1), 0.0, 0.0)
     if family.name not in rep.histograms:
         return empty
@@ -239,12 +239,17 @@ def histogram_at(rep: ReplicaTimeline, family: vm.Family, k: int) -> vm.Histogra
     cumulative, running = [], 0.0
     for c in counts:
         running += c
-        cumulative.append(running)
-    return vm.Histogram(cumulative, total, running)
+        cumulative.append(running / per)
+    return vm.Histogram(cumulative, total / per, running / per)
 
 
-def values_at(rep: ReplicaTimeline, k: int) -> dict:
-    """What the replica's /metrics shows at grid point k (the input of `vllm_metrics.render`)."""
+def values_at(rep: ReplicaTimeline, k: int, per: float = 1.0) -> dict:
+    """What the replica's /metrics shows at grid point k (the input of `vllm_metrics.render`).
+
+    Counts (counters, histogram buckets, sums and counts) are divided by `per`, the clock scale
+    of an accelerated twin: rate() over wall-clock seconds then reads per simulated second, so
+    the rules' QPS thresholds apply unchanged, and quantiles and means (ratios) are unaffected.
+    """
     fams = vm.by_name()
     out: dict = {name: series[k] for name, series in rep.gauges.items()}
     waiting = rep.gauges["vllm:num_requests_waiting"][k]
@@ -253,12 +258,12 @@ def values_at(rep: ReplicaTimeline, k: int) -> dict:
     for key, series in rep.counters.items():
         name, _, label = key.partition("|")
         if label:
-            out.setdefault(name, {})[label] = series[k]
+            out.setdefault(name, {})[label] = series[k] / per
         else:
-            out[name] = series[k]
+            out[name] = series[k] / per
     prompt = out.get("vllm:prompt_tokens_total", 0.0)
     out["vllm:prompt_tokens_by_source_total"] = {"local_compute": prompt}
     for fam in vm.FAMILIES:
         if fam.kind == "histogram":
-            out[fam.name] = histogram_at(rep, fam, k)
+            out[fam.name] = histogram_at(rep, fam, k, per)
     return out
