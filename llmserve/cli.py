@@ -32,7 +32,7 @@ def _root() -> None:
 app.command("size", help=size_cmd.__doc__)(size_cmd.size)
 
 # Commands registered by other modules, each importing its heavy dependencies lazily.
-for _module in ("preview_cmd", "preflight_cmd", "render_cmd", "simulate_cmd", "loadtest_cmd"):
+for _module in ("preview_cmd", "preflight_cmd", "render_cmd", "simulate_cmd", "loadtest_cmd", "twin_cmd"):
     try:
         _mod = __import__(f"llmserve.{_module}", fromlist=["register"])
     except ModuleNotFoundError as exc:  # a command whose module is not in this build
