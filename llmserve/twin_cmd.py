@@ -37,6 +37,7 @@ def twin(
     time_scale: float = typer.Option(60.0, "--time-scale", help="Simulated seconds per wall-clock second."),
     slowdown: float = typer.Option(1.0, help="Emulated replicas' steps this many times the plan's (1.2: 20% slower)."),
     seed: int = typer.Option(0, help="Random seed of the arrivals."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     from simulator import parse_fail_zone
     from twin.scenario import run
@@ -62,15 +63,21 @@ def twin(
             fail(f"--fail-zone: zone {failure.zone} holds no replica of this plan (zones: {zones})")
 
     def started(tw) -> None:
+        from twin.scenario import SETTLE_S
+        if as_json:
+            return
         print(f"Running: Prometheus {tw.prometheus_url}, Alertmanager {tw.alertmanager_url} (loopback only), "
-              f"about {(duration + 60) / time_scale:.0f} s.", flush=True)
+              f"about {(duration + SETTLE_S) / time_scale:.0f} s.", flush=True)
     try:
         report = run(plan, namespace, qps=qps, duration_s=duration, failure=failure, scale=time_scale,
                      slowdown=slowdown, seed=seed, on_start=started)
     except TwinError as exc:
         fail(str(exc))
-    from twin.report import print_twin
-    print_twin(report, stack)
+    from twin.report import print_twin, twin_dict
+    if as_json:
+        print(json.dumps(twin_dict(report, stack), indent=2))
+    else:
+        print_twin(report, stack)
     if not report.verdict.ok:
         raise typer.Exit(1)
 

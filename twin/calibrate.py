@@ -37,8 +37,9 @@ from .promapi import FleetLive
 NAME = re.compile(r"^[a-z][a-z0-9-]{1,40}$")
 RESERVED = ("reference", "calibrated")        # written by the seed and by sizing.calibration
 MAX_ITERATIONS = 10
-TOLERANCE = 0.002           # on each log residual: 0.2%
-STEP = 0.03                 # finite-difference step in log space
+TOLERANCE = 0.005           # on each log residual: 0.5%, about the simulated figures' jitter
+STEP = 0.05                 # finite-difference step in log space (well above that jitter)
+HALVINGS = 5
 MAX_MOVE = 0.5              # largest change of a log factor in one iteration
 SIM_REQUESTS = 3000         # requests per simulated point (the first tenth is warm-up)
 
@@ -127,25 +128,51 @@ def _residuals(plan: Plan, base: Profile, x: tuple[float, float], obs: Observed)
     return math.log(tpot / obs.tpot_mean_s), math.log(prefill / obs.prefill_mean_s)
 
 
-def fit(plan: Plan, base: Profile, obs: Observed, name: str, source: str) -> Fit:
+def _norm(r: tuple[float, float]) -> float:
+    return r[0] * r[0] + r[1] * r[1]
+
+
+def _newton_step(plan: Plan, base: Profile, x, r, obs: Observed) -> tuple[float, float] | None:
+    """The Gauss-Newton step from x (forward differences), or None when the Jacobian is singular."""
+    cols = []
+    for i in range(2):
+        xi = tuple(v + (STEP if j == i else 0.0) for j, v in enumerate(x))
+        ri = _residuals(plan, base, xi, obs)
+        cols.append(((ri[0] - r[0]) / STEP, (ri[1] - r[1]) / STEP))
+    (a, c), (b, d) = cols                  # J = [[a, b], [c, d]]
+    det = a * d - b * c
+    if abs(det) < 1e-9:
+        return None
+    dx = ((-r[0] * d + b * r[1]) / det, (c * r[0] - a * r[1]) / det)
+    return tuple(max(-MAX_MOVE, min(MAX_MOVE, v)) for v in dx)
+
+
+def solve(plan: Plan, base: Profile, obs: Observed) -> tuple[tuple[float, float], int]:
+    """Damped Gauss-Newton in log space from the base profile: a step is taken only if it lowers
+    the squared log error (else halved, at most HALVINGS times). The simulated figures move in
+    small jumps as events reorder, so it stops at TOLERANCE rather than chasing that noise."""
     x = (math.log(eff.prefill_efficiency(base)), math.log(eff.decode_factor(base)))
     r = _residuals(plan, base, x, obs)
     iterations = 0
     while max(abs(v) for v in r) > TOLERANCE and iterations < MAX_ITERATIONS:
         iterations += 1
-        cols = []
-        for i in range(2):
-            xi = tuple(v + (STEP if j == i else 0.0) for j, v in enumerate(x))
-            ri = _residuals(plan, base, xi, obs)
-            cols.append(((ri[0] - r[0]) / STEP, (ri[1] - r[1]) / STEP))
-        (a, c), (b, d) = cols                  # J = [[a, b], [c, d]]
-        det = a * d - b * c
-        if abs(det) < 1e-9:
+        dx = _newton_step(plan, base, x, r, obs)
+        if dx is None:
             break
-        dx = ((-r[0] * d + b * r[1]) / det, (c * r[0] - a * r[1]) / det)
-        dx = tuple(max(-MAX_MOVE, min(MAX_MOVE, v)) for v in dx)
-        x = (x[0] + dx[0], x[1] + dx[1])
-        r = _residuals(plan, base, x, obs)
+        for _ in range(HALVINGS):
+            xn = (x[0] + dx[0], x[1] + dx[1])
+            rn = _residuals(plan, base, xn, obs)
+            if _norm(rn) < _norm(r):
+                break
+            dx = (dx[0] / 2, dx[1] / 2)
+        else:
+            break                          # no step lowers the error: x is as good as the noise allows
+        x, r = xn, rn
+    return x, iterations
+
+
+def fit(plan: Plan, base: Profile, obs: Observed, name: str, source: str) -> Fit:
+    x, iterations = solve(plan, base, obs)
     prefill, decode = round(math.exp(x[0]), 4), round(math.exp(x[1]), 4)
     description = (f"Fitted by llmserve calibrate to {source} ({obs.replicas} replicas at "
                    f"{obs.qps_per_replica:.2f} QPS each, {obs.input_tokens} in / {obs.output_tokens} out): "

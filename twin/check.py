@@ -27,6 +27,7 @@ DEFAULT_TOLERANCE = 0.10
 
 @dataclass
 class Row:
+    scope: str          # "service" or a replica's zone/pod
     figure: str
     plan: str
     live: str
@@ -68,23 +69,24 @@ def check(plan: Plan, live: FleetLive, tolerance: float = DEFAULT_TOLERANCE) -> 
         point = rm.at(rep.qps)
         planned_tpot = rm.tpot_s(rep.qps)
         name = f"{rep.zone}/{rep.pod}"
-        out.rows.append(Row(f"{name}: load", f"{_qps(plan.load_per_replica_qps)} (sized {_qps(cap)})",
-                            _qps(rep.qps), rep.qps <= cap))
+        planned_load = (w.qps or 0.0) / plan.replicas
+        out.rows.append(Row(name, "load", f"{_qps(planned_load)} ({_qps(plan.load_per_replica_qps)} after a loss; "
+                                          f"sized {_qps(cap)})", _qps(rep.qps), rep.qps <= cap))
         slower = rep.tpot_mean_s is not None and rep.tpot_mean_s > (1 + tolerance) * planned_tpot
-        out.rows.append(Row(f"{name}: mean TPOT at its load", _ms(planned_tpot), _ms(rep.tpot_mean_s), not slower))
+        out.rows.append(Row(name, "mean TPOT at its load", _ms(planned_tpot), _ms(rep.tpot_mean_s), not slower))
         if slower:
             out.problems.append(
                 f"{name}: mean TPOT {_ms(rep.tpot_mean_s)} is {rep.tpot_mean_s / planned_tpot - 1:+.0%} against the "
                 f"plan's {_ms(planned_tpot)} at {rep.qps:.2f} QPS (tolerance {tolerance:.0%}): the replicas are "
                 "slower than the plan's profile (run `llmserve calibrate`)")
-        out.rows.append(Row(f"{name}: p95 TTFT / TPOT",
+        out.rows.append(Row(name, "p95 TTFT / TPOT at its load",
                             f"{_ms(point.ttft_p95_ms / 1e3)} / {_ms(point.tpot_p95_ms / 1e3)}",
                             f"{_ms(rep.ttft_p95_s)} / {_ms(rep.tpot_p95_s)}"))
-        out.rows.append(Row(f"{name}: mean TTFT", _ms(point.ttft_ms / 1e3), _ms(rep.ttft_mean_s)))
+        out.rows.append(Row(name, "mean TTFT", _ms(point.ttft_ms / 1e3), _ms(rep.ttft_mean_s)))
         kv_plan = point.kv_cache_gb / rm.memory.kv_budget_gb if rm.memory.kv_budget_gb else None
-        out.rows.append(Row(f"{name}: KV cache used (avg / max)", f"<= {_pct(kv_plan)}",
+        out.rows.append(Row(name, "KV cache used (avg / max)", f"<= {_pct(kv_plan)}",
                             f"{_pct(rep.kv_usage_avg)} / {_pct(rep.kv_usage_max)}"))
-        out.rows.append(Row(f"{name}: requests in flight", f"{point.in_flight:.1f}",
+        out.rows.append(Row(name, "requests in flight", f"{point.in_flight:.1f}",
                             "-" if rep.in_flight_avg is None else f"{rep.in_flight_avg:.1f}"))
     if all(r.qps <= cap for r in live.replicas):
         for label, value, slo in (("TTFT", live.ttft_p95_s, w.ttft_slo_s), ("TPOT", live.tpot_p95_s, w.tpot_slo_s)):
@@ -100,7 +102,7 @@ def _service_rows(plan: Plan, live: FleetLive, out: CheckResult) -> None:
     where = "offered at the gateway" if live.offered_qps is not None else "served by vLLM (no gateway series)"
     after_loss = plan.capacity_after_zone_loss_qps
     n1_ok = plan.redundancy == "none" or load <= after_loss
-    out.rows.append(Row(f"load ({where})", f"{_qps(w.qps)} (N+1 carries {_qps(after_loss)})", _qps(load), n1_ok))
+    out.rows.append(Row("service", f"load ({where})", f"{_qps(w.qps)} (N+1 carries {_qps(after_loss)})", _qps(load), n1_ok))
     if not n1_ok:
         out.problems.append(f"load {_qps(load)} is above the {_qps(after_loss)} the replicas left after losing "
                             f"{plan.lost_domain} carry: N+1 by {plan.redundancy} no longer holds")
@@ -109,14 +111,14 @@ def _service_rows(plan: Plan, live: FleetLive, out: CheckResult) -> None:
         left = (sum(ready.values()) - max(ready.values())) * plan.capacity_per_replica.qps
         headroom = left - load
         planned = after_loss - (w.qps or 0.0)
-        out.rows.append(Row("headroom if the fullest zone were lost now", _qps(planned), _qps(headroom), headroom >= 0))
+        out.rows.append(Row("service", "headroom if the fullest zone were lost now", _qps(planned), _qps(headroom), headroom >= 0))
         if headroom < 0:
             out.problems.append(f"with the {sum(ready.values()):g} replicas ready now, losing the zone holding the most "
                                 f"would leave {_qps(left)}, below the load {_qps(load)}")
-    out.rows.append(Row("ready replicas by zone", ", ".join(f"{z}: {n}" for z, n in plan.replicas_by_zone.items()),
+    out.rows.append(Row("service", "ready replicas by zone", ", ".join(f"{z}: {n}" for z, n in plan.replicas_by_zone.items()),
                         ", ".join(f"{z}: {n:g}" for z, n in sorted(ready.items())) or "-",
                         all(ready.get(z, 0) >= n for z, n in plan.replicas_by_zone.items() if n) if ready else True))
-    out.rows.append(Row("p95 TTFT (service)", f"SLO {_ms(w.ttft_slo_s)}", _ms(live.ttft_p95_s),
+    out.rows.append(Row("service", "p95 TTFT", f"SLO {_ms(w.ttft_slo_s)}", _ms(live.ttft_p95_s),
                         live.ttft_p95_s is None or live.ttft_p95_s <= w.ttft_slo_s))
-    out.rows.append(Row("p95 TPOT (service)", f"SLO {_ms(w.tpot_slo_s)}", _ms(live.tpot_p95_s),
+    out.rows.append(Row("service", "p95 TPOT", f"SLO {_ms(w.tpot_slo_s)}", _ms(live.tpot_p95_s),
                         live.tpot_p95_s is None or live.tpot_p95_s <= w.tpot_slo_s))

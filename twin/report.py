@@ -65,10 +65,29 @@ def print_twin(r: TwinReport, stack: str) -> None:
     console.print(f"Result: the alerts behaved {verdict}.")
 
 
+def twin_dict(r: TwinReport, stack: str) -> dict:
+    def event(e) -> dict:
+        return {"alert": e.name, "labels": e.labels, "fired_s": round(e.fired_s, 1),
+                "resolved_s": None if e.resolved_s is None else round(e.resolved_s, 1)}
+    return {
+        "stack": stack, "qps": r.qps, "duration_s": r.duration_s, "time_scale": r.scale, "slowdown": r.slowdown,
+        "failure": None if r.failure is None else {"zone": r.failure.zone, "start_s": r.failure.start_s,
+                                                   "end_s": r.failure.end_s},
+        "scrape_interval_simulated_s": r.scrape_interval_sim_s,
+        "prometheus": {"version": r.prometheus_version, "url": r.urls[0]},
+        "alertmanager": {"version": r.alertmanager_version, "url": r.urls[1]},
+        "alerts": [event(e) for e in r.events],
+        "expected": [{"alert": x.name, "zone": x.zone, "resolve_after_s": x.resolve_after_s, "reason": x.reason,
+                      "problem": problem or None} for x, problem in r.verdict.required],
+        "forbidden_fired": [event(e) for e in r.verdict.forbidden_fired],
+        "ok": r.verdict.ok, "wall_s": round(r.wall_s, 1),
+    }
+
+
 def check_dict(stack: str, url: str, live: FleetLive, result: CheckResult) -> dict:
     return {"stack": stack, "prometheus": url, "window": live.window, "ok": result.ok,
             "problems": result.problems,
-            "rows": [{"figure": r.figure, "plan": r.plan, "live": r.live, "ok": r.ok} for r in result.rows]}
+            "rows": [{"scope": r.scope, "figure": r.figure, "plan": r.plan, "live": r.live, "ok": r.ok} for r in result.rows]}
 
 
 def print_check(stack: str, url: str, live: FleetLive, result: CheckResult) -> None:
@@ -76,9 +95,9 @@ def print_check(stack: str, url: str, live: FleetLive, result: CheckResult) -> N
 
     console = _console()
     console.print(f"Plan of {stack} against {url}, last {live.window} ({len(live.replicas)} vLLM replicas seen).")
-    table = Table("figure", "plan", "live", "")
+    table = Table("where", "figure", "plan", "live", "")
     for row in result.rows:
-        table.add_row(row.figure, row.plan, row.live, "" if row.ok else "outside")
+        table.add_row(row.scope, row.figure, row.plan, row.live, "" if row.ok else "outside")
     console.print(table)
     for problem in result.problems:
         console.print(f"FAIL {problem}")

@@ -24,11 +24,13 @@ from simulator import ZoneFailure, config_from_plan
 from sizing.planner import Plan
 
 from .exporters import Clock, Exporters
-from .servers import Servers, TwinError, seconds
+from .servers import GROUP_INTERVAL_S, Servers, TwinError, seconds
 from .timeline import build
 
 DETECTION_LAG_S = 120.0     # simulated: rate windows filling, scrape and evaluation, AM grouping
-SETTLE_S = 60.0             # simulated seconds run past the end, so the last resolves arrive
+# Simulated seconds run past the end, so the last resolves arrive: Alertmanager sends a group's
+# resolve at its next group_interval tick.
+SETTLE_S = GROUP_INTERVAL_S + DETECTION_LAG_S
 POLL_WALL_S = 0.1
 FIRST_SCRAPE_TIMEOUT_S = 30.0   # Prometheus hands targets to its scrapers after about 5 s
 
@@ -97,6 +99,7 @@ class Twin:
             self._servers = Servers(Path(self._tmp.name), groups, self._exporters.targets, self.scale).__enter__()
             if not self._exporters.wait_scraped(FIRST_SCRAPE_TIMEOUT_S):
                 raise TwinError(f"Prometheus did not scrape every target within {FIRST_SCRAPE_TIMEOUT_S:g} s")
+            self._servers.load_rules()
         except BaseException:
             self.close()
             raise
@@ -227,6 +230,7 @@ class TwinReport:
     prometheus_version: str = ""
     alertmanager_version: str = ""
     wall_s: float = 0.0
+    urls: tuple[str, str] = ("", "")      # Prometheus, Alertmanager (stopped by the time of the report)
 
 
 def run(plan: Plan, namespace: str, *, qps: float | None = None, duration_s: float = 1200.0,
@@ -243,6 +247,7 @@ def run(plan: Plan, namespace: str, *, qps: float | None = None, duration_s: flo
             on_start(twin)
         twin.wait_until(duration_s + SETTLE_S)
         events = twin.alert_events()
+        urls = (twin.prometheus_url, twin.alertmanager_url)
     prom, am = versions()
     return TwinReport(plan, rate, duration_s, failure, scale, slowdown, scrape_interval_s(scale) * scale,
-                      events, judge(events, required, forbidden), prom, am, time.monotonic() - started)
+                      events, judge(events, required, forbidden), prom, am, time.monotonic() - started, urls)

@@ -194,8 +194,9 @@ class Servers:
         am_port, prom_port = free_port(), free_port()
         (self.workdir / "alertmanager.yml").write_text(
             yaml.safe_dump(alertmanager_config(self.webhook.url, self.scale), sort_keys=False))
-        (self.workdir / "rules.yaml").write_text(
-            yaml.safe_dump({"groups": scaled_rules(self.groups, self.scale)}, sort_keys=False, width=120))
+        # No rules until every target is scraped (`load_rules`): with no series yet, the absent()
+        # alerts would go pending at start-up and fire before the twin's clock starts.
+        (self.workdir / "rules.yaml").write_text("groups: []\n")
         (self.workdir / "prometheus.yml").write_text(
             yaml.safe_dump(prometheus_config(self.targets, am_port, self.scale), sort_keys=False))
         self.alertmanager_url = f"http://{LOOPBACK}:{am_port}"
@@ -204,7 +205,7 @@ class Servers:
             alertmanager, f"--config.file={self.workdir / 'alertmanager.yml'}",
             f"--storage.path={self.workdir / 'alertmanager-data'}", f"--web.listen-address={LOOPBACK}:{am_port}",
             "--cluster.listen-address=", "--log.level=warn"])       # no gossip port: loopback only
-        self._spawn("prometheus", [
+        self._prometheus = self._spawn("prometheus", [
             prometheus, f"--config.file={self.workdir / 'prometheus.yml'}",
             f"--storage.tsdb.path={self.workdir / 'prometheus-data'}", f"--web.listen-address={LOOPBACK}:{prom_port}",
             f"--query.lookback-delta={wall(LOOKBACK_S, self.scale)}",
@@ -212,13 +213,33 @@ class Servers:
         for name, url in (("alertmanager", self.alertmanager_url), ("prometheus", self.prometheus_url)):
             self._wait_ready(name, url)
 
-    def _spawn(self, name: str, argv: list[str]) -> None:
+    def load_rules(self) -> None:
+        """Write the scaled rule groups and have Prometheus reload (SIGHUP); wait until they are loaded."""
+        (self.workdir / "rules.yaml").write_text(
+            yaml.safe_dump({"groups": scaled_rules(self.groups, self.scale)}, sort_keys=False, width=120))
+        self._prometheus.send_signal(signal.SIGHUP)
+        wanted = sum(len(g["rules"]) for g in self.groups)
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"{self.prometheus_url}/api/v1/rules", timeout=1) as resp:
+                    groups = json.load(resp)["data"]["groups"]
+                if sum(len(g["rules"]) for g in groups) == wanted:
+                    return
+            except (OSError, ValueError, KeyError):
+                pass
+            time.sleep(0.05)
+        raise TwinError(f"Prometheus did not load the {wanted} rules within {READY_TIMEOUT_S:g} s")
+
+    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen:
         log = open(self.workdir / f"{name}.log", "wb")
         try:
-            self._procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                                cwd=self.workdir, start_new_session=True))
+            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    cwd=self.workdir, start_new_session=True)
         finally:
             log.close()
+        self._procs.append(proc)
+        return proc
 
     def _wait_ready(self, name: str, url: str) -> None:
         deadline = time.monotonic() + READY_TIMEOUT_S
