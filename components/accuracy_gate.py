@@ -26,6 +26,7 @@ from pathlib import Path
 import pulumi
 import pulumi_kubernetes as k8s
 
+import conventions
 from settings import StackSettings
 from sizing.planner import Plan
 
@@ -33,7 +34,7 @@ from . import accuracy_check
 from .loadtest import NO_PRIVILEGES, client_key, client_key_name, gateway_url, one_shot_pod_spec
 from .serving import VLLM_IMAGE
 
-PYTHON_IMAGE = "python:3.12.8-slim-bookworm"
+PYTHON_IMAGE = conventions.PYTHON_IMAGE
 LM_EVAL = "lm-eval[api]==0.4.13"        # the API client only: no torch in the gate's image
 # The gate waits this long for lm-eval (the Job's deadline and Pulumi's await): the default
 # tasks are about 13,000 generations, an hour or two at the planned concurrency.

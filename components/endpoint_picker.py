@@ -17,13 +17,15 @@ import pulumi_kubernetes as k8s
 from settings import StackSettings
 
 from .cluster import SYSTEM_ROLE_LABEL
+from conventions import ENDPOINT_PICKER_IMAGE, PICKER_GRPC_PORT, PICKER_HEALTH_PORT, PICKER_METRICS_PORT
+
 from .serving import API_PORT, APP_LABELS
 
 # The last inference-extension release that ships the picker (v1.6.0 moved it to llm-d); it
 # serves the same `inference.networking.k8s.io/v1` InferencePool API as the v1.6.0 CRD.
-PICKER_IMAGE = "registry.k8s.io/gateway-api-inference-extension/epp:v1.5.0"
+PICKER_IMAGE = ENDPOINT_PICKER_IMAGE
 POOL_API = "inference.networking.k8s.io/v1"
-GRPC_PORT, HEALTH_PORT, PICKER_METRICS_PORT = 9002, 9003, 9090   # the picker's defaults
+GRPC_PORT, HEALTH_PORT = PICKER_GRPC_PORT, PICKER_HEALTH_PORT   # the picker's defaults
 MIN_PICKER_REPLICAS = 2
 PICKER_LABELS = {"app.kubernetes.io/name": "endpoint-picker", "llm-serving.io/role": "gateway"}
 CONFIG_FILE = "scorers.yaml"

@@ -22,6 +22,10 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from conventions import (
+    AI_GATEWAY_NAMESPACE, ENVOY_AI_GATEWAY_VERSION, ENVOY_GATEWAY_VERSION, GATEWAY_CONTROLLER_NAMESPACE,
+    INFERENCE_EXTENSION_VERSION, MONITORING_NAMESPACE,
+)
 from settings import StackSettings
 from sizing.planner import Plan
 
@@ -30,13 +34,13 @@ from .endpoint_picker import POOL_API, EndpointPicker, EndpointPickerArgs
 from .drain import longest_request_s
 from .serving import API_PORT
 
-EG_CHART, EG_VERSION = "oci://docker.io/envoyproxy/gateway-helm", "v1.9.0"        # CRDs in ../shared/crds
+EG_CHART, EG_VERSION = "oci://docker.io/envoyproxy/gateway-helm", ENVOY_GATEWAY_VERSION   # CRDs in ../shared/crds
 AIGW_CHART, AIGW_CRDS_CHART = "oci://docker.io/envoyproxy/ai-gateway-helm", "oci://docker.io/envoyproxy/ai-gateway-crds-helm"
-AIGW_VERSION = "v1.0.0"
+AIGW_VERSION = ENVOY_AI_GATEWAY_VERSION
 INFERENCE_CRDS_URL = ("https://github.com/kubernetes-sigs/gateway-api-inference-extension/releases/download/"
-                      "v1.6.0/manifests.yaml")
-CONTROLLER_NAMESPACE = "envoy-gateway-system"     # the controller and, by default, its Envoy proxies
-AIGW_NAMESPACE = "envoy-ai-gateway-system"
+                      f"{INFERENCE_EXTENSION_VERSION}/manifests.yaml")
+CONTROLLER_NAMESPACE = GATEWAY_CONTROLLER_NAMESPACE     # the controller and, by default, its Envoy proxies
+AIGW_NAMESPACE = AI_GATEWAY_NAMESPACE
 GATEWAY_API = "gateway.networking.k8s.io/v1"
 EG_API = "gateway.envoyproxy.io/v1alpha1"
 OPENAI_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/models")
@@ -149,7 +153,7 @@ class GatewayArgs:
     api_keys: pulumi.Input[str]            # a Pulumi secret: JSON {name: key}
     namespace: str                         # the serving namespace (routes, policies, pool live there)
     service_name: str                      # the vLLM Service (the fallback backend)
-    monitoring_namespace: str = "monitoring"
+    monitoring_namespace: str = MONITORING_NAMESPACE
     depends_on: tuple = ()                 # the serving component
 
 

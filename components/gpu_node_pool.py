@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
+import conventions
 from settings import StackSettings
 from settings.schema import GpuPoolSettings
 from sizing.planner import Plan, Pool
@@ -29,9 +30,9 @@ GPU_AMI_TYPE = "AL2023_x86_64_NVIDIA"
 MODEL_CACHE_PATH = "/mnt/models"            # hostPath the serving pods mount for weights
 GPU_ROOT_VOLUME_GIB = 200                   # container images (vLLM is ~20 GB unpacked); weights live on NVMe
 GPU_TAINT = aws.eks.NodeGroupTaintArgs(key="nvidia.com/gpu", value="true", effect="NO_SCHEDULE")
-LABEL_POOL, LABEL_ROLE, LABEL_ZONE = "llm-serving.io/pool", "llm-serving.io/role", "llm-serving.io/zone"
-TAG_GPUS_PER_NODE = "llm-serving.io/gpus-per-node"
-PURCHASE_APPROVED_TAG = "llm-serving.io/purchase-approved"   # the opt-in the capacity-block policy reads
+LABEL_POOL, LABEL_ROLE, LABEL_ZONE = conventions.LABEL_POOL, conventions.LABEL_ROLE, conventions.LABEL_ZONE
+TAG_GPUS_PER_NODE = conventions.TAG_GPUS_PER_NODE
+PURCHASE_APPROVED_TAG = conventions.TAG_PURCHASE_APPROVED   # the opt-in the capacity-block policy reads
 MIME_BOUNDARY = "==LLMSERVING=="
 
 # nodeadm reads the NodeConfig part; EKS merges in the cluster details for a managed node group.

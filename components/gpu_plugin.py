@@ -11,12 +11,14 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
+from conventions import GPU_PLUGIN_NAMESPACE, NVIDIA_DEVICE_PLUGIN_CHART_VERSION
+
 from .gpu_node_pool import LABEL_ROLE
 
 CHART = "nvidia-device-plugin"
-CHART_VERSION = "0.19.3"
+CHART_VERSION = NVIDIA_DEVICE_PLUGIN_CHART_VERSION
 CHART_REPO = "https://nvidia.github.io/k8s-device-plugin"
-NAMESPACE = "nvidia-device-plugin"
+NAMESPACE = GPU_PLUGIN_NAMESPACE
 GPU_TAINT_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
 
 

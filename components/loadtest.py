@@ -22,13 +22,14 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
+import conventions
 from settings import StackSettings
 from sizing.planner import Plan
 
 from .cluster import SYSTEM_ROLE_LABEL
 
 # GuideLLM 0.8.1 writes report schema version 2, the one `llmserve loadtest-report` reads.
-GUIDELLM_IMAGE = "ghcr.io/vllm-project/guidellm:v0.8.1"
+GUIDELLM_IMAGE = conventions.GUIDELLM_IMAGE
 RESULTS_PATH = "/results"
 SCENARIO_PATH = "/config"
 SEED = 42

@@ -22,6 +22,10 @@ import pulumi_kubernetes as k8s
 
 from observability import contract
 from observability.dashboard import build_dashboard, dashboard_json
+from conventions import (
+    DCGM_EXPORTER_CHART_VERSION, DCGM_EXPORTER_IMAGE_TAG, KUBE_PROMETHEUS_STACK_CHART_VERSION, LABEL_ENVIRONMENT, LABEL_GRAFANA_DASHBOARD,
+    MONITORING_NAMESPACE,
+)
 from observability.rules import AlertPolicy, recorded_names, rule_groups
 from settings import StackSettings
 from sizing.planner import Plan
@@ -35,9 +39,8 @@ from .serving import APP_LABELS, METRICS_PORT as VLLM_METRICS_PORT
 
 MONITORING_API = "monitoring.coreos.com/v1"
 RELEASE = "kps"                              # short: the chart prefixes every object name with it
-PROMETHEUS_SERVICE_ACCOUNT = f"{RELEASE}-prometheus"
 DCGM_RELEASE = "dcgm-exporter"
-DASHBOARD_LABEL = {"grafana_dashboard": "1"}   # the chart's Grafana sidecar watches this label
+DASHBOARD_LABEL = {LABEL_GRAFANA_DASHBOARD: "1"}   # the chart's Grafana sidecar watches this label
 GRAFANA_ADMIN_KEYS = {"user": "admin-user", "password": "admin-password"}
 ZONE_KEY = "topology.kubernetes.io/zone"
 
@@ -55,7 +58,7 @@ class MonitoringArgs:
     settings: StackSettings
     provider: k8s.Provider
     grafana_admin_password: pulumi.Input[str]      # a Pulumi secret: settings.pulumi_config.secret(...)
-    namespace: str = "monitoring"
+    namespace: str = MONITORING_NAMESPACE
     gateway_namespace: str = CONTROLLER_NAMESPACE  # where the Envoy proxies and their controller run
     policy: AlertPolicy = field(default_factory=AlertPolicy)
     depends_on: tuple = ()
@@ -103,7 +106,7 @@ def kube_prometheus_values(args: MonitoringArgs, admin_secret: str, storage_clas
 
 def dcgm_values() -> dict:
     return {
-        "image": {"tag": contract.DCGM_EXPORTER_IMAGE_TAG},
+        "image": {"tag": DCGM_EXPORTER_IMAGE_TAG},
         "nodeSelector": {LABEL_ROLE: "gpu"},
         "tolerations": [dict(GPU_TAINT_TOLERATION)],
         "serviceMonitor": {"enabled": False},      # scraped by the typed ServiceMonitor below
@@ -156,7 +159,7 @@ class Monitoring(pulumi.ComponentResource):
         plan, settings, ns = args.plan, args.settings, args.namespace
         o = pulumi.ResourceOptions(parent=self, provider=args.provider)
         self.namespace = k8s.core.v1.Namespace(
-            f"{name}-ns", metadata={"name": ns, "labels": {"llm-serving.io/environment": settings.environment}},
+            f"{name}-ns", metadata={"name": ns, "labels": {LABEL_ENVIRONMENT: settings.environment}},
             opts=pulumi.ResourceOptions.merge(o, pulumi.ResourceOptions(depends_on=list(args.depends_on))))
         in_ns = pulumi.ResourceOptions.merge(o, pulumi.ResourceOptions(depends_on=[self.namespace]))
 
@@ -171,12 +174,12 @@ class Monitoring(pulumi.ComponentResource):
             allow_volume_expansion=True, reclaim_policy="Retain", opts=o)
         self.stack_release = k8s.helm.v3.Release(
             f"{name}-kube-prometheus-stack", name=RELEASE, chart="kube-prometheus-stack",
-            version=contract.KUBE_PROMETHEUS_STACK_CHART,
+            version=KUBE_PROMETHEUS_STACK_CHART_VERSION,
             repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=contract.KUBE_PROMETHEUS_STACK_REPO),
             namespace=ns, values=kube_prometheus_values(args, "grafana-admin", "prometheus-gp3"),
             opts=pulumi.ResourceOptions.merge(in_ns, pulumi.ResourceOptions(depends_on=[admin, storage])))
         self.dcgm_release = k8s.helm.v3.Release(
-            f"{name}-dcgm-exporter", name=DCGM_RELEASE, chart="dcgm-exporter", version=contract.DCGM_EXPORTER_CHART,
+            f"{name}-dcgm-exporter", name=DCGM_RELEASE, chart="dcgm-exporter", version=DCGM_EXPORTER_CHART_VERSION,
             repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=contract.DCGM_EXPORTER_REPO),
             namespace=ns, values=dcgm_values(), opts=in_ns)
 

@@ -18,6 +18,11 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
+from conventions import (  # noqa: F401 (VLLM_IMAGE, METRICS_PROXY_IMAGE: read here and by other components)
+    ANNOTATION_ENVIRONMENT, ANNOTATION_GPUS_PER_NODE, ANNOTATION_REPLICA_CAPACITY_QPS, ANNOTATION_TARGET_QPS,
+    ANNOTATION_TENSOR_PARALLEL, ANNOTATION_ZONE, KEDA_CHART_VERSION, KEDA_NAMESPACE, LABEL_APP_NAME, LABEL_ENVIRONMENT,
+    METRICS_PROXY_IMAGE, MONITORING_NAMESPACE, VLLM_API_PORT, VLLM_IMAGE, VLLM_METRICS_PORT,
+)
 from settings import StackSettings
 from sizing.planner import Plan
 from sizing.report import plan_to_dict
@@ -25,15 +30,13 @@ from sizing.report import plan_to_dict
 from .drain import drain_timing, longest_request_s
 from .gpu_node_pool import LABEL_ROLE, MODEL_CACHE_PATH
 
-VLLM_IMAGE = "vllm/vllm-openai:v0.29.0"
-KEDA_CHART, KEDA_VERSION, KEDA_REPO = "keda", "2.20.2", "https://kedacore.github.io/charts"   # CRD in ../shared/crds
-METRICS_PROXY_IMAGE = "nginxinc/nginx-unprivileged:1.27.5-alpine"
-API_PORT = 8000
-METRICS_PORT = 9400
+KEDA_CHART, KEDA_VERSION, KEDA_REPO = "keda", KEDA_CHART_VERSION, "https://kedacore.github.io/charts"   # CRD in ../shared/crds
+API_PORT = VLLM_API_PORT
+METRICS_PORT = VLLM_METRICS_PORT
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Equal", "value": "true", "effect": "NoSchedule"}
 ZONE_KEY, HOST_KEY = "topology.kubernetes.io/zone", "kubernetes.io/hostname"
-APP_LABELS = {"app.kubernetes.io/name": "vllm", "llm-serving.io/role": "serving"}
+APP_LABELS = {LABEL_APP_NAME: "vllm", LABEL_ROLE: "serving"}
 CONTAINER_CACHE_PATH = "/models"
 
 # Platform figures (not workload figures), each with the reason for its value.
@@ -116,12 +119,12 @@ def burst_queue_target(plan: Plan) -> int:
 def policy_annotations(plan: Plan, settings: StackSettings, zone: str) -> dict[str, str]:
     """What the guard policies read from the workload alone (docs/contracts.md)."""
     return {
-        "llm-serving.io/zone": zone,
-        "llm-serving.io/target-qps": str(round(target_qps(plan), 4)),
-        "llm-serving.io/replica-capacity-qps": str(round(plan.capacity_per_replica.qps, 4)),
-        "llm-serving.io/tensor-parallel": str(plan.tp),
-        "llm-serving.io/gpus-per-node": str(plan.instance.gpus),
-        "llm-serving.io/environment": settings.environment,
+        ANNOTATION_ZONE: zone,
+        ANNOTATION_TARGET_QPS: str(round(target_qps(plan), 4)),
+        ANNOTATION_REPLICA_CAPACITY_QPS: str(round(plan.capacity_per_replica.qps, 4)),
+        ANNOTATION_TENSOR_PARALLEL: str(plan.tp),
+        ANNOTATION_GPUS_PER_NODE: str(plan.instance.gpus),
+        ANNOTATION_ENVIRONMENT: settings.environment,
     }
 
 
@@ -133,7 +136,7 @@ class ServingArgs:
     provider: k8s.Provider
     hub_token: pulumi.Input[str]                  # a Pulumi secret: settings.pulumi_config.secret("hubToken")
     gateway_namespace: str                        # where the Envoy proxies run
-    monitoring_namespace: str = "monitoring"      # where Prometheus runs
+    monitoring_namespace: str = MONITORING_NAMESPACE      # where Prometheus runs
     prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"   # KEDA's query endpoint
 
 
@@ -151,7 +154,7 @@ class Serving(pulumi.ComponentResource):
         startup_s = startup_budget_s(plan_to_dict(plan)["weights_gb"])
 
         self.namespace = k8s.core.v1.Namespace(
-            f"{name}-ns", metadata={"name": ns_name, "labels": {"llm-serving.io/environment": settings.environment}},
+            f"{name}-ns", metadata={"name": ns_name, "labels": {LABEL_ENVIRONMENT: settings.environment}},
             opts=k8s_opts)
         ns_opts = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[self.namespace])
         self.hub_secret = k8s.core.v1.Secret(
@@ -168,7 +171,7 @@ class Serving(pulumi.ComponentResource):
             self.keda = k8s.helm.v3.Release(
                 f"{name}-keda", name="keda", chart=KEDA_CHART, version=KEDA_VERSION,
                 repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=KEDA_REPO),
-                namespace="keda", create_namespace=True,
+                namespace=KEDA_NAMESPACE, create_namespace=True,
                 values={"nodeSelector": {LABEL_ROLE: "system"}}, opts=k8s_opts)
         previous = None
         for zone, count in plan.replicas_by_zone.items():

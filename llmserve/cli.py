@@ -31,15 +31,11 @@ def _root() -> None:
 
 app.command("size", help=size_cmd.__doc__)(size_cmd.size)
 
-# Commands registered by other modules, each importing its heavy dependencies lazily.
-for _module in ("preview_cmd", "preflight_cmd", "render_cmd", "simulate_cmd", "loadtest_cmd", "twin_cmd"):
-    try:
-        _mod = __import__(f"llmserve.{_module}", fromlist=["register"])
-    except ModuleNotFoundError as exc:  # a command whose module is not in this build
-        if exc.name != f"llmserve.{_module}":
-            raise
-        continue
-    _mod.register(app)
+# The other commands, each importing its heavy dependencies (Pulumi, boto3, matplotlib) when it runs.
+from . import loadtest_cmd, preflight_cmd, preview_cmd, render_cmd, simulate_cmd, twin_cmd  # noqa: E402
+
+for _module in (preview_cmd, preflight_cmd, render_cmd, simulate_cmd, loadtest_cmd, twin_cmd):
+    _module.register(app)
 
 
 def main(argv: list[str] | None = None) -> int:

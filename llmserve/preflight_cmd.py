@@ -10,6 +10,7 @@ from typing import Any, Callable, Optional
 
 import typer
 
+from . import options
 from .errors import fail
 
 # Running On-Demand instance quotas, in vCPUs, by instance family (Service Quotas, service "ec2").
@@ -152,15 +153,15 @@ def run_checks(settings, clients: AwsClients) -> list[Check]:
 
 # -- command -----------------------------------------------------------------------------------
 def preflight(
-    stack: str = typer.Option(..., help="The stack to check: stacks/Pulumi.STACK.yaml."),
-    config: Optional[Path] = typer.Option(None, help="Read this Pulumi.<stack>.yaml-format file instead of stacks/."),
+    stack: str = options.STACK,
+    config: Optional[Path] = options.CONFIG,
 ) -> None:
-    from settings import SettingsError, load_stack
+    from offline.stack import StackError, load_settings
 
     try:
-        settings = load_stack(stack, config)
-    except SettingsError as exc:
-        fail("; ".join(exc.problems))
+        settings = load_settings(stack, config)
+    except StackError as exc:
+        fail(str(exc))
     from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
     try:

@@ -10,6 +10,7 @@ from typing import Any, Optional
 
 import typer
 
+from . import options
 from .errors import fail
 
 # The inputs worth a glance, per resource type (dotted paths into the camelCase inputs).
@@ -37,66 +38,24 @@ MAX_VALUE_CHARS = 90
 
 
 def preview(
-    stack: str = typer.Option(..., help="The stack to preview: stacks/Pulumi.STACK.yaml."),
-    config: Optional[Path] = typer.Option(None, help="Read this Pulumi.<stack>.yaml-format file instead of stacks/."),
+    stack: str = options.STACK,
+    config: Optional[Path] = options.CONFIG,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object: stack, plan, resources, "
                                                        "violations, outputs."),
 ) -> None:
-    from settings import SettingsError, read_stack_config, settings_from_config, stack_file
-    from sizing.model import SizingError
-    from sizing.planner import plan as make_plan
-    from sizing.report import plan_to_dict
+    from offline.preview import preview_stack
+    from offline.stack import StackError
 
     try:
-        raw = read_stack_config(config or stack_file(stack))
-        settings = settings_from_config(stack, raw)
-    except SettingsError as exc:
-        fail("; ".join(exc.problems))
-    try:
-        plan_data = plan_to_dict(make_plan(settings.plan_request()))
-    except SizingError as exc:
-        fail(f"no plan for this stack config: {exc}")
-
-    import pulumi
-
-    from .engine import PLACEHOLDER_PREFIX, redacted, run_program
-    try:
-        recording = run_program(stack, raw)
-    except (pulumi.RunError, ValueError) as exc:    # a component rejecting the config
-        fail(str(exc).replace("\n", "; "))
-    from policies.offline import evaluate
-
-    violations = [dict(v) for v in evaluate(recording, settings.environment)]
-    resources = [{"urn": r.urn, "type": r.type, "name": r.name, "id": r.id, "parent": r.parent,
-                  "inputs": redacted(r.inputs)} for r in recording.resources]
-    outputs = redacted(recording.outputs)
-    # Belt and braces: a secret that lost its wrapping on the way into a plain input is a bug
-    # in the program; never print it, and fail the preview so CI catches it.
-    for res in resources:
-        if PLACEHOLDER_PREFIX in json.dumps(res["inputs"], default=str):
-            res["inputs"] = _scrub(res["inputs"], PLACEHOLDER_PREFIX)
-            violations.append({"policy": "preview-no-plaintext-secrets", "level": "mandatory", "urn": res["urn"],
-                               "message": "a secret reaches this resource's inputs unwrapped; read it with "
-                                          "settings.pulumi_config.secret() and keep it an Output"})
-    outputs = _scrub(outputs, PLACEHOLDER_PREFIX)
-
+        result = preview_stack(stack, config)
+    except StackError as exc:
+        fail(str(exc))
     if as_json:
-        print(json.dumps({"stack": stack, "plan": plan_data, "resources": resources,
-                          "violations": violations, "outputs": outputs}, indent=2, default=str))
+        print(json.dumps(result.as_dict(), indent=2, default=str))
     else:
-        _print_text(stack, settings, plan_data, resources, violations, outputs)
-    if any(v.get("level") == "mandatory" for v in violations):
+        _print_text(result)
+    if result.mandatory_violations:
         raise typer.Exit(1)
-
-
-def _scrub(value: Any, marker: str) -> Any:
-    if isinstance(value, str):
-        return "[secret]" if marker in value else value
-    if isinstance(value, dict):
-        return {k: _scrub(v, marker) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_scrub(v, marker) for v in value]
-    return value
 
 
 # -- text output -------------------------------------------------------------------------------
@@ -109,21 +68,26 @@ def _lookup(inputs: dict, path: str) -> Any:
     return value
 
 
+def _clip(text: str) -> str:
+    return text if len(text) <= MAX_VALUE_CHARS else text[:MAX_VALUE_CHARS - 3] + "..."
+
+
 def _show(value: Any, names: dict[str, str]) -> str:
     """Compact text for one input; ids of recorded resources shown as their names."""
     from pulumi.runtime.rpc import UNKNOWN
 
-    if isinstance(value, str):
-        text = "(known after apply)" if value == UNKNOWN else names.get(value, value)
-    elif isinstance(value, float) and value.is_integer():
-        text = str(int(value))
-    elif isinstance(value, list):
-        text = "[" + ", ".join(_show(v, names) for v in value) + "]"
-    elif isinstance(value, dict):
-        text = "{" + ", ".join(f"{k}: {_show(v, names)}" for k, v in value.items()) + "}"
-    else:
-        text = json.dumps(value)
-    return text if len(text) <= MAX_VALUE_CHARS else text[:MAX_VALUE_CHARS - 3] + "..."
+    from offline.values import SECRET_TEXT, walk
+
+    def leaf(v: Any) -> str:
+        if isinstance(v, str):
+            return _clip("(known after apply)" if v == UNKNOWN else names.get(v, v))
+        if isinstance(v, float) and v.is_integer():
+            return _clip(str(int(v)))
+        return _clip(json.dumps(v))
+
+    return walk(value, secret=lambda _: SECRET_TEXT, leaf=leaf,
+                mapping=lambda d: _clip("{" + ", ".join(f"{k}: {v}" for k, v in d.items()) + "}"),
+                sequence=lambda items: _clip("[" + ", ".join(items) + "]"))
 
 
 def key_inputs(res: dict, names: dict[str, str]) -> list[str]:
@@ -136,7 +100,7 @@ def key_inputs(res: dict, names: dict[str, str]) -> list[str]:
     return out
 
 
-def _print_text(stack, settings, plan_data, resources, violations, outputs) -> None:
+def _print_text(result) -> None:
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
@@ -144,6 +108,8 @@ def _print_text(stack, settings, plan_data, resources, violations, outputs) -> N
 
     from sizing.report import table_rows
 
+    stack, settings, plan_data = result.stack, result.settings, result.plan
+    resources, violations, outputs = result.resources, result.violations, result.outputs
     console = Console(width=160)
     names = {r["id"]: r["name"] for r in resources if r["id"]}
     by_parent: dict[str, list[dict]] = {}

@@ -12,11 +12,12 @@ from typing import Optional
 
 import typer
 
+from . import options
 from .errors import fail
 
 
 def simulate(
-    stack: Optional[str] = typer.Option(None, help="Plan from stacks/Pulumi.STACK.yaml (default: reference design)."),
+    stack: Optional[str] = options.STACK_OR_REFERENCE,
     duration: float = typer.Option(600.0, help="Seconds of arrivals to simulate (all of them are then served)."),
     qps: Optional[float] = typer.Option(None, help="Arrival rate, requests per second (default: the stack's)."),
     router: str = typer.Option("least-outstanding", help="round-robin, least-outstanding or least-pending-tokens."),
@@ -29,7 +30,7 @@ def simulate(
     max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="Running-sequence cap (default: plan's)."),
     fail_zone: Optional[str] = typer.Option(None, "--fail-zone", help="ZONE@T[:T2]: lose a zone at T s (back at T2)."),
     seed: int = typer.Option(0, help="Random seed; the same seed gives the same result."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    as_json: bool = options.JSON,
     plot: Optional[Path] = typer.Option(None, help="Write a PNG: latency percentiles over time."),
 ) -> None:
     from simulator import ARRIVALS, LENGTHS, ROUTERS, config_from_plan, parse_fail_zone, simulate as run, to_dict
@@ -77,21 +78,11 @@ def simulate(
 
 
 def _plan(stack: str | None):
-    from sizing.model import SizingError, Workload
-    from sizing.planner import PlanRequest, plan
-
-    if stack is None:
-        req = PlanRequest(workload=Workload())
-    else:
-        from settings import SettingsError, load_stack
-        try:
-            req = load_stack(stack).plan_request()
-        except SettingsError as exc:
-            fail(f"--stack {stack}: " + "; ".join(exc.problems))
+    from offline.stack import StackError, load_stack
     try:
-        return plan(req)
-    except SizingError as exc:
-        fail(f"--stack {stack or '(reference)'}: {exc}")
+        return load_stack(stack).plan
+    except StackError as exc:
+        fail(str(exc))
 
 
 def _analytic(p, cfg) -> dict:

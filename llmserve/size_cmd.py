@@ -15,6 +15,7 @@ from sizing.planner import PlanRequest, Pool, plan
 from sizing.profiles import load_profiles
 from sizing.report import plan_to_dict, table_rows
 
+from . import options
 from .errors import fail
 
 DEFAULT_REGION = "us-east-1"
@@ -38,19 +39,53 @@ def size(
     zones: Optional[str] = typer.Option(None, help="Zones: a count (2) or names (us-east-1a,us-east-1b); one node each."),
     nodes_per_zone: Optional[int] = typer.Option(None, "--nodes-per-zone", help="Nodes per zone with --zones."),
     stack: Optional[str] = typer.Option(None, help="Take the workload, model and pools from stacks/Pulumi.STACK.yaml."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    as_json: bool = options.JSON,
     plot: Optional[Path] = typer.Option(None, help="Write a PNG: TTFT and TPOT against QPS."),
     sweep: bool = typer.Option(False, help="Rank every feasible (instance, TP, weights) by cost per 1M output tokens."),
 ) -> None:
     base = _base_request(stack)
-    w0 = base.workload
     if qps is not None and concurrency is not None:
         fail("--qps and --concurrency: give one (open loop) or the other (closed loop), not both")
-    for name, value in (("--qps", qps), ("--concurrency", concurrency), ("--input-tokens", input_tokens),
-                        ("--output-tokens", output_tokens), ("--ttft-slo", ttft_slo), ("--tpot-slo", tpot_slo),
-                        ("--gpu-hour-price", gpu_hour_price), ("--tp", tp), ("--nodes-per-zone", nodes_per_zone)):
+    _check_positive({"--qps": qps, "--concurrency": concurrency, "--input-tokens": input_tokens,
+                     "--output-tokens": output_tokens, "--ttft-slo": ttft_slo, "--tpot-slo": tpot_slo,
+                     "--gpu-hour-price": gpu_hour_price, "--tp": tp, "--nodes-per-zone": nodes_per_zone})
+    catalog = _check_names(model, instance, gpu, profile, {"--weights": weights, "--kv-dtype": kv_dtype})
+    workload = _workload(base.workload, qps, concurrency, input_tokens, output_tokens, ttft_slo, tpot_slo)
+    instance_type = instance or (catalog.node_for_gpu(gpu).id if gpu else None)
+    req = PlanRequest(
+        workload=workload, model=model or base.model, weights=weights or base.weights,
+        kv_dtype=kv_dtype or base.kv_dtype, pools=_pools(base.pools, zones, nodes_per_zone, instance_type),
+        tp=tp if tp is not None else base.tp, replicas=base.replicas, profile=profile or base.profile,
+        gpu_hour_price=gpu_hour_price if gpu_hour_price is not None else base.gpu_hour_price,
+        instance_price=base.instance_price,
+    )
+    if sweep:
+        from .sweep_view import show_sweep
+        show_sweep(req, as_json)
+        return
+    try:
+        result = plan(req)
+    except SizingError as exc:
+        fail(f"{_option_label(exc, tp is not None)}{exc}")
+    if plot is not None:
+        from .plots import plot_latency_vs_qps
+        plot_latency_vs_qps(result, plot)
+    data = plan_to_dict(result)
+    if as_json:
+        print(json.dumps(data, indent=2))
+    else:
+        _print_report(data, plot)
+
+
+def _check_positive(values: dict[str, float | None]) -> None:
+    for name, value in values.items():
         if value is not None and value <= 0:
             fail(f"{name}: must be greater than 0 (got {value:g})")
+
+
+def _check_names(model: str | None, instance: str | None, gpu: str | None, profile: str | None,
+                 precisions: dict[str, str | None]):
+    """The catalog, once every name given is known to it (else one error naming the option)."""
     catalog = load_catalog()
     try:
         if model is not None:
@@ -66,64 +101,41 @@ def size(
                   "--instance" if instance is not None and instance not in catalog.instances else
                   "--gpu" if gpu is not None and gpu not in catalog.gpus else "--profile")
         fail(f"{option}: {exc}")
-    for option, value in (("--weights", weights), ("--kv-dtype", kv_dtype)):
+    for option, value in precisions.items():
         if value is not None and value not in PRECISIONS:
             fail(f"{option}: unknown precision '{value}'; choose one of: {', '.join(PRECISIONS)}")
+    return catalog
 
+
+def _workload(base: Workload, qps, concurrency, input_tokens, output_tokens, ttft_slo, tpot_slo) -> Workload:
+    """The stack's (or the reference) workload with the options given; a load option replaces both loads."""
     load_given = qps is not None or concurrency is not None
-    workload = Workload(
-        input_tokens=input_tokens or w0.input_tokens,
-        output_tokens=output_tokens or w0.output_tokens,
-        ttft_slo_s=ttft_slo or w0.ttft_slo_s,
-        tpot_slo_s=tpot_slo or w0.tpot_slo_s,
-        qps=qps if load_given else w0.qps,
-        concurrency=concurrency if load_given else w0.concurrency,
+    return Workload(
+        input_tokens=input_tokens or base.input_tokens,
+        output_tokens=output_tokens or base.output_tokens,
+        ttft_slo_s=ttft_slo or base.ttft_slo_s,
+        tpot_slo_s=tpot_slo or base.tpot_slo_s,
+        qps=qps if load_given else base.qps,
+        concurrency=concurrency if load_given else base.concurrency,
     )
-    instance_type = instance or (catalog.node_for_gpu(gpu).id if gpu else None)
-    pools = _pools(base.pools, zones, nodes_per_zone, instance_type)
-    req = PlanRequest(
-        workload=workload, model=model or base.model, weights=weights or base.weights,
-        kv_dtype=kv_dtype or base.kv_dtype, pools=pools, tp=tp if tp is not None else base.tp,
-        replicas=base.replicas, profile=profile or base.profile,
-        gpu_hour_price=gpu_hour_price if gpu_hour_price is not None else base.gpu_hour_price,
-        instance_price=base.instance_price,
-    )
-    if sweep:
-        from .sweep_view import show_sweep
-        show_sweep(req, as_json)
-        return
-    try:
-        result = plan(req)
-    except SizingError as exc:
-        fail(f"{_option_for(str(exc), tp is not None)}{exc}")
-    data = plan_to_dict(result)
-    if plot is not None:
-        from .plots import plot_latency_vs_qps
-        plot_latency_vs_qps(result, plot)
-    if as_json:
-        print(json.dumps(data, indent=2))
-    else:
-        _print_report(data, plot)
 
 
-def _option_for(message: str, tp_given: bool) -> str:
-    if "tensor parallel" in message and tp_given:
-        return "--tp: "
-    if "weights of" in message:
-        return "--weights: "
-    if "SLO" in message:
-        return "SLOs: "
-    return ""
+def _option_label(exc: SizingError, tp_given: bool) -> str:
+    """The prefix naming the option a sizing error concerns; --tp only when the user gave it
+    (a TP the planner chose is not the user's to fix)."""
+    if exc.option is None or (exc.option == "--tp" and not tp_given):
+        return ""
+    return f"{exc.option}: "
 
 
 def _base_request(stack: str | None) -> PlanRequest:
     if stack is None:
         return PlanRequest(workload=Workload())
-    from settings import SettingsError, load_stack
+    from offline.stack import StackError, load_settings
     try:
-        return load_stack(stack).plan_request()
-    except SettingsError as exc:
-        fail(f"--stack {stack}: " + "; ".join(exc.problems))
+        return load_settings(stack).plan_request()
+    except StackError as exc:
+        fail(str(exc))
 
 
 def _pools(base: tuple[Pool, ...], zones: str | None, nodes: int | None, instance_type: str | None) -> tuple[Pool, ...]:

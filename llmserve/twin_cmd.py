@@ -15,6 +15,7 @@ from typing import Optional
 
 import typer
 
+from . import options
 from .errors import fail
 
 MAX_TIME_SCALE = 600.0
@@ -30,14 +31,14 @@ def _plan(stack: str | None):
 
 
 def twin(
-    stack: str = typer.Option(..., help="Plan from stacks/Pulumi.STACK.yaml."),
+    stack: str = options.STACK,
     fail_zone: Optional[str] = typer.Option(None, "--fail-zone", help="ZONE@T[:T2]: lose a zone at T s (back at T2)."),
     qps: Optional[float] = typer.Option(None, help="Arrival rate, requests per second (default: the stack's)."),
     duration: float = typer.Option(1200.0, help="Simulated seconds of arrivals."),
     time_scale: float = typer.Option(60.0, "--time-scale", help="Simulated seconds per wall-clock second."),
     slowdown: float = typer.Option(1.0, help="Emulated replicas' steps this many times the plan's (1.2: 20% slower)."),
     seed: int = typer.Option(0, help="Random seed of the arrivals."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    as_json: bool = options.JSON,
 ) -> None:
     from simulator import parse_fail_zone
     from twin.scenario import run
@@ -83,11 +84,11 @@ def twin(
 
 
 def check(
-    stack: str = typer.Option(..., help="Plan from stacks/Pulumi.STACK.yaml."),
+    stack: str = options.STACK,
     prometheus: str = typer.Option(..., help="Prometheus base URL, e.g. http://127.0.0.1:9090 (a port-forward)."),
     window: str = typer.Option("10m", help="How far back to read (a Prometheus duration)."),
     tolerance: float = typer.Option(0.10, help="Mean TPOT may exceed the plan's at the same load by this share."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    as_json: bool = options.JSON,
 ) -> None:
     from twin.check import check as run_check
     from twin.promapi import PromError, check_url, check_window, read_fleet
@@ -113,12 +114,12 @@ def check(
 
 def calibrate(
     prometheus: str = typer.Option(..., help="Prometheus base URL, e.g. http://127.0.0.1:9090 (a port-forward)."),
-    stack: Optional[str] = typer.Option(None, help="The stack whose plan the fleet runs (default: reference design)."),
+    stack: Optional[str] = options.STACK_OR_REFERENCE,
     name: Optional[str] = typer.Option(None, help="Name of the profile to write (default: fleet-STACK)."),
     window: str = typer.Option("1h", help="How far back to read (a Prometheus duration)."),
     profiles_file: Optional[Path] = typer.Option(None, "--profiles-file",
                                                  help="Profiles YAML to write (default: the one stacks select from)."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    as_json: bool = options.JSON,
 ) -> None:
     from sizing.catalog import DATA_DIR
     from sizing.profiles import get_profile

@@ -13,21 +13,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-# -- pinned versions ----------------------------------------------------------------------------
-# vLLM: the image the serving component deploys (components/serving.py pins the same tag; a test
-# checks). The names below were checked against a real /metrics capture of this version.
-VLLM_VERSION = "0.29.0"
-# kube-prometheus-stack 88.x ships prometheus-operator v0.93.0, the CRDs in ../shared/crds.
-KUBE_PROMETHEUS_STACK_CHART = "88.2.0"
+# -- pinned versions: in `conventions` (one place). The names below were checked against a real
+# /metrics capture of vLLM `conventions.VLLM_VERSION`; those of Envoy Gateway and the inference
+# extension's endpoint picker are stable across their v1 releases.
+from conventions import VLLM_VERSION  # noqa: E402,F401 (the metric names are pinned to it)
+
 KUBE_PROMETHEUS_STACK_REPO = "https://prometheus-community.github.io/helm-charts"
-# DCGM exporter: chart 4.8.3 deploys DCGM 4.6.0 / exporter 4.8.3.
-DCGM_EXPORTER_CHART = "4.8.3"
-DCGM_EXPORTER_IMAGE_TAG = "4.6.0-4.8.3-distroless"
 DCGM_EXPORTER_REPO = "https://nvidia.github.io/dcgm-exporter/helm-charts"
-# Envoy Gateway v1.9 (the CRDs in ../shared/crds) and the Gateway API Inference Extension v1.x
-# endpoint picker: the names below are stable across their v1 releases.
-ENVOY_GATEWAY_VERSION = "v1.9.0"
-INFERENCE_EXTENSION_VERSION = "v1.6.0"
 
 
 @dataclass(frozen=True)
@@ -95,10 +87,6 @@ DEPRECATED: dict[str, str | None] = {
 DEPRECATED_PREFIXES = ("vllm:gpu_prefix_cache_",)
 
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
-
-
-def by_name() -> dict[str, Series]:
-    return {s.name: s for s in SERIES}
 
 
 def exposed_names() -> set[str]:

@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+import conventions
+
 # -- type tokens ----------------------------------------------------------------------------
 CLUSTER = "aws:eks/cluster:Cluster"
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
@@ -24,7 +26,6 @@ DEPLOYMENT = "kubernetes:apps/v1:Deployment"
 STATEFUL_SET = "kubernetes:apps/v1:StatefulSet"
 DAEMON_SET = "kubernetes:apps/v1:DaemonSet"
 JOB = "kubernetes:batch/v1:Job"
-POD = "kubernetes:core/v1:Pod"
 SERVICE = "kubernetes:core/v1:Service"
 CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
 PDB = "kubernetes:policy/v1:PodDisruptionBudget"
@@ -44,12 +45,13 @@ ZONE_KEYS = (ZONE_KEY, "failure-domain.beta.kubernetes.io/zone")
 INSTANCE_TYPE_KEY = "node.kubernetes.io/instance-type"
 NODEGROUP_KEY = "eks.amazonaws.com/nodegroup"
 GPU_RESOURCE = "nvidia.com/gpu"
-ROLE = "llm-serving.io/role"
-GPUS_PER_NODE = "llm-serving.io/gpus-per-node"
-TARGET_QPS = "llm-serving.io/target-qps"
-REPLICA_QPS = "llm-serving.io/replica-capacity-qps"
-TENSOR_PARALLEL = "llm-serving.io/tensor-parallel"
-PURCHASE_APPROVED = "llm-serving.io/purchase-approved"
+ROLE = conventions.LABEL_ROLE
+GPUS_PER_NODE = conventions.ANNOTATION_GPUS_PER_NODE      # also the GPU node groups' tag
+TARGET_QPS = conventions.ANNOTATION_TARGET_QPS
+REPLICA_QPS = conventions.ANNOTATION_REPLICA_CAPACITY_QPS
+TENSOR_PARALLEL = conventions.ANNOTATION_TENSOR_PARALLEL
+ENVIRONMENT = conventions.ANNOTATION_ENVIRONMENT
+PURCHASE_APPROVED = conventions.TAG_PURCHASE_APPROVED
 
 
 def get(obj: Any, *path: str | int, default: Any = None) -> Any:

@@ -80,10 +80,6 @@ def load_stack(stack: str, config_path: Path | None = None) -> StackSettings:
     return settings_from_config(stack, read_stack_config(path))
 
 
-def secret_config_keys(config: dict) -> list[str]:
-    return [k for k, v in config.items() if isinstance(v, dict) and "secure" in v]
-
-
 # -- checks that span keys -------------------------------------------------------------------
 def semantic_problems(s: StackSettings) -> list[str]:
     catalog = load_catalog()

@@ -11,12 +11,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from conventions import PROJECT, SERVING_NAMESPACE
 from sizing.catalog import CatalogError, load_catalog
 from sizing.model import Workload
 from sizing.planner import PlanRequest, Pool
 from sizing.profiles import load_profiles
 
-NAMESPACE = "llm-serving"
+NAMESPACE = PROJECT    # the config namespace (llm-serving:<key>) and the cluster name prefix
 SECRET_KEYS = ("hubToken", "apiKeys", "grafanaAdminPassword")
 
 
@@ -121,7 +122,7 @@ class GatewaySettings(_Strict):
 
 class ServingSettings(_Strict):
     burstScaling: bool = False               # KEDA into the nodes' idle GPUs
-    namespace: str = "llm-serving"
+    namespace: str = SERVING_NAMESPACE
 
 
 class AccuracyGateSettings(_Strict):

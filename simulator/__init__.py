@@ -4,7 +4,7 @@ Pure Python (no Pulumi, no plotting): the step cost comes from the analytic engi
 (`sizing.model.ReplicaModel`), the engine arguments and placement from the plan.
 """
 from .cost import StepCost, kv_capacity_tokens, step_cost  # noqa: F401
-from .engine import ReplicaSpec, SimConfig, SimResult, ZoneFailure, simulate  # noqa: F401
+from .loop import ReplicaSpec, SimConfig, SimResult, ZoneFailure, simulate  # noqa: F401
 from .plan import (config_from_plan, parse_fail_zone, replica_model, replica_specs,  # noqa: F401
                    simulated_capacity_qps)
 from .report import summarize, to_dict  # noqa: F401

@@ -10,7 +10,7 @@ from sizing.planner import Plan
 from sizing.profiles import get_profile
 
 from .cost import kv_capacity_tokens, step_cost
-from .engine import ReplicaSpec, SimConfig, ZoneFailure, simulate
+from .loop import ReplicaSpec, SimConfig, ZoneFailure, simulate
 from .report import summarize
 from .workload import WorkloadSpec
 

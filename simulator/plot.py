@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from .engine import SimResult
+from .loop import SimResult
 from .report import latencies, percentile
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from .engine import SimResult
+from .loop import SimResult
 from .workload import Request
 
 LATENCIES = ("ttft_ms", "tpot_ms", "queue_ms", "e2e_ms")

@@ -28,11 +28,18 @@ from .profiles import Profile
 from .queueing import erlang_c_wait, md1_wait, poisson_quantile
 
 GB = 1e9
-Z95 = 1.6448536269514722
 
 
 class SizingError(ValueError):
-    """A configuration the model cannot serve; the message names the constraint that fails."""
+    """A configuration the model cannot serve; the message names the constraint that fails.
+
+    `option` names the input that can fix it, as the CLI names it ("--tp", "--weights", "SLOs";
+    None when it is the layout or the load), so the CLI points at it without reading the message.
+    """
+
+    def __init__(self, message: str, option: str | None = None):
+        super().__init__(message)
+        self.option = option
 
 
 @dataclass(frozen=True)
@@ -300,15 +307,16 @@ def check_shape(shape: Shape, workload: Workload, profile: Profile) -> None:
     m, inst, tp = shape.model, shape.instance, shape.tp
     if tp < 1 or tp > inst.gpus:
         raise SizingError(f"tensor parallel {tp} exceeds the {inst.gpus} GPUs of one {inst.id} node "
-                          "(a TP group never spans nodes)")
+                          "(a TP group never spans nodes)", option="--tp")
     if m.heads % tp:
-        raise SizingError(f"tensor parallel {tp} does not divide the {m.heads} attention heads of {m.id}")
+        raise SizingError(f"tensor parallel {tp} does not divide the {m.heads} attention heads of {m.id}",
+                          option="--tp")
     mem = memory(shape, workload, profile)
     if mem.weights_per_gpu_gb >= mem.usable_per_gpu_gb:
         raise SizingError(
             f"{shape.weights} weights of {m.id} need {mem.weights_per_gpu_gb:.1f} GB per GPU at TP={tp}, "
             f"more than the {mem.usable_per_gpu_gb:.1f} GB usable on a {inst.gpu.id} "
-            "(raise TP, use fp8 weights or a larger GPU)")
+            "(raise TP, use fp8 weights or a larger GPU)", option="--weights")
     if mem.max_seqs_kv < 1:
         raise SizingError(
             f"no room for one sequence's KV cache ({workload.input_tokens + workload.output_tokens} tokens) "

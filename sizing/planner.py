@@ -229,10 +229,10 @@ def plan(req: PlanRequest) -> Plan:
         try:
             p = plan_for_tp(req, model, instance, profile, tp)
         except PlanError as exc:      # fits, but the pools cannot carry the load
-            failures.append((1, tp, str(exc)))
+            failures.append((1, tp, str(exc), exc.option))
             continue
         except SizingError as exc:    # does not fit or cannot meet the SLOs at all
-            failures.append((0, tp, str(exc)))
+            failures.append((0, tp, str(exc), exc.option))
             continue
         key = (not p.survives_failure, p.gpus_used, -p.capacity_after_zone_loss_qps, p.real.ttft_ms)
         if best is None or key < best[0]:
@@ -241,8 +241,8 @@ def plan(req: PlanRequest) -> Plan:
         if not failures:
             raise PlanError("no tensor-parallel degree fits")
         # Report the most capable option's failure: the one a user would try to fix.
-        _, tp, msg = max(failures)
-        raise PlanError(msg if req.tp else f"no TP degree works; at TP={tp}, the most capable: {msg}")
+        _, tp, msg, option = max(failures)
+        raise PlanError(msg if req.tp else f"no TP degree works; at TP={tp}, the most capable: {msg}", option)
     return best[1]
 
 
@@ -266,7 +266,8 @@ def plan_for_tp(req: PlanRequest, model, instance: Instance, profile: Profile, t
         per_replica = cap.qps
         demand, unit = float(w.qps), "QPS"
     if per_replica <= 0:
-        raise SizingError(f"one replica cannot meet the SLOs even unloaded: {unloaded_reason(real, w)}")
+        raise SizingError(f"one replica cannot meet the SLOs even unloaded: {unloaded_reason(real, w)}",
+                          option="SLOs")
     survivors = max(1, math.ceil(demand / per_replica - 1e-9))
 
     notes: list[str] = []

@@ -1,11 +1,14 @@
-"""Shared fixtures. The program is built inside each test, under mocks set for that test only."""
+"""Shared fixtures. The program runs under Pulumi mocks set for each build; a recording is plain
+data once the build returns."""
 from __future__ import annotations
 
-import copy
+import json
 import os
 from pathlib import Path
 
 import pytest
+
+from tests.stacks import stack_config, with_overrides  # noqa: F401 (stack_config: re-exported for older imports)
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("LLM_SERVING_SHARED", ROOT.parent / "shared"))
@@ -18,25 +21,32 @@ def shared_dir() -> Path:
     return SHARED
 
 
-def stack_config(stack: str) -> dict:
-    from settings import read_stack_config, stack_file
-    return copy.deepcopy(read_stack_config(stack_file(stack)))
+def _record(stack: str, overrides: dict | None = None, config: dict | None = None):
+    from offline.engine import run_program
+    raw = with_overrides(config if config is not None else stack_config(stack), overrides)
+    return run_program(stack, raw)
 
 
 @pytest.fixture
 def build_program():
-    """build_program(stack, overrides={key: value}) -> Recording of every registered resource.
+    """build_program(stack, overrides={key: value}, config=None) -> a fresh Recording of every
+    registered resource. For tests that expect the build to fail or that change what they get;
+    tests that only read a recording use `recorded`.
 
     Overrides replace whole `llm-serving:` keys (or `aws:region`) of the stack file's config.
     """
-    def build(stack: str = "prod", overrides: dict | None = None, config: dict | None = None):
-        from llmserve.engine import run_program
-        raw = config if config is not None else stack_config(stack)
-        for key, value in (overrides or {}).items():
-            full = key if ":" in key else f"llm-serving:{key}"
-            if value is None:
-                raw.pop(full, None)
-            else:
-                raw[full] = value
-        return run_program(stack, raw)
-    return build
+    return _record
+
+
+@pytest.fixture(scope="session")
+def recorded():
+    """recorded(stack="prod", overrides=None) -> the Recording, built once per session for each
+    (stack, overrides). Shared: read it, never change it."""
+    cache: dict = {}
+
+    def get(stack: str = "prod", overrides: dict | None = None):
+        key = (stack, json.dumps(overrides, sort_keys=True, default=str))
+        if key not in cache:
+            cache[key] = _record(stack, overrides)
+        return cache[key]
+    return get

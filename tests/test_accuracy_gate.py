@@ -11,18 +11,16 @@ import pytest
 
 from components import accuracy_check
 from components.accuracy_gate import GATE_TIMEOUT_S, LM_EVAL, PYTHON_IMAGE, gate_spec, rollout_digest
-from llmserve.engine import unwrap
-from llmserve.render_cmd import kubernetes_objects
-from llmserve.validate import validate
+from offline.engine import unwrap
+from offline.manifests import kubernetes_objects
+from tests.k8s_schema import validate
 from settings import SettingsError, settings_from_config
 from sizing.planner import plan as make_plan
-from tests.conftest import stack_config
+from tests.stacks import stack_config
 
 JOB = "kubernetes:batch/v1:Job"
 GATE = {"max_drop": 0.01, "tasks": {"gsm8k": {"metric": "exact_match,strict-match", "baseline": 0.93},
                                     "mmlu_pro": {"metric": "exact_match,custom-extract", "baseline": 0.69}}}
-_BUILT: dict = {}
-
 
 def lm_eval_results(gsm8k: float | None, mmlu_pro: float) -> dict:
     """The shape lm-eval 0.4 writes: results.<task>.<metric>,<filter> (and its _stderr twin)."""
@@ -119,13 +117,6 @@ def test_a_new_rollout_or_new_thresholds_run_the_gate_again(overrides):
 
 
 # -- the Job in the program ------------------------------------------------------------------------------
-def built(build_program, stack: str, overrides: dict | None = None):
-    key = (stack, json.dumps(overrides, sort_keys=True))
-    if key not in _BUILT:
-        _BUILT[key] = build_program(stack, overrides)
-    return _BUILT[key]
-
-
 def gate_resources(recording) -> dict:
     return {r.type: r for r in recording.resources if r.name.startswith("accuracy-gate")}
 
@@ -137,12 +128,12 @@ def gate_resources(recording) -> dict:
     ("dev", {"accuracyGate": {"enabled": True}}, True),
     ("prod", {"accuracyGate": {"enabled": False}}, False),
 ])
-def test_on_by_default_in_staging_and_prod(build_program, stack, overrides, present):
-    assert bool(gate_resources(built(build_program, stack, overrides))) is present
+def test_on_by_default_in_staging_and_prod(recorded, stack, overrides, present):
+    assert bool(gate_resources(recorded(stack, overrides))) is present
 
 
-def test_the_job_is_awaited_and_fails_on_the_first_failed_check(build_program):
-    job = gate_resources(built(build_program, "prod"))[JOB].inputs
+def test_the_job_is_awaited_and_fails_on_the_first_failed_check(recorded):
+    job = gate_resources(recorded("prod"))[JOB].inputs
     annotations = job["metadata"].get("annotations", {})
     assert "pulumi.com/skipAwait" not in annotations
     assert annotations["pulumi.com/replaceUnready"] == "true"
@@ -150,8 +141,8 @@ def test_the_job_is_awaited_and_fails_on_the_first_failed_check(build_program):
     assert job["spec"]["activeDeadlineSeconds"] == GATE_TIMEOUT_S
 
 
-def test_the_job_runs_after_the_serving_rollout_and_the_gateway(build_program):
-    rec = built(build_program, "prod")
+def test_the_job_runs_after_the_serving_rollout_and_the_gateway(recorded):
+    rec = recorded("prod")
     job = gate_resources(rec)[JOB]
     deployments = [r.urn for r in rec.of_type("kubernetes:apps/v1:Deployment")
                    if r.inputs["metadata"].get("labels", {}).get("llm-serving.io/role") == "serving"]
@@ -159,8 +150,8 @@ def test_the_job_runs_after_the_serving_rollout_and_the_gateway(build_program):
     assert deployments and route and set(deployments + route) <= set(job.dependencies)
 
 
-def test_the_job_runs_pinned_lm_eval_and_ships_the_tested_check(build_program):
-    res = gate_resources(built(build_program, "prod"))
+def test_the_job_runs_pinned_lm_eval_and_ships_the_tested_check(recorded):
+    res = gate_resources(recorded("prod"))
     container = res[JOB].inputs["spec"]["template"]["spec"]["containers"][0]
     assert container["image"] == PYTHON_IMAGE and ":" in PYTHON_IMAGE and "latest" not in PYTHON_IMAGE
     assert "==" in LM_EVAL
@@ -172,16 +163,16 @@ def test_the_job_runs_pinned_lm_eval_and_ships_the_tested_check(build_program):
     assert {e["name"] for e in container["env"]} >= {"OPENAI_API_KEY"}
 
 
-def test_the_key_reaches_kubernetes_only_as_a_secret(build_program):
-    res = gate_resources(built(build_program, "prod"))
+def test_the_key_reaches_kubernetes_only_as_a_secret(recorded):
+    res = gate_resources(recorded("prod"))
     string_data = res["kubernetes:core/v1:Secret"].inputs["stringData"]
     assert unwrap(string_data)["api-key"] == "offline-preview-secret-apiKeys-team-a"
     assert "offline-preview-secret" not in json.dumps(res[JOB].inputs)
     assert "offline-preview-secret" not in json.dumps(res["kubernetes:core/v1:ConfigMap"].inputs)
 
 
-def test_the_rendered_objects_are_valid_kubernetes(build_program):
-    res = gate_resources(built(build_program, "prod"))
+def test_the_rendered_objects_are_valid_kubernetes(recorded):
+    res = gate_resources(recorded("prod"))
     objects = kubernetes_objects(SimpleNamespace(resources=[r for t, r in res.items() if t.startswith("kubernetes:")]))
     assert len(objects) == 3
     for obj in objects:

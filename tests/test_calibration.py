@@ -18,7 +18,9 @@ def test_every_shared_measurement_is_accounted_for(shared_dir):
 
 
 def test_unused_rows_say_why():
-    for m in load_measurements(used_only=False):
+    unused = [m for m in load_measurements(used_only=False) if not m.used]
+    assert unused                   # the file keeps rows it does not fit (variable lengths, static batching)
+    for m in unused:
         if not m.used:
             assert m.note, f"row {m.id} is not used and does not say why"
 

@@ -1,7 +1,6 @@
 """The gateway: auth on every route, quotas within capacity, SLO timeouts, safe retries, routing."""
 from __future__ import annotations
 
-import json
 import math
 
 import pytest
@@ -11,8 +10,8 @@ from components.gateway import (
     CLIENT_ID_HEADER, Gateway, check_key_names, per_key_rate_limit, proxy_replicas, quota_capacity_qps, route_timeouts,
 )
 from components.drain import drain_timing, longest_request_s
-from llmserve.engine import is_secret
-from tests.test_serving import plan_for, program  # noqa: F401 (fixture)
+from offline.engine import is_secret
+from tests.stacks import plan_for
 
 CR = "kubernetes:{}"
 ROUTE = CR.format("gateway.networking.k8s.io/v1:HTTPRoute")
@@ -29,8 +28,8 @@ def one(recording, type_: str) -> dict:
 
 # -- auth ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("stack", ["prod", "staging", "dev"])
-def test_every_route_requires_an_api_key(program, stack):
-    recording = program(stack)
+def test_every_route_requires_an_api_key(recorded, stack):
+    recording = recorded(stack)
     protected = {(p["spec"]["targetRefs"][0]["kind"], p["spec"]["targetRefs"][0]["name"])
                  for p in (r.inputs for r in recording.of_type(SECURITY)) if "apiKeyAuth" in p["spec"]}
     routes = recording.of_type(ROUTE)
@@ -40,8 +39,8 @@ def test_every_route_requires_an_api_key(program, stack):
             assert ("Gateway", parent["name"]) in protected, route.name
 
 
-def test_api_keys_come_from_a_secret_and_name_the_client(program):
-    recording = program("prod")
+def test_api_keys_come_from_a_secret_and_name_the_client(recorded):
+    recording = recorded("prod")
     auth = one(recording, SECURITY)["spec"]["apiKeyAuth"]
     (ref,) = auth["credentialRefs"]
     secret = next(r.inputs for r in recording.of_type("kubernetes:core/v1:Secret")
@@ -61,8 +60,8 @@ def test_a_key_without_a_quota_is_refused(keys, names, message):
     assert str(exc.value) == message
 
 
-def test_gateway_listens_on_https_only(program):
-    listeners = one(program("prod"), GATEWAY)["spec"]["listeners"]
+def test_gateway_listens_on_https_only(recorded):
+    listeners = one(recorded("prod"), GATEWAY)["spec"]["listeners"]
     assert [(l["protocol"], int(l["port"]), l["tls"]["mode"]) for l in listeners] == [("HTTPS", 443, "Terminate")]
 
 
@@ -113,10 +112,10 @@ def test_key_count_limits(keys, message):
     ("prod", None), ("staging", None), ("dev", None),
     ("prod", {"hostname": "llm.example.com", "apiKeyNames": ["a", "b", "c", "d", "e"], "rateLimitShare": 0.5}),
 ])
-def test_recorded_quotas_fit_the_capacity_after_a_zone_loss(program, stack, gateway):
+def test_recorded_quotas_fit_the_capacity_after_a_zone_loss(recorded, stack, gateway):
     overrides = {"gateway": gateway} if gateway else None
     settings, plan = plan_for(stack, overrides)
-    recording = program(stack, overrides)
+    recording = recorded(stack, overrides)
     rules = one(recording, TRAFFIC)["spec"]["rateLimit"]["local"]["rules"]
     seconds = {"Second": 1, "Minute": 60, "Hour": 3600}
     proxies = int(one(recording, CR.format("gateway.envoyproxy.io/v1alpha1:EnvoyProxy"))
@@ -130,10 +129,10 @@ def test_recorded_quotas_fit_the_capacity_after_a_zone_loss(program, stack, gate
     assert all(r["shared"] for r in rules)
 
 
-def test_load_test_key_may_reach_the_sweeps_top_while_the_others_keep_their_shares(program):
+def test_load_test_key_may_reach_the_sweeps_top_while_the_others_keep_their_shares(recorded):
     overrides = {"loadTest": {"enabled": True}}
     settings, plan = plan_for("prod", overrides)
-    rules = one(program("prod", overrides), TRAFFIC)["spec"]["rateLimit"]["local"]["rules"]
+    rules = one(recorded("prod", overrides), TRAFFIC)["spec"]["rateLimit"]["local"]["rules"]
     seconds = {"Second": 1, "Minute": 60, "Hour": 3600}
     per_proxy = {r["clientSelectors"][0]["headers"][0]["value"]: r["limit"]["requests"] / seconds[r["limit"]["unit"]]
                  for r in rules}
@@ -145,10 +144,10 @@ def test_load_test_key_may_reach_the_sweeps_top_while_the_others_keep_their_shar
 
 # -- timeouts, retries, circuit breaking ---------------------------------------------------
 @pytest.mark.parametrize("stack", ["prod", "dev"])
-def test_timeouts_follow_the_slos(program, stack):
+def test_timeouts_follow_the_slos(recorded, stack):
     _, plan = plan_for(stack)
     longest = longest_request_s(plan)
-    recording = program(stack)
+    recording = recorded(stack)
     timeouts = one(recording, ROUTE)["spec"]["rules"][0]["timeouts"]
     assert timeouts == {"request": route_timeouts(plan).request, "backendRequest": route_timeouts(plan).backend_request}
     assert int(timeouts["backendRequest"].rstrip("s")) == math.ceil(longest)
@@ -159,15 +158,15 @@ def test_timeouts_follow_the_slos(program, stack):
     assert int(connect.rstrip("ms")) * 2 < plan.request.workload.ttft_slo_s * 1000
 
 
-def test_retries_only_on_connect_failure_and_503(program):
-    retry = one(program("prod"), TRAFFIC)["spec"]["retry"]
+def test_retries_only_on_connect_failure_and_503(recorded):
+    retry = one(recorded("prod"), TRAFFIC)["spec"]["retry"]
     assert sorted(retry["retryOn"]["triggers"]) == ["connect-failure", "retriable-status-codes"]
     assert retry["retryOn"]["httpStatusCodes"] == [503]
 
 
-def test_circuit_breaking_holds_what_the_engines_can(program):
+def test_circuit_breaking_holds_what_the_engines_can(recorded):
     _, plan = plan_for("prod")
-    recording = program("prod")
+    recording = recorded("prod")
     breaker = one(recording, TRAFFIC)["spec"]["circuitBreaker"]
     proxies = proxy_replicas(2)
     assert int(breaker["maxParallelRequests"]) * proxies >= plan.replicas * plan.model_args["max_num_seqs"]
@@ -175,8 +174,8 @@ def test_circuit_breaking_holds_what_the_engines_can(program):
 
 
 # -- load-aware routing --------------------------------------------------------------------
-def test_the_route_goes_to_the_inference_pool_with_a_fail_open_picker(program):
-    recording = program("prod")
+def test_the_route_goes_to_the_inference_pool_with_a_fail_open_picker(recorded):
+    recording = recorded("prod")
     (backend,) = one(recording, ROUTE)["spec"]["rules"][0]["backendRefs"]
     pool = one(recording, POOL)
     assert (backend["group"], backend["kind"], backend["name"]) == \
@@ -187,9 +186,9 @@ def test_the_route_goes_to_the_inference_pool_with_a_fail_open_picker(program):
 
 
 @pytest.mark.parametrize("stack", ["prod", "staging"])
-def test_the_picker_runs_two_or_more_replicas_across_zones_with_a_pdb(program, stack):
+def test_the_picker_runs_two_or_more_replicas_across_zones_with_a_pdb(recorded, stack):
     settings, _ = plan_for(stack)
-    recording = program(stack)
+    recording = recorded(stack)
     picker = recording.named("llm-gateway-picker-deploy").inputs
     assert int(picker["spec"]["replicas"]) == picker_replicas(len(settings.zones)) >= 2
     keys = {(c["topologyKey"], c["whenUnsatisfiable"]) for c in picker["spec"]["template"]["spec"]["topologySpreadConstraints"]}
@@ -200,16 +199,16 @@ def test_the_picker_runs_two_or_more_replicas_across_zones_with_a_pdb(program, s
     assert "queue-scorer" in config and "kv-cache-utilization-scorer" in config
 
 
-def test_without_the_extension_envoy_balances_by_least_request(program):
-    recording = program("dev")       # dev turns the inference extension off
+def test_without_the_extension_envoy_balances_by_least_request(recorded):
+    recording = recorded("dev")       # dev turns the inference extension off
     (backend,) = one(recording, ROUTE)["spec"]["rules"][0]["backendRefs"]
     assert (backend["kind"], backend["name"], int(backend["port"])) == ("Service", "vllm", 8000)
     assert one(recording, TRAFFIC)["spec"]["loadBalancer"] == {"type": "LeastRequest"}
     assert recording.of_type(POOL) == []
 
 
-def test_gateway_pods_run_on_system_nodes_across_zones(program):
-    recording = program("prod")
+def test_gateway_pods_run_on_system_nodes_across_zones(recorded):
+    recording = recorded("prod")
     pod = one(recording, CR.format("gateway.envoyproxy.io/v1alpha1:EnvoyProxy"))["spec"]["provider"]["kubernetes"][
         "envoyDeployment"]["pod"]
     assert pod["nodeSelector"] == {"llm-serving.io/role": "system"}
@@ -219,10 +218,10 @@ def test_gateway_pods_run_on_system_nodes_across_zones(program):
     assert controller["values"]["deployment"]["pod"]["nodeSelector"] == {"llm-serving.io/role": "system"}
 
 
-def test_api_key_placeholder_names_match_the_quota_keys(program):
-    from llmserve.engine import unwrap
+def test_api_key_placeholder_names_match_the_quota_keys(recorded):
+    from offline.engine import unwrap
 
-    recording = program("prod")
+    recording = recorded("prod")
     keys = unwrap(recording.named("llm-gateway-api-keys").inputs["stringData"])
     rules = one(recording, TRAFFIC)["spec"]["rateLimit"]["local"]["rules"]
     assert sorted(keys) == sorted(r["clientSelectors"][0]["headers"][0]["value"] for r in rules)

@@ -11,18 +11,16 @@ from typer.testing import CliRunner
 
 from components.loadtest import GUIDELLM_IMAGE, loadtest_rates
 from llmserve.cli import app
-from llmserve.engine import is_secret, unwrap
+from offline.engine import is_secret, unwrap
 from llmserve.loadtest_cmd import Benchmark, Report, ReportError, Stat, assess, parse_report, read_report
-from llmserve.render_cmd import kubernetes_objects
-from llmserve.validate import validate
+from offline.manifests import kubernetes_objects
+from tests.k8s_schema import validate
 from settings import load_stack
 from sizing.planner import plan as make_plan
 
 SAMPLE = "samples/guidellm-report-0.8.0.dev18.json"
 JOB = "kubernetes:batch/v1:Job"
 ENABLED = {"loadTest": {"enabled": True}}
-_BUILT: dict = {}
-
 
 @pytest.fixture
 def sample(shared_dir):
@@ -161,13 +159,6 @@ def test_bad_results_are_one_line_and_exit_code_2(tmp_path, make, message):
 
 
 # -- the Job -------------------------------------------------------------------------------------------
-def enabled_program(build_program):
-    """Built once for this file: the checks only read the recording."""
-    if "prod" not in _BUILT:
-        _BUILT["prod"] = build_program("prod", ENABLED)
-    return _BUILT["prod"]
-
-
 def loadtest_resources(recording):
     return [r for r in recording.resources if r.name.startswith("load-test")]
 
@@ -176,8 +167,8 @@ def test_the_load_test_is_off_by_default(build_program):
     assert loadtest_resources(build_program("prod")) == []
 
 
-def test_enabled_it_runs_guidellm_pinned_against_the_gateway_with_a_key(build_program, prod_plan):
-    rec = enabled_program(build_program)
+def test_enabled_it_runs_guidellm_pinned_against_the_gateway_with_a_key(recorded, prod_plan):
+    rec = recorded("prod", ENABLED)
     names = {r.type: r for r in loadtest_resources(rec)}
     assert set(names) == {"llm-serving:loadtest:LoadTest", "kubernetes:core/v1:Secret",
                           "kubernetes:core/v1:ConfigMap", "kubernetes:core/v1:PersistentVolumeClaim", JOB}
@@ -203,8 +194,8 @@ def test_the_rates_are_the_planned_qps_then_a_sweep_up_to_the_sized_capacity(pro
     assert rates[1:] == sorted(rates[1:]) and len(rates) == 6
 
 
-def test_the_rendered_objects_are_valid_kubernetes(build_program):
-    rec = enabled_program(build_program)
+def test_the_rendered_objects_are_valid_kubernetes(recorded):
+    rec = recorded("prod", ENABLED)
     ours = {r.urn for r in loadtest_resources(rec)}
     objects = kubernetes_objects(SimpleNamespace(resources=[r for r in rec.resources if r.urn in ours]))
     assert len(objects) == 4

@@ -10,19 +10,11 @@ from observability import contract
 from observability.contract import ContractError, check_expr, series_in
 from observability.dashboard import build_dashboard
 from observability.rules import AlertPolicy, check_groups, recorded_names, rule_groups
-from tests.conftest import stack_config
+from tests.stacks import plan_for
 
 CAPTURE_NEW = "vllm-metrics-0.29.0-inferstack.txt"
 CAPTURE_OLD = "vllm-metrics-0.11.x-hardware-aware-router.txt"
 STACKS = ("prod", "staging", "dev")
-
-
-def plan_for(stack: str):
-    from settings import settings_from_config
-    from sizing.planner import plan
-
-    settings = settings_from_config(stack, stack_config(stack))
-    return settings, plan(settings.plan_request())
 
 
 def exposition_types(text: str) -> dict[str, str]:
@@ -40,6 +32,7 @@ def rules_and_panels(stack: str) -> list[tuple[str, str]]:
     board = build_dashboard(plan, stack, recorded_names(groups), AlertPolicy(), inference_extension=True)
     exprs = [(f"rule {r.get('record') or r.get('alert')}", r["expr"]) for g in groups for r in g["rules"]]
     exprs += [(f"panel {p['title']}", t["expr"]) for p in board["panels"] for t in p["targets"]]
+    assert any(w.startswith("rule ") for w, _ in exprs) and any(w.startswith("panel ") for w, _ in exprs)
     return exprs
 
 

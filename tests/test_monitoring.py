@@ -7,33 +7,16 @@ import re
 
 import pytest
 
-from llmserve.engine import PLACEHOLDER_PREFIX, is_secret, unwrap
-from llmserve.render_cmd import kubernetes_objects
-from llmserve.validate import validate
+from offline.engine import PLACEHOLDER_PREFIX, is_secret, unwrap
+from offline.manifests import kubernetes_objects
+from tests.k8s_schema import validate
 from observability.rules import rule_groups
+from tests.stacks import plan_for
 
 MONITORING = "llm-serving:monitoring:Monitoring"
 MONITOR_KINDS = ("PodMonitor", "ServiceMonitor", "PrometheusRule")
 RELEASE = "kubernetes:helm.sh/v3:Release"
 PINNED = re.compile(r"^\d+\.\d+\.\d+$")
-
-
-@pytest.fixture(scope="module")
-def programs():
-    """Each stack built once for this module (the tests only read the recordings)."""
-    from llmserve.engine import run_program
-    from tests.conftest import stack_config
-
-    return {stack: run_program(stack, stack_config(stack)) for stack in ("prod", "dev")}
-
-
-def plan_for(stack: str):
-    from settings import settings_from_config
-    from sizing.planner import plan
-    from tests.conftest import stack_config
-
-    settings = settings_from_config(stack, stack_config(stack))
-    return settings, plan(settings.plan_request())
 
 
 def objects(recording, kind: str | None = None) -> list[dict]:
@@ -45,7 +28,9 @@ def named(recording, kind: str, name: str) -> dict:
 
 
 def releases(recording) -> dict[str, dict]:
-    return {r.inputs["chart"]: r.inputs for r in recording.of_type(RELEASE)}
+    found = {r.inputs["chart"]: r.inputs for r in recording.of_type(RELEASE)}
+    assert found, "no Helm release recorded"
+    return found
 
 
 def dashboard(recording) -> dict:
@@ -57,16 +42,16 @@ def dashboard(recording) -> dict:
 
 # -- validity ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("stack", ["prod", "dev"])
-def test_monitors_and_rules_validate_against_their_crds(programs, stack):
-    found = [o for o in objects(programs[stack]) if o["kind"] in MONITOR_KINDS]
+def test_monitors_and_rules_validate_against_their_crds(recorded, stack):
+    found = [o for o in objects(recorded(stack)) if o["kind"] in MONITOR_KINDS]
     assert {o["kind"] for o in found} == set(MONITOR_KINDS)
     for obj in found:
         validate(obj, "1.33")
 
 
 @pytest.mark.parametrize("stack", ["prod", "dev"])
-def test_its_builtin_objects_validate_against_kubernetes(programs, stack):
-    recording = programs[stack]
+def test_its_builtin_objects_validate_against_kubernetes(recorded, stack):
+    recording = recorded(stack)
     (component,) = recording.of_type(MONITORING)
     kinds = {r.type.rsplit(":", 1)[1] for r in recording.resources if r.parent == component.urn
              and r.type.startswith(("kubernetes:core/", "kubernetes:storage.k8s.io/"))}
@@ -79,8 +64,8 @@ def test_its_builtin_objects_validate_against_kubernetes(programs, stack):
         validate(obj, "1.33")
 
 
-def test_every_child_is_parented_to_the_component(programs):
-    recording = programs["prod"]
+def test_every_child_is_parented_to_the_component(recorded):
+    recording = recorded("prod")
     (component,) = recording.of_type(MONITORING)
     children = [r for r in recording.resources if r.parent == component.urn]
     assert {r.type.rsplit(":", 1)[1] for r in children} >= {
@@ -89,8 +74,8 @@ def test_every_child_is_parented_to_the_component(programs):
 
 
 # -- secrets -----------------------------------------------------------------------------------
-def test_grafana_admin_password_reaches_kubernetes_only_as_a_secret(programs):
-    recording = programs["prod"]
+def test_grafana_admin_password_reaches_kubernetes_only_as_a_secret(recorded):
+    recording = recorded("prod")
     (secret,) = [r for r in recording.of_type("kubernetes:core/v1:Secret") if r.name == "monitoring-grafana-admin"]
     data = secret.inputs["stringData"]      # secret as a whole, or the password entry
     assert is_secret(data) or is_secret(data["admin-password"])
@@ -100,7 +85,7 @@ def test_grafana_admin_password_reaches_kubernetes_only_as_a_secret(programs):
     assert "adminPassword" not in grafana
 
 
-def test_grafana_password_value_appears_in_no_plain_input(programs):
+def test_grafana_password_value_appears_in_no_plain_input(recorded):
     placeholder = f"{PLACEHOLDER_PREFIX}-grafanaAdminPassword"
 
     def plain_strings(value):
@@ -115,39 +100,39 @@ def test_grafana_password_value_appears_in_no_plain_input(programs):
         elif isinstance(value, str):
             yield value
 
-    recording = programs["prod"]
+    recording = recorded("prod")
     leaks = [r.name for r in recording.resources if any(placeholder in s for s in plain_strings(r.inputs))]
     assert leaks == []
     assert any(placeholder in json.dumps(unwrap(r.inputs)) for r in recording.resources)   # it is there, wrapped
 
 
 # -- where things run --------------------------------------------------------------------------
-def test_charts_are_pinned(programs):
-    for chart, release in releases(programs["prod"]).items():
+def test_charts_are_pinned(recorded):
+    for chart, release in releases(recorded("prod")).items():
         assert PINNED.match(release["version"].lstrip("v")), chart
 
 
-def test_prometheus_stack_runs_on_system_nodes_with_retention_and_a_volume(programs):
-    values = releases(programs["prod"])["kube-prometheus-stack"]["values"]
+def test_prometheus_stack_runs_on_system_nodes_with_retention_and_a_volume(recorded):
+    values = releases(recorded("prod"))["kube-prometheus-stack"]["values"]
     spec = values["prometheus"]["prometheusSpec"]
     for part in (spec, values["alertmanager"]["alertmanagerSpec"], values["grafana"], values["prometheusOperator"]):
         assert part["nodeSelector"] == {"llm-serving.io/role": "system"}
     assert spec["retention"] and spec["retentionSize"]
     claim = spec["storageSpec"]["volumeClaimTemplate"]["spec"]
-    storage_class = named(programs["prod"], "StorageClass", claim["storageClassName"])
+    storage_class = named(recorded("prod"), "StorageClass", claim["storageClassName"])
     assert storage_class["parameters"] == {"type": "gp3", "encrypted": "true"}
 
 
 @pytest.mark.parametrize("stack, replicas", [("prod", 2), ("dev", 1)])
-def test_prometheus_and_alertmanager_survive_a_zone_loss_when_the_plan_does(programs, stack, replicas):
-    values = releases(programs[stack])["kube-prometheus-stack"]["values"]
+def test_prometheus_and_alertmanager_survive_a_zone_loss_when_the_plan_does(recorded, stack, replicas):
+    values = releases(recorded(stack))["kube-prometheus-stack"]["values"]
     for spec in (values["prometheus"]["prometheusSpec"], values["alertmanager"]["alertmanagerSpec"]):
         assert spec["replicas"] == replicas
         assert (spec.get("podAntiAffinityTopologyKey") == "topology.kubernetes.io/zone") == (replicas == 2)
 
 
-def test_dcgm_exporter_runs_on_gpu_nodes_through_their_taint(programs):
-    values = releases(programs["prod"])["dcgm-exporter"]["values"]
+def test_dcgm_exporter_runs_on_gpu_nodes_through_their_taint(recorded):
+    values = releases(recorded("prod"))["dcgm-exporter"]["values"]
     assert values["nodeSelector"] == {"llm-serving.io/role": "gpu"}
     gpu_taint = {"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
     assert gpu_taint in values["tolerations"]
@@ -161,8 +146,8 @@ def _pod_templates(recording, labels: dict) -> list[dict]:
 
 
 @pytest.mark.parametrize("monitor", ["vllm", "endpoint-picker"])
-def test_pod_monitor_selects_pods_and_a_port_they_expose(programs, monitor):
-    recording = programs["prod"]
+def test_pod_monitor_selects_pods_and_a_port_they_expose(recorded, monitor):
+    recording = recorded("prod")
     spec = named(recording, "PodMonitor", monitor)["spec"]
     templates = _pod_templates(recording, spec["selector"]["matchLabels"])
     assert templates
@@ -175,28 +160,28 @@ def test_pod_monitor_selects_pods_and_a_port_they_expose(programs, monitor):
     assert namespaces == set(spec["namespaceSelector"]["matchNames"])
 
 
-def test_vllm_series_get_a_zone_label_from_the_pod(programs):
-    endpoint = named(programs["prod"], "PodMonitor", "vllm")["spec"]["podMetricsEndpoints"][0]
+def test_vllm_series_get_a_zone_label_from_the_pod(recorded):
+    endpoint = named(recorded("prod"), "PodMonitor", "vllm")["spec"]["podMetricsEndpoints"][0]
     assert {"action": "replace", "sourceLabels": ["__meta_kubernetes_pod_label_llm_serving_io_zone"],
             "targetLabel": "zone"} in endpoint["relabelings"]
 
 
-def test_no_endpoint_picker_monitor_without_the_inference_extension(programs):
-    assert [o for o in objects(programs["dev"], "PodMonitor") if o["metadata"]["name"] == "endpoint-picker"] == []
+def test_no_endpoint_picker_monitor_without_the_inference_extension(recorded):
+    assert [o for o in objects(recorded("dev"), "PodMonitor") if o["metadata"]["name"] == "endpoint-picker"] == []
 
 
 # -- the plan reaches the rules and the dashboard ------------------------------------------------
 @pytest.mark.parametrize("stack", ["prod", "dev"])
-def test_deployed_rules_are_the_ones_built_from_the_plan(programs, stack):
+def test_deployed_rules_are_the_ones_built_from_the_plan(recorded, stack):
     settings, plan = plan_for(stack)
-    deployed = named(programs[stack], "PrometheusRule", "llm-serving")["spec"]["groups"]
+    deployed = named(recorded(stack), "PrometheusRule", "llm-serving")["spec"]["groups"]
     assert json.loads(json.dumps(deployed, sort_keys=True)) == json.loads(
         json.dumps(rule_groups(plan, settings.serving.namespace), sort_keys=True))
 
 
 @pytest.mark.parametrize("stack", ["prod", "dev"])
-def test_every_dashboard_panel_states_its_unit_and_has_a_query(programs, stack):
-    panels = dashboard(programs[stack])["panels"]
+def test_every_dashboard_panel_states_its_unit_and_has_a_query(recorded, stack):
+    panels = dashboard(recorded(stack))["panels"]
     assert panels
     for panel in panels:
         assert panel["fieldConfig"]["defaults"].get("unit"), panel["title"]
@@ -207,9 +192,9 @@ def _lines(panel: dict) -> set[float]:
     return {s["value"] for s in panel["fieldConfig"]["defaults"]["thresholds"]["steps"] if s["value"] is not None}
 
 
-def test_dashboard_draws_slo_and_capacity_lines_from_the_plan(programs):
+def test_dashboard_draws_slo_and_capacity_lines_from_the_plan(recorded):
     _, plan = plan_for("prod")
-    panels = {p["title"]: p for p in dashboard(programs["prod"])["panels"]}
+    panels = {p["title"]: p for p in dashboard(recorded("prod"))["panels"]}
     w = plan.request.workload
     assert w.ttft_slo_s in _lines(panels["p95 time to first token"])
     assert w.tpot_slo_s in _lines(panels["p95 time per output token"])

@@ -34,6 +34,7 @@ def test_spread_is_even_where_slots_allow():
 
 def test_tp_group_never_spans_nodes_and_nodes_report_idle_gpus():
     p = plan(PlanRequest(Workload(qps=30), pools=pools(2, 2), tp=4))
+    assert p.nodes
     for node in p.nodes:
         assert node.gpus_used + node.gpus_idle == 8
         assert node.gpus_used % 4 == 0

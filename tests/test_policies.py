@@ -1,7 +1,7 @@
 """The guard policy pack: layouts in, violations out, by policy name.
 
 Two tables: layouts the program builds from stack-config variations, and hand-built resource
-sets for what the program cannot produce. Both go through `policies.offline.evaluate`, which
+sets for what the program cannot produce. Both go through `offline.policy_run.evaluate`, which
 runs the pack's own policy functions. Every policy has a failing and a passing case.
 """
 from __future__ import annotations
@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from llmserve.engine import SECRET_SIG, SIG_KEY, Recording, Registration, is_secret
-from policies.offline import evaluate
-from policies.registry import RULES, levels
+from offline.engine import Recording, Registration
+from offline.values import SECRET_SIG, SIG_KEY, is_secret
+from offline.policy_run import evaluate
+from policies.registry import RULES, levels, pack_environment
+from tests.stacks import stack_config
 
 ROOT = Path(__file__).resolve().parent.parent
 ALL_POLICIES = {r.name for r in RULES}
@@ -431,8 +433,18 @@ def test_levels_per_stack(stack, level):
     assert {name: lvl.value for name, lvl in config.items()} == expected
 
 
-def test_a_stack_without_a_config_file_is_treated_like_prod():
-    assert {lvl.value for lvl in levels("no-such-stack").values()} == {"mandatory"}
+def test_an_environment_without_a_config_file_is_treated_like_prod():
+    assert {lvl.value for lvl in levels("no-such-environment").values()} == {"mandatory"}
+
+
+@pytest.mark.parametrize("environ, environment", [
+    ({"PULUMI_STACK": "mine", "PULUMI_CONFIG": '{"llm-serving:environment": "prod", "aws:region": "us-east-1"}'}, "prod"),
+    ({"PULUMI_STACK": "dev"}, None),                       # no config: not guessed from the stack name
+    ({"PULUMI_STACK": "dev", "PULUMI_CONFIG": "not json"}, None),
+    ({"PULUMI_STACK": "dev", "PULUMI_CONFIG": '{"aws:region": "us-east-1"}'}, None),
+])
+def test_the_pack_reads_the_environment_from_the_stack_config(environ, environment):
+    assert pack_environment(environ) == environment
 
 
 def test_dev_violations_are_advisory():
@@ -445,7 +457,7 @@ def test_dev_violations_are_advisory():
 
 # -- the pack as the CLI runs it ------------------------------------------------------------
 def test_importing_the_policy_modules_does_not_block():
-    code = ("import policies, policies.registry, policies.offline, policies.failure_domains, "
+    code = ("import policies, policies.registry, offline.policy_run, policies.failure_domains, "
             "policies.security, policies.cost; print(len(policies.registry.POLICIES))")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
@@ -466,13 +478,14 @@ def test_the_pack_starts_its_analyzer_server():
         proc.wait(timeout=10)
 
 
-def _served_violations(recording, stack: str) -> list[dict]:
-    """The pack run as the CLI runs it: a subprocess serving the analyzer over gRPC, sent each
-    resource's inputs (Analyze) and the whole graph's outputs (AnalyzeStack), secrets wrapped."""
+def _served_violations(recording, stack: str, environment: str | None = None) -> list[dict]:
+    """The pack run as the CLI runs it: a subprocess serving the analyzer over gRPC (the stack's
+    config in PULUMI_CONFIG, environment = the stack name unless given), sent each resource's
+    inputs (Analyze) and the whole graph's outputs (AnalyzeStack), secrets wrapped."""
     import os
 
     import grpc
-    from google.protobuf import struct_pb2
+    from google.protobuf import empty_pb2, struct_pb2
     from pulumi.runtime.proto import analyzer_pb2 as pb
     from pulumi.runtime.proto import analyzer_pb2_grpc
 
@@ -484,11 +497,15 @@ def _served_violations(recording, stack: str) -> list[dict]:
     level = {pb.ADVISORY: "advisory", pb.MANDATORY: "mandatory"}
     proc = subprocess.Popen([sys.executable, "-m", "pulumi.policy", "127.0.0.1:0", "policies"], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PULUMI_STACK": stack})
+                            env={**os.environ, "PULUMI_STACK": stack,
+                                 "PULUMI_CONFIG": json.dumps({"llm-serving:environment": environment or stack})})
     try:
         port = proc.stdout.readline().strip()
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
             stub = analyzer_pb2_grpc.AnalyzerStub(channel)
+            # As the CLI does without --policy-pack-config: the pack's initial config becomes its config.
+            info = stub.GetAnalyzerInfo(empty_pb2.Empty())
+            stub.Configure(pb.ConfigureAnalyzerRequest(policyConfig=info.initialConfig))
             found = []
             for r in recording.resources:
                 resp = stub.Analyze(pb.AnalyzeRequest(type=r.type, properties=struct(r.inputs), urn=r.urn,
@@ -530,3 +547,16 @@ def test_the_served_pack_judges_a_program_layout_as_the_offline_preview_does(bui
     offline = evaluate(recording, "prod")
     assert names(offline) == SPREAD_AND_CAPACITY | {"eks-api-endpoint-restricted"}
     assert sorted(map(_key, _served_violations(recording, "prod"))) == sorted(map(_key, offline))
+
+
+@pytest.mark.parametrize("environment, level", [("prod", "mandatory"), ("dev", "advisory")])
+def test_a_stack_named_mine_gets_its_environments_levels_offline_and_in_the_pack(build_program, environment, level):
+    """Levels are keyed by the environment in both places, never by the stack's name (`mine` has
+    no config file of its own: keyed by name, the pack would make every policy mandatory)."""
+    config = {**stack_config(environment), "llm-serving:apiAllowedCidrs": ["0.0.0.0/0"]}
+    recording = build_program("mine", config=config)
+    assert recording.settings.environment == environment
+    offline = evaluate(recording, recording.settings.environment)
+    assert ("eks-api-endpoint-restricted", level) in {(v["policy"], v["level"]) for v in offline}
+    served = _served_violations(recording, "mine", environment=environment)
+    assert sorted(map(_key, served)) == sorted(map(_key, offline))

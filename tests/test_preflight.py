@@ -203,7 +203,7 @@ def test_preflight_invalid_config_exits_2_with_one_line(capsys, tmp_path):
     assert main(["preflight", "--stack", "bad", "--config", str(path)]) == 2
     captured = capsys.readouterr()
     assert captured.err.splitlines() == [
-        "error: llm-serving:model.tensorParallel: 16 is larger than a p5.48xlarge node (8 GPUs); "
+        f"error: --config {path}: llm-serving:model.tensorParallel: 16 is larger than a p5.48xlarge node (8 GPUs); "
         "a TP group never spans nodes, use at most 8"]
     assert captured.out == ""
 

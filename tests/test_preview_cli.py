@@ -8,9 +8,10 @@ import json
 import pytest
 import yaml
 
-import llmserve.engine as engine
+import offline.engine as engine
 from llmserve.cli import main
-from llmserve.engine import PLACEHOLDER_PREFIX, Recording, Registration
+from offline.engine import PLACEHOLDER_PREFIX, Recording, Registration
+from offline.stack import load_stack as load_stack_and_plan
 from settings import load_stack, read_stack_config, stack_file
 from sizing.planner import plan as make_plan
 from sizing.report import plan_to_dict
@@ -36,10 +37,10 @@ def write_stack(tmp_path, name: str, **overrides) -> str:
 @pytest.fixture
 def policies(monkeypatch):
     """policies(result): make the policy pack report `result` for any recording."""
-    import policies.offline
+    import offline.policy_run
 
     def use(result: list[dict]):
-        monkeypatch.setattr(policies.offline, "evaluate", lambda recording, environment: [dict(v) for v in result])
+        monkeypatch.setattr(offline.policy_run, "evaluate", lambda recording, environment: [dict(v) for v in result])
     return use
 
 
@@ -114,7 +115,9 @@ def test_a_secret_in_a_plain_input_is_hidden_and_fails_the_preview(capsys, monke
     leak = Registration(urn=urn, type="kubernetes:core/v1:ConfigMap", name="leaky", id="leaky",
                         inputs={"data": {"token": f"{PLACEHOLDER_PREFIX}-hubToken"}}, outputs={}, parent="",
                         dependencies=[], property_dependencies={}, provider="", custom=True)
-    monkeypatch.setattr(engine, "run_program", lambda stack, raw: Recording(stack=stack, resources=[leak]))
+    prod = load_stack_and_plan("prod")
+    monkeypatch.setattr(engine, "run_program", lambda stack, raw: Recording(
+        stack=stack, resources=[leak], settings=prod.settings, plan=prod.plan))
     code, out, _ = run(capsys, "--stack", "prod", "--json")
     doc = json.loads(out)
     assert code == 1
@@ -148,7 +151,7 @@ def test_invalid_config_exits_2_with_the_settings_message(capsys, tmp_path):
                                                   {"zone": "us-east-1b", "instanceType": "p5.48xlarge"}])
     code, out, err = run(capsys, "--stack", "bad", "--config", path)
     assert code == 2 and out == ""
-    assert err.splitlines() == ["error: llm-serving:gpuPools[0].zone: 'us-west-2a' is not a zone of the stack's "
+    assert err.splitlines() == [f"error: --config {path}: llm-serving:gpuPools[0].zone: 'us-west-2a' is not a zone of the stack's "
                                 "region us-east-1; use a zone such as us-east-1a"]
 
 
@@ -156,13 +159,13 @@ def test_config_that_cannot_be_planned_exits_2(capsys, tmp_path):
     path = write_stack(tmp_path, "heavy", workload={"qps": 400, "inputTokens": 1000, "outputTokens": 300})
     code, out, err = run(capsys, "--stack", "heavy", "--config", path)
     assert code == 2 and out == ""
-    assert len(err.splitlines()) == 1 and err.startswith("error: no plan for this stack config: ")
+    assert len(err.splitlines()) == 1 and err.startswith(f"error: --config {path}: no plan for this stack config: ")
 
 
 def test_missing_stack_file_exits_2(capsys):
     code, _, err = run(capsys, "--stack", "nope")
     assert code == 2
-    assert err.splitlines() == [f"error: {stack_file('nope')}: no such stack file; create it or pass --config PATH"]
+    assert err.splitlines() == [f"error: --stack nope: {stack_file('nope')}: no such stack file; create it or pass --config PATH"]
 
 
 def test_config_file_replaces_the_stack_file(capsys, tmp_path, policies):

@@ -10,8 +10,8 @@ import json
 import pulumi
 import pytest
 
-from llmserve.engine import is_secret, run_program, unwrap
-from settings import load_stack, read_stack_config, stack_file
+from offline.engine import is_secret, unwrap
+from settings import load_stack
 from sizing.planner import plan as make_plan
 
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
@@ -23,22 +23,17 @@ K8S_PROVIDER = "pulumi:providers:kubernetes"
 STACKS = ["prod", "staging", "dev"]
 
 
-@pytest.fixture(scope="module")
-def built():
-    """built(stack): the stack as committed, built once per module. A recording is plain data once
-    the build returns, so tests that only read it share one; tests that change the config build
-    their own with `build_program`."""
-    cache = {}
-
-    def get(stack: str):
-        if stack not in cache:
-            cache[stack] = run_program(stack, read_stack_config(stack_file(stack)))
-        return cache[stack]
-    return get
-
-
 def gpu_node_groups(rec):
-    return [r for r in rec.of_type(NODE_GROUP) if r.inputs.get("labels", {}).get("llm-serving.io/role") == "gpu"]
+    groups = [r for r in rec.of_type(NODE_GROUP) if r.inputs.get("labels", {}).get("llm-serving.io/role") == "gpu"]
+    assert groups, "no GPU node group recorded"     # the checks below loop over these
+    return groups
+
+
+def found(rec, type_: str):
+    """The recorded resources of a type, at least one (a loop over none would check nothing)."""
+    resources = rec.of_type(type_)
+    assert resources, f"no {type_} recorded"
+    return resources
 
 
 def subnet_zones(rec, subnet_ids):
@@ -53,13 +48,13 @@ def launch_template_of(rec, node_group):
 
 # -- GPU node pools ------------------------------------------------------------------------------
 @pytest.mark.parametrize("stack", STACKS)
-def test_one_gpu_node_group_per_configured_pool(built, stack):
-    rec = built(stack)
+def test_one_gpu_node_group_per_configured_pool(recorded, stack):
+    rec = recorded(stack)
     assert len(gpu_node_groups(rec)) == len(load_stack(stack).gpuPools)
 
 
-def test_prod_has_two_gpu_node_groups_in_distinct_single_zones(built):
-    rec = built("prod")
+def test_prod_has_two_gpu_node_groups_in_distinct_single_zones(recorded):
+    rec = recorded("prod")
     groups = gpu_node_groups(rec)
     zones = [subnet_zones(rec, g.inputs["subnetIds"]) for g in groups]
     assert len(groups) == 2
@@ -68,16 +63,16 @@ def test_prod_has_two_gpu_node_groups_in_distinct_single_zones(built):
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_gpu_node_group_subnets_lie_in_its_labelled_zone(built, stack):
-    rec = built(stack)
+def test_gpu_node_group_subnets_lie_in_its_labelled_zone(recorded, stack):
+    rec = recorded(stack)
     for g in gpu_node_groups(rec):
         assert subnet_zones(rec, g.inputs["subnetIds"]) == {g.inputs["labels"]["llm-serving.io/zone"]}
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_gpu_node_group_instance_type_and_size_follow_the_stack(built, stack):
+def test_gpu_node_group_instance_type_and_size_follow_the_stack(recorded, stack):
     settings = load_stack(stack)
-    rec = built(stack)
+    rec = recorded(stack)
     expected = {p.zone: (p.instanceType, p.nodes) for p in settings.gpuPools}
     for g in gpu_node_groups(rec):
         zone = g.inputs["labels"]["llm-serving.io/zone"]
@@ -86,21 +81,21 @@ def test_gpu_node_group_instance_type_and_size_follow_the_stack(built, stack):
         assert g.inputs["scalingConfig"] == {"desiredSize": nodes, "minSize": nodes, "maxSize": nodes}
 
 
-def test_prod_gpu_nodes_are_p5_48xlarge(built):
-    rec = built("prod")
+def test_prod_gpu_nodes_are_p5_48xlarge(recorded):
+    rec = recorded("prod")
     assert {t for g in gpu_node_groups(rec) for t in g.inputs["instanceTypes"]} == {"p5.48xlarge"}
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_gpu_node_group_uses_the_nvidia_al2023_ami(built, stack):
-    rec = built(stack)
+def test_gpu_node_group_uses_the_nvidia_al2023_ami(recorded, stack):
+    rec = recorded(stack)
     assert {g.inputs["amiType"] for g in gpu_node_groups(rec)} == {"AL2023_x86_64_NVIDIA"}
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_gpu_node_group_labels_and_taint_follow_the_contract(built, stack):
+def test_gpu_node_group_labels_and_taint_follow_the_contract(recorded, stack):
     plan = make_plan(load_stack(stack).plan_request())
-    rec = built(stack)
+    rec = recorded(stack)
     pools = {p.zone: p.label for p in plan.request.pools}
     for g in gpu_node_groups(rec):
         zone = g.inputs["labels"]["llm-serving.io/zone"]
@@ -111,30 +106,30 @@ def test_gpu_node_group_labels_and_taint_follow_the_contract(built, stack):
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_every_launch_template_requires_imdsv2(built, stack):
-    rec = built(stack)
-    for lt in rec.of_type(LAUNCH_TEMPLATE):
+def test_every_launch_template_requires_imdsv2(recorded, stack):
+    rec = recorded(stack)
+    for lt in found(rec, LAUNCH_TEMPLATE):
         assert lt.inputs["metadataOptions"]["httpTokens"] == "required", lt.name
         assert lt.inputs["metadataOptions"]["httpPutResponseHopLimit"] == 2, lt.name
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_every_launch_template_encrypts_its_volumes(built, stack):
-    rec = built(stack)
-    for lt in rec.of_type(LAUNCH_TEMPLATE):
+def test_every_launch_template_encrypts_its_volumes(recorded, stack):
+    rec = recorded(stack)
+    for lt in found(rec, LAUNCH_TEMPLATE):
         assert lt.inputs["blockDeviceMappings"], lt.name
         assert all(b["ebs"]["encrypted"] == "true" for b in lt.inputs["blockDeviceMappings"]), lt.name
 
 
-def test_every_node_group_has_a_launch_template(built):
-    rec = built("prod")
-    for g in rec.of_type(NODE_GROUP):
+def test_every_node_group_has_a_launch_template(recorded):
+    rec = recorded("prod")
+    for g in found(rec, NODE_GROUP):
         assert launch_template_of(rec, g).inputs["metadataOptions"]["httpTokens"] == "required"
 
 
-def test_gpu_user_data_builds_the_nvme_model_cache(built):
+def test_gpu_user_data_builds_the_nvme_model_cache(recorded):
     import base64
-    rec = built("prod")
+    rec = recorded("prod")
     lt = launch_template_of(rec, gpu_node_groups(rec)[0])
     text = base64.b64decode(lt.inputs["userData"]).decode()
     assert 'Content-Type: multipart/mixed; boundary=' in text
@@ -144,11 +139,11 @@ def test_gpu_user_data_builds_the_nvme_model_cache(built):
 
 
 @pytest.mark.parametrize("stack", ["prod", "staging", "dev"])
-def test_node_shutdown_grace_covers_the_serving_pods_grace(built, stack):
+def test_node_shutdown_grace_covers_the_serving_pods_grace(recorded, stack):
     """A node stop must drain like an eviction: kubelet's grace >= the pod's grace + critical pods."""
     import base64
     import re
-    rec = built(stack)
+    rec = recorded(stack)
     text = base64.b64decode(launch_template_of(rec, gpu_node_groups(rec)[0]).inputs["userData"]).decode()
     node_grace = int(re.search(r"shutdownGracePeriod: (\d+)s", text).group(1))
     critical = int(re.search(r"shutdownGracePeriodCriticalPods: (\d+)s", text).group(1))
@@ -217,25 +212,25 @@ def test_efa_adds_one_interface_per_network_card_in_the_cluster_security_group(b
     assert all(n["securityGroups"] == [cluster.outputs["vpcConfig"]["clusterSecurityGroupId"]] for n in nics)
 
 
-def test_without_efa_the_launch_template_leaves_interfaces_to_eks(built):
-    rec = built("prod")
+def test_without_efa_the_launch_template_leaves_interfaces_to_eks(recorded):
+    rec = recorded("prod")
     _, lt = _pool_b(rec)
     assert "networkInterfaces" not in lt.inputs
 
 
 # -- network ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("stack", STACKS)
-def test_nat_per_zone_only_where_the_settings_ask(built, stack):
+def test_nat_per_zone_only_where_the_settings_ask(recorded, stack):
     settings = load_stack(stack)
-    rec = built(stack)
+    rec = recorded(stack)
     zones = {s.inputs["availabilityZone"] for s in rec.of_type(SUBNET)}
     expected = len(zones) if settings.nat_per_zone else 1
     assert len(rec.of_type("aws:ec2/natGateway:NatGateway")) == expected
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_every_zone_has_a_public_and_a_private_subnet_tagged_for_load_balancers(built, stack):
-    rec = built(stack)
+def test_every_zone_has_a_public_and_a_private_subnet_tagged_for_load_balancers(recorded, stack):
+    rec = recorded(stack)
     by_zone: dict[str, set[str]] = {}
     for s in rec.of_type(SUBNET):
         tags = s.inputs["tags"]
@@ -246,15 +241,15 @@ def test_every_zone_has_a_public_and_a_private_subnet_tagged_for_load_balancers(
     assert all(kinds == {"public", "private"} for kinds in by_zone.values()), by_zone
 
 
-def test_single_zone_dev_still_gives_eks_two_zones(built):
-    rec = built("dev")
+def test_single_zone_dev_still_gives_eks_two_zones(recorded):
+    rec = recorded("dev")
     cluster = rec.of_type(EKS)[0]
     assert len(subnet_zones(rec, cluster.inputs["vpcConfig"]["subnetIds"])) == 2
     assert len(gpu_node_groups(rec)) == 1
 
 
-def test_private_routes_go_through_nat(built):
-    rec = built("prod")
+def test_private_routes_go_through_nat(recorded):
+    rec = recorded("prod")
     private_tables = [r for r in rec.of_type("aws:ec2/routeTable:RouteTable") if "private" in r.name]
     nat_ids = {r.id for r in rec.of_type("aws:ec2/natGateway:NatGateway")}
     assert private_tables
@@ -263,17 +258,17 @@ def test_private_routes_go_through_nat(built):
 
 # -- EKS -------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("stack", STACKS)
-def test_cluster_version_and_endpoint_follow_the_settings(built, stack):
+def test_cluster_version_and_endpoint_follow_the_settings(recorded, stack):
     settings = load_stack(stack)
-    cluster = built(stack).of_type(EKS)[0]
+    cluster = recorded(stack).of_type(EKS)[0]
     vpc = cluster.inputs["vpcConfig"]
     assert cluster.inputs["version"] == settings.kubernetesVersion
     assert vpc["publicAccessCidrs"] == list(settings.apiAllowedCidrs)
     assert vpc["endpointPrivateAccess"] is True
 
 
-def test_cluster_uses_access_entries_encrypted_secrets_and_logs(built):
-    rec = built("prod")
+def test_cluster_uses_access_entries_encrypted_secrets_and_logs(recorded):
+    rec = recorded("prod")
     cluster = rec.of_type(EKS)[0]
     key = rec.of_type("aws:kms/key:Key")[0]
     assert cluster.inputs["accessConfig"]["authenticationMode"] == "API"
@@ -293,20 +288,20 @@ def test_admin_roles_get_cluster_admin_access_entries(build_program):
     assert all(p.inputs["accessScope"] == {"type": "cluster"} for p in policies)
 
 
-def test_core_addons_are_installed(built):
-    rec = built("prod")
+def test_core_addons_are_installed(recorded):
+    rec = recorded("prod")
     assert {a.inputs["addonName"] for a in rec.of_type(ADDON)} == {
         "vpc-cni", "coredns", "kube-proxy", "aws-ebs-csi-driver", "eks-pod-identity-agent"}
 
 
-def test_vpc_cni_enforces_network_policy(built):
-    rec = built("prod")
+def test_vpc_cni_enforces_network_policy(recorded):
+    rec = recorded("prod")
     cni = next(a for a in rec.of_type(ADDON) if a.inputs["addonName"] == "vpc-cni")
     assert json.loads(cni.inputs["configurationValues"])["enableNetworkPolicy"] == "true"
 
 
-def test_ebs_csi_driver_gets_its_role_through_pod_identity(built):
-    rec = built("prod")
+def test_ebs_csi_driver_gets_its_role_through_pod_identity(recorded):
+    rec = recorded("prod")
     csi = next(a for a in rec.of_type(ADDON) if a.inputs["addonName"] == "aws-ebs-csi-driver")
     (assoc,) = csi.inputs["podIdentityAssociations"]
     role = next(r for r in rec.of_type("aws:iam/role:Role") if r.outputs["arn"] == assoc["roleArn"])
@@ -315,9 +310,9 @@ def test_ebs_csi_driver_gets_its_role_through_pod_identity(built):
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_system_node_group_spans_every_zone_with_the_system_label(built, stack):
+def test_system_node_group_spans_every_zone_with_the_system_label(recorded, stack):
     settings = load_stack(stack)
-    rec = built(stack)
+    rec = recorded(stack)
     (system,) = [g for g in rec.of_type(NODE_GROUP) if g.inputs["labels"] == {"llm-serving.io/role": "system"}]
     cluster = rec.of_type(EKS)[0]
     zones = subnet_zones(rec, system.inputs["subnetIds"])
@@ -328,8 +323,8 @@ def test_system_node_group_spans_every_zone_with_the_system_label(built, stack):
 
 
 # -- Kubernetes provider and outputs -----------------------------------------------------------------
-def test_kubernetes_provider_is_built_from_the_cluster(built):
-    rec = built("prod")
+def test_kubernetes_provider_is_built_from_the_cluster(recorded):
+    rec = recorded("prod")
     (provider,) = rec.of_type(K8S_PROVIDER)
     cluster = rec.of_type(EKS)[0]
     assert is_secret(provider.inputs["kubeconfig"])
@@ -339,8 +334,8 @@ def test_kubernetes_provider_is_built_from_the_cluster(built):
                                                                    cluster.outputs["name"]]
 
 
-def test_every_kubernetes_resource_uses_the_cluster_provider(built):
-    rec = built("prod")
+def test_every_kubernetes_resource_uses_the_cluster_provider(recorded):
+    rec = recorded("prod")
     (provider,) = rec.of_type(K8S_PROVIDER)
     k8s = [r for r in rec.resources if r.type.startswith("kubernetes:")]
     assert k8s, "the program registers no Kubernetes resources"
@@ -349,9 +344,9 @@ def test_every_kubernetes_resource_uses_the_cluster_provider(built):
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_outputs_carry_cluster_name_secret_kubeconfig_and_the_plan(built, stack):
+def test_outputs_carry_cluster_name_secret_kubeconfig_and_the_plan(recorded, stack):
     plan = make_plan(load_stack(stack).plan_request())
-    rec = built(stack)
+    rec = recorded(stack)
     out = rec.outputs
     assert out["clusterName"] == rec.of_type(EKS)[0].outputs["name"]
     assert is_secret(out["kubeconfig"])
@@ -369,8 +364,8 @@ def test_invalid_config_fails_the_program_with_the_settings_message(build_progra
                               "us-east-1; use a zone such as us-east-1a")
 
 
-def test_gateway_address_output_is_the_gateways_status_address(built):
-    rec = built("prod")
+def test_gateway_address_output_is_the_gateways_status_address(recorded):
+    rec = recorded("prod")
     (gateway,) = rec.of_type("kubernetes:gateway.networking.k8s.io/v1:Gateway")
     assert rec.outputs["gatewayAddress"] == gateway.outputs["status"]["addresses"][0]["value"]
     assert rec.outputs["gatewayHostname"] == gateway.inputs["spec"]["listeners"][0]["hostname"]

@@ -9,14 +9,13 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from llmserve import render_cmd
 from llmserve.cli import app
-from llmserve.engine import PLACEHOLDER_PREFIX, offline_config
-from llmserve.render_cmd import kubernetes_objects, manifest_name, plain
-from llmserve.validate import is_custom, validate
+from offline.engine import PLACEHOLDER_PREFIX, offline_config
+from offline.manifests import kubernetes_objects, manifest_name
+from offline.values import manifest_value
+from tests.k8s_schema import is_custom, validate
 from settings import load_stack
-from tests.conftest import stack_config
-from tests.test_serving import plan_for, program  # noqa: F401 (fixture)
+from tests.stacks import stack_config
 
 runner = CliRunner()
 
@@ -41,18 +40,18 @@ def manifests(folder: Path) -> list[tuple[Path, dict]]:
     return [(p, yaml.safe_load(p.read_text())) for p in sorted((folder / "manifests").glob("*.yaml"))]
 
 
-def test_render_reports_what_it_wrote_and_writes_the_same_bytes_again(rendered, tmp_path, monkeypatch):
-    monkeypatch.setattr(render_cmd, "HOOK_MODULES", ())
-    monkeypatch.setattr(render_cmd, "RENDER_HOOKS", [])
+def test_render_reports_what_it_wrote_and_writes_the_same_bytes_again(rendered, tmp_path):
     result = render("prod", tmp_path)
     assert result.exit_code == 0
     count = len(list((tmp_path / "manifests").glob("*.yaml")))
     helm = len(list((tmp_path / "helm").glob("*.yaml")))
+    monitoring = len(list((tmp_path / "prometheus").iterdir())) + len(list((tmp_path / "grafana").iterdir()))
     assert result.output.splitlines() == [
         f"wrote {count} Kubernetes objects to {tmp_path / 'manifests'}",
         f"wrote {helm} Helm releases to {tmp_path / 'helm'}",
+        f"wrote {monitoring} more files (Prometheus rules, Grafana dashboards) under {tmp_path}",
     ]
-    for sub in ("manifests", "helm"):
+    for sub in ("manifests", "helm", "prometheus", "grafana"):
         first = {p.name: p.read_bytes() for p in (rendered["prod"] / sub).iterdir()}
         assert first == {p.name: p.read_bytes() for p in (tmp_path / sub).iterdir()}
 
@@ -65,8 +64,8 @@ def test_an_unknown_stack_is_one_line_and_exit_2(tmp_path):
 
 
 @pytest.mark.parametrize("stack", ["prod", "staging", "dev"])
-def test_every_object_the_program_creates_is_rendered(program, rendered, stack):
-    recording = program(stack)
+def test_every_object_the_program_creates_is_rendered(recorded, rendered, stack):
+    recording = recorded(stack)
     expected = sorted(manifest_name(o) for o in kubernetes_objects(recording))
     assert sorted(p.name for p, _ in manifests(rendered[stack])) == expected
     for path, obj in manifests(rendered[stack]):
@@ -117,23 +116,7 @@ def test_a_secret_keeps_its_keys_and_hides_its_values(rendered):
 @pytest.mark.parametrize("value,expected", [
     (2.0, 2), (0.9, 0.9), ({"b": 1.0, "a": [3.0]}, {"a": [3], "b": 1}), ("x", "x"),
 ])
-def test_plain_values(value, expected):
-    assert plain(value) == expected
+def test_manifest_values(value, expected):
+    assert manifest_value(value) == expected
 
 
-def test_render_hooks_run_after_the_manifests(tmp_path, monkeypatch):
-    seen = []
-
-    def hook(ctx):
-        seen.append((ctx.stack, (ctx.out / "manifests").is_dir(), ctx.plan.replicas))
-        path = ctx.out / "prometheus" / "rules.yaml"
-        path.parent.mkdir()
-        path.write_text("groups: []\n")
-        return [path]
-
-    monkeypatch.setattr(render_cmd, "HOOK_MODULES", ())
-    monkeypatch.setattr(render_cmd, "RENDER_HOOKS", [hook])
-    result = render("prod", tmp_path)
-    assert result.exit_code == 0
-    assert seen == [("prod", True, plan_for("prod")[1].replicas)]
-    assert result.output.splitlines()[-1] == f"wrote 1 more files (render hooks) under {tmp_path}"

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from observability.rules import AlertPolicy, alert_names, render_rule_file, rule_groups
-from tests.conftest import stack_config
+from tests.stacks import stack_config
 
 NAMESPACE = "llm-serving"
 POLICY = AlertPolicy()

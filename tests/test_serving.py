@@ -1,7 +1,6 @@
 """The vLLM replicas: placement per zone, arguments, drain, disruption budget, isolation, burst."""
 from __future__ import annotations
 
-import json
 import math
 
 import pytest
@@ -11,12 +10,10 @@ from components.serving import (
     API_PORT, METRICS_PORT, disruption_min_available, startup_budget_s,
     target_qps, zone_node_slots,
 )
-from llmserve.engine import is_secret
-from llmserve.validate import validate
-from settings.load import settings_from_config
-from sizing.planner import plan as make_plan
+from offline.engine import is_secret
+from tests.k8s_schema import validate
 from sizing.report import plan_to_dict
-from tests.conftest import stack_config
+from tests.stacks import plan_for
 
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
 FLAG_FOR_ARG = {
@@ -36,35 +33,13 @@ TWO_NODES_PER_ZONE = {"gpuPools": [{"zone": "us-east-1a", "instanceType": "p5.48
                       "replicas": 6}
 
 
-_BUILT: dict = {}
-
-
-@pytest.fixture
-def program(build_program):
-    """build_program, once per (stack, overrides) for the session: the checks here only read the
-    recording, and each build of the whole program costs most of a second."""
-    def get(stack: str = "prod", overrides: dict | None = None):
-        key = (stack, json.dumps(overrides, sort_keys=True))
-        if key not in _BUILT:
-            _BUILT[key] = build_program(stack, overrides)
-        return _BUILT[key]
-    return get
-
-
-def plan_for(stack: str, overrides: dict | None = None):
-    raw = stack_config(stack)
-    for key, value in (overrides or {}).items():
-        raw[f"llm-serving:{key}"] = value
-    settings = settings_from_config(stack, raw)
-    return settings, make_plan(settings.plan_request())
-
-
 def serving_deployments(recording) -> dict[str, dict]:
     out = {}
     for r in recording.of_type(DEPLOYMENT):
         labels = r.inputs["metadata"].get("labels", {})
         if labels.get("llm-serving.io/role") == "serving":
             out[labels["llm-serving.io/zone"]] = r.inputs
+    assert out, "no serving Deployment recorded"     # the checks below loop over these
     return out
 
 
@@ -81,17 +56,17 @@ def vllm_container(deployment: dict) -> dict:
 # -- placement -----------------------------------------------------------------------------
 @pytest.mark.parametrize("stack,overrides", [("prod", None), ("staging", None), ("dev", None),
                                              ("prod", TWO_NODES_PER_ZONE)])
-def test_one_deployment_per_zone_with_the_planned_replicas(program, stack, overrides):
+def test_one_deployment_per_zone_with_the_planned_replicas(recorded, stack, overrides):
     _, plan = plan_for(stack, overrides)
-    deployments = serving_deployments(program(stack, overrides))
+    deployments = serving_deployments(recorded(stack, overrides))
     assert {z: int(d["spec"]["replicas"]) for z, d in deployments.items()} == \
         {z: n for z, n in plan.replicas_by_zone.items() if n}
 
 
 @pytest.mark.parametrize("stack,overrides", [("prod", None), ("dev", None), ("prod", TWO_NODES_PER_ZONE)])
-def test_pods_land_on_their_zones_gpu_nodes_and_spread_as_planned(program, stack, overrides):
+def test_pods_land_on_their_zones_gpu_nodes_and_spread_as_planned(recorded, stack, overrides):
     _, plan = plan_for(stack, overrides)
-    for zone, d in serving_deployments(program(stack, overrides)).items():
+    for zone, d in serving_deployments(recorded(stack, overrides)).items():
         pod = d["spec"]["template"]["spec"]
         assert pod["nodeSelector"] == {"llm-serving.io/role": "gpu", "topology.kubernetes.io/zone": zone}
         assert {"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"} in pod["tolerations"]
@@ -105,13 +80,13 @@ def test_pods_land_on_their_zones_gpu_nodes_and_spread_as_planned(program, stack
         assert math.ceil(int(d["spec"]["replicas"]) / len(nodes)) == most
 
 
-def test_a_rollout_never_puts_a_pod_beyond_the_plan(program):
-    for d in serving_deployments(program("prod")).values():
+def test_a_rollout_never_puts_a_pod_beyond_the_plan(recorded):
+    for d in serving_deployments(recorded("prod")).values():
         assert d["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 0.0, "maxUnavailable": 1.0}
 
 
-def test_zones_roll_one_after_another(program):
-    recording = program("prod")
+def test_zones_roll_one_after_another(recorded):
+    recording = recorded("prod")
     by_urn = {r.urn: r for r in recording.of_type(DEPLOYMENT)}
     deployments = [r for r in recording.of_type(DEPLOYMENT) if r.name.startswith("serving-")]
     assert any(dep in by_urn for dep in deployments[1].dependencies)
@@ -119,9 +94,9 @@ def test_zones_roll_one_after_another(program):
 
 # -- the container -------------------------------------------------------------------------
 @pytest.mark.parametrize("stack,overrides", [("prod", None), ("dev", None), ("prod", OTHER_WORKLOAD)])
-def test_every_vllm_argument_is_the_plans(program, stack, overrides):
+def test_every_vllm_argument_is_the_plans(recorded, stack, overrides):
     _, plan = plan_for(stack, overrides)
-    for d in serving_deployments(program(stack, overrides)).values():
+    for d in serving_deployments(recorded(stack, overrides)).values():
         f = flags(d)
         for arg, flag in FLAG_FOR_ARG.items():
             assert f[flag] == str(plan.model_args[arg]), flag
@@ -133,15 +108,15 @@ def test_every_vllm_argument_is_the_plans(program, stack, overrides):
 
 @pytest.mark.parametrize("flag", sorted(set(FLAG_FOR_ARG.values()) - {"--gpu-memory-utilization"})
                          + ["--shutdown-timeout"])
-def test_every_argument_changes_when_the_plan_changes(program, flag):
+def test_every_argument_changes_when_the_plan_changes(recorded, flag):
     # gpu-memory-utilization comes from the efficiency profile, and both profiles say 0.9.
-    first = {f[flag] for f in map(flags, serving_deployments(program("prod")).values())}
-    second = {f[flag] for f in map(flags, serving_deployments(program("prod", OTHER_WORKLOAD)).values())}
+    first = {f[flag] for f in map(flags, serving_deployments(recorded("prod")).values())}
+    second = {f[flag] for f in map(flags, serving_deployments(recorded("prod", OTHER_WORKLOAD)).values())}
     assert first.isdisjoint(second), flag
 
 
-def test_shared_memory_and_model_cache(program):
-    for d in serving_deployments(program("prod")).values():
+def test_shared_memory_and_model_cache(recorded):
+    for d in serving_deployments(recorded("prod")).values():
         volumes = {v["name"]: v for v in d["spec"]["template"]["spec"]["volumes"]}
         assert volumes["shm"]["emptyDir"]["medium"] == "Memory"
         assert volumes["model-cache"]["hostPath"]["path"] == "/mnt/models"
@@ -150,9 +125,9 @@ def test_shared_memory_and_model_cache(program):
         assert {e["name"]: e.get("value") for e in vllm_container(d)["env"]}["HF_HOME"].startswith(mounts["model-cache"])
 
 
-def test_probes_use_health_and_the_startup_budget_fits_a_cold_70b_load(program):
+def test_probes_use_health_and_the_startup_budget_fits_a_cold_70b_load(recorded):
     _, plan = plan_for("prod")
-    for d in serving_deployments(program("prod")).values():
+    for d in serving_deployments(recorded("prod")).values():
         c = vllm_container(d)
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
             assert c[probe]["httpGet"]["path"] == "/health"
@@ -171,10 +146,10 @@ def test_drain_fits_inside_the_grace_period(longest_s):
 
 
 @pytest.mark.parametrize("stack", ["prod", "staging", "dev"])
-def test_the_deployment_carries_the_drain_it_was_sized_for(program, stack):
+def test_the_deployment_carries_the_drain_it_was_sized_for(recorded, stack):
     _, plan = plan_for(stack)
     t = drain_timing(longest_request_s(plan))
-    for d in serving_deployments(program(stack)).values():
+    for d in serving_deployments(recorded(stack)).values():
         pod = d["spec"]["template"]["spec"]
         assert int(pod["terminationGracePeriodSeconds"]) == t.grace_period_s
         assert int(vllm_container(d)["lifecycle"]["preStop"]["sleep"]["seconds"]) == t.pre_stop_s
@@ -204,9 +179,9 @@ def test_pdb_lets_a_node_drain_and_keeps_the_surviving_target(replicas, after_lo
 
 
 @pytest.mark.parametrize("stack,overrides", [("prod", None), ("dev", None), ("prod", TWO_NODES_PER_ZONE)])
-def test_the_recorded_pdb_is_the_plans(program, stack, overrides):
+def test_the_recorded_pdb_is_the_plans(recorded, stack, overrides):
     _, plan = plan_for(stack, overrides)
-    pdb = program(stack, overrides).named("serving-pdb").inputs["spec"]
+    pdb = recorded(stack, overrides).named("serving-pdb").inputs["spec"]
     assert int(pdb["minAvailable"]) == disruption_min_available(
         plan.replicas, plan.replicas_after_loss, max(n.replicas for n in plan.nodes))
     assert pdb["selector"]["matchLabels"] == {"app.kubernetes.io/name": "vllm", "llm-serving.io/role": "serving"}
@@ -214,9 +189,9 @@ def test_the_recorded_pdb_is_the_plans(program, stack, overrides):
 
 # -- contract, isolation, secrets ----------------------------------------------------------
 @pytest.mark.parametrize("stack", ["prod", "dev"])
-def test_workloads_carry_the_plan_for_the_policies(program, stack):
+def test_workloads_carry_the_plan_for_the_policies(recorded, stack):
     settings, plan = plan_for(stack)
-    for zone, d in serving_deployments(program(stack)).items():
+    for zone, d in serving_deployments(recorded(stack)).items():
         a = d["metadata"]["annotations"]
         assert a["llm-serving.io/zone"] == zone
         assert float(a["llm-serving.io/target-qps"]) == pytest.approx(target_qps(plan), abs=1e-4)
@@ -241,8 +216,8 @@ def _ingress_ports(policy: dict) -> dict[int, list]:
     return out
 
 
-def test_only_the_gateway_reaches_the_api_and_only_monitoring_the_metrics(program):
-    recording = program("prod")
+def test_only_the_gateway_reaches_the_api_and_only_monitoring_the_metrics(recorded):
+    recording = recorded("prod")
     policies = [r.inputs["spec"] for r in recording.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")
                 if r.inputs["metadata"]["namespace"] == "llm-serving"]
     assert {"podSelector": {}, "policyTypes": ["Ingress"]} in policies
@@ -259,21 +234,21 @@ def test_only_the_gateway_reaches_the_api_and_only_monitoring_the_metrics(progra
     assert pods == [{"app.kubernetes.io/name": "endpoint-picker", "llm-serving.io/role": "gateway"}]
 
 
-def test_hub_token_reaches_kubernetes_only_as_a_secret(program):
-    secret = program("prod").named("serving-hub-token").inputs
+def test_hub_token_reaches_kubernetes_only_as_a_secret(recorded):
+    secret = recorded("prod").named("serving-hub-token").inputs
     assert is_secret(secret["stringData"])
-    env = vllm_container(next(iter(serving_deployments(program("prod")).values())))["env"]
+    env = vllm_container(next(iter(serving_deployments(recorded("prod")).values())))["env"]
     assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hub-token", "key": "HF_TOKEN"}}} in env
 
 
 # -- burst scaling -------------------------------------------------------------------------
-def test_burst_scaling_is_off_by_default(program):
-    assert program("prod").of_type("kubernetes:keda.sh/v1alpha1:ScaledObject") == []
+def test_burst_scaling_is_off_by_default(recorded):
+    assert recorded("prod").of_type("kubernetes:keda.sh/v1alpha1:ScaledObject") == []
 
 
-def test_burst_scaling_fills_the_nodes_idle_gpus(program):
+def test_burst_scaling_fills_the_nodes_idle_gpus(recorded):
     _, plan = plan_for("prod")
-    recording = program("prod", {"serving": {"burstScaling": True}})
+    recording = recorded("prod", {"serving": {"burstScaling": True}})
     scaled = {r.inputs["metadata"]["name"]: r.inputs for r in recording.of_type("kubernetes:keda.sh/v1alpha1:ScaledObject")}
     assert sorted(scaled) == sorted(f"vllm-{z}" for z in plan.replicas_by_zone)
     for zone, count in plan.replicas_by_zone.items():

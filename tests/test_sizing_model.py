@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from sizing.catalog import load_catalog
-from sizing.model import ReplicaModel, Shape, SizingError, Workload, check_shape
+from sizing.model import ReplicaModel, Shape, SizingError, Workload, check_shape, memory
 from sizing.profiles import get_profile
 from sizing.queueing import erlang_c_wait, md1_wait, poisson_quantile
 
@@ -42,21 +42,24 @@ def test_capacity_is_where_tpot_meets_the_slo():
     assert r.tpot_s(cap) == pytest.approx(0.040, rel=1e-9)
 
 
-@pytest.mark.parametrize("model,instance,tp,weights,message", [
-    ("llama-3-70b", "p5.48xlarge", 1, "fp8", "fp8 weights of llama-3-70b need 70.6 GB per GPU at TP=1, more than the 68.0 GB usable on a h100-sxm (raise TP, use fp8 weights or a larger GPU)"),
-    ("llama-3.1-405b", "p5.48xlarge", 8, "bf16", "bf16 weights of llama-3.1-405b need 101.5 GB per GPU at TP=8, more than the 68.0 GB usable on a h100-sxm (raise TP, use fp8 weights or a larger GPU)"),
-    ("llama-3-70b", "p5.48xlarge", 16, "fp8", "tensor parallel 16 exceeds the 8 GPUs of one p5.48xlarge node (a TP group never spans nodes)"),
-    ("llama-3-70b", "p5.48xlarge", 3, "fp8", "tensor parallel 3 does not divide the 64 attention heads of llama-3-70b"),
+@pytest.mark.parametrize("model,instance,tp,weights,option,message", [
+    ("llama-3-70b", "p5.48xlarge", 1, "fp8", "--weights", "fp8 weights of llama-3-70b need 70.6 GB per GPU at TP=1, more than the 68.0 GB usable on a h100-sxm (raise TP, use fp8 weights or a larger GPU)"),
+    ("llama-3.1-405b", "p5.48xlarge", 8, "bf16", "--weights", "bf16 weights of llama-3.1-405b need 101.5 GB per GPU at TP=8, more than the 68.0 GB usable on a h100-sxm (raise TP, use fp8 weights or a larger GPU)"),
+    ("llama-3-70b", "p5.48xlarge", 16, "fp8", "--tp", "tensor parallel 16 exceeds the 8 GPUs of one p5.48xlarge node (a TP group never spans nodes)"),
+    ("llama-3-70b", "p5.48xlarge", 3, "fp8", "--tp", "tensor parallel 3 does not divide the 64 attention heads of llama-3-70b"),
 ])
-def test_shapes_that_cannot_run(model, instance, tp, weights, message):
+def test_shapes_that_cannot_run(model, instance, tp, weights, option, message):
     shape = Shape(CAT.model(model), CAT.instance(instance), tp, weights, "bf16")
     with pytest.raises(SizingError) as exc:
         check_shape(shape, Workload(), REF)
-    assert str(exc.value) == message
+    assert (exc.value.option, str(exc.value)) == (option, message)
 
 
 def test_405b_fp8_fits_on_one_p5_node():
-    check_shape(Shape(CAT.model("llama-3.1-405b"), CAT.instance("p5.48xlarge"), 8, "fp8", "bf16"), Workload(), REF)
+    shape = Shape(CAT.model("llama-3.1-405b"), CAT.instance("p5.48xlarge"), 8, "fp8", "bf16")
+    check_shape(shape, Workload(), REF)          # raises SizingError if it does not fit
+    mem = memory(shape, Workload(), REF)
+    assert mem.weights_per_gpu_gb < mem.usable_per_gpu_gb and mem.max_seqs_kv >= 1
 
 
 def test_kv_limit_binds_when_sequences_no_longer_fit():

@@ -12,7 +12,7 @@ Imports sizing, simulator, observability and settings; never llmserve (the CLI s
 
 from __future__ import annotations
 
-DEFAULT_NAMESPACE = "llm-serving"      # settings' default serving namespace, for the reference design
+from conventions import SERVING_NAMESPACE as DEFAULT_NAMESPACE   # the reference design's (settings' default)
 
 
 def load_plan(stack: str | None):

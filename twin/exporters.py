@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from conventions import GATEWAY_CONTROLLER_NAMESPACE
+
 from . import vllm_metrics as vm
 from .timeline import Timeline, values_at
 
@@ -83,7 +85,7 @@ class Exporters:
                                            {"namespace": self.namespace, "pod": rep.pod, "zone": rep.zone}))
             self.targets.append(Target("kube-state-metrics", self._serve(self._kube_state), "/metrics", {}))
             self.targets.append(Target("envoy", self._serve(self._envoy), "/stats/prometheus",
-                                       {"namespace": "envoy-gateway-system", "pod": "envoy-twin-0"}))
+                                       {"namespace": GATEWAY_CONTROLLER_NAMESPACE, "pod": "envoy-twin-0"}))
         except BaseException:
             self.close()
             raise

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from conventions import VLLM_VERSION
 from sizing.planner import Plan
 
 from . import efficiency as eff
@@ -35,7 +36,7 @@ def print_twin(r: TwinReport, stack: str) -> None:
     if r.failure is not None:
         back = f", back at {r.failure.end_s:g} s" if r.failure.end_s is not None else ", not back"
         scenario = f"; {r.failure.zone} lost at {r.failure.start_s:g} s{back}"
-    console.print(f"Twin of {stack}: {r.plan.replicas} emulated vLLM 0.29.0 replicas ({zones}) at {r.qps:g} QPS "
+    console.print(f"Twin of {stack}: {r.plan.replicas} emulated vLLM {VLLM_VERSION} replicas ({zones}) at {r.qps:g} QPS "
                   f"for {r.duration_s:g} s{scenario}" + (f"; replicas {r.slowdown:g}x slower than planned"
                                                         if r.slowdown != 1 else "") + ".")
     console.print(f"Clock: {r.scale:g}x (one wall-clock second is {r.scale:g} simulated seconds). Every rule duration "

@@ -1,4 +1,4 @@
-"""Run the pack's policies on a recorded resource graph, without the Pulumi CLI.
+"""Run the pack's policies (`policies/`) on a recorded resource graph, without the Pulumi CLI.
 
 `evaluate(recording, environment)` hands the very policy functions of the pack the arguments the
 CLI's analyzer would: resource policies get each resource's inputs (`ResourceValidationArgs`),
@@ -18,24 +18,13 @@ from pulumi_policy import (
 )
 from pulumi_policy.proxy import UnknownValueError, unknown_checking_proxy
 
-from llmserve.engine import is_secret
+from policies.registry import RULES, levels
 
-from .registry import RULES, levels
-
-
-def _plain(value: Any) -> Any:
-    """What the analyzer's deserializer makes of a value: secrets unwrapped, unknowns kept."""
-    if is_secret(value):
-        return _plain(value.get("value"))
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
+from .values import unwrap
 
 
 def _props(value: dict) -> Any:
-    return unknown_checking_proxy(_plain(dict(value or {})))
+    return unknown_checking_proxy(unwrap(dict(value or {})))
 
 
 def _options(reg) -> PolicyResourceOptions:

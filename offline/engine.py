@@ -1,9 +1,10 @@
 """Run `__main__.py` under Pulumi's mock engine and record the resource graph.
 
-This is the offline preview's engine, and the tests' (one fixture builds the program per test):
+This is the recording engine behind the offline preview, render, the offline policy run and the
+tests (one session fixture records each stack):
 no Pulumi CLI, no cloud. Every registration is kept with its type, name, inputs, parent,
 dependencies, property dependencies and provider. Secrets are kept wrapped and shown only as
-`[secret]` by `redacted()`.
+`[secret]` by `offline.values.redacted()`.
 
 Mocks return the computed outputs real providers would (ids, names, ARNs, endpoints), or
 dependent inputs would silently vanish from later registrations.
@@ -19,11 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import conventions
+
+# Re-exported: what reads a recording reads its values with these (offline/values.py).
+from .values import SECRET_SIG, SIG_KEY, is_secret, redacted, unwrap, walk, wrap_secret  # noqa: F401
+
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAM = ROOT / "__main__.py"
-PROJECT = "llm-serving"
-SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"     # Pulumi's secret signature key
-SIG_KEY = "4dabf18193072939515e22adb298388d"        # the key that carries it in deserialized inputs
+PROJECT = conventions.PROJECT
 PLACEHOLDER_PREFIX = "offline-preview-secret"
 
 
@@ -48,6 +52,8 @@ class Recording:
     resources: list[Registration] = field(default_factory=list)
     outputs: dict = field(default_factory=dict)
     invokes: list[tuple[str, dict]] = field(default_factory=list)
+    settings: Any = None      # the StackSettings the program built (settings.StackSettings)
+    plan: Any = None          # the sizing plan the program built from them (sizing.planner.Plan)
 
     def of_type(self, type_: str) -> list[Registration]:
         return [r for r in self.resources if r.type == type_]
@@ -60,34 +66,6 @@ class Recording:
             if r.name == name:
                 return r
         raise KeyError(name)
-
-
-def is_secret(value: Any) -> bool:
-    """A secret as recorded: `rpc.deserialize_properties` wraps one as {SIG_KEY: SECRET_SIG, "value": ...}
-    (resource inputs); `_resolve` as {SECRET_SIG: SECRET_SIG, "value": ...} (stack outputs)."""
-    return isinstance(value, dict) and SECRET_SIG in (value.get(SIG_KEY), value.get(SECRET_SIG))
-
-
-def redacted(value: Any) -> Any:
-    """A copy with every secret replaced by '[secret]'."""
-    if is_secret(value):
-        return "[secret]"
-    if isinstance(value, dict):
-        return {k: redacted(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [redacted(v) for v in value]
-    return value
-
-
-def unwrap(value: Any) -> Any:
-    """A copy with secrets replaced by their plain values (tests only: never print this)."""
-    if is_secret(value):
-        return unwrap(value.get("value"))
-    if isinstance(value, dict):
-        return {k: unwrap(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [unwrap(v) for v in value]
-    return value
 
 
 # -- mocks ------------------------------------------------------------------------------------
@@ -260,7 +238,10 @@ def run_program(stack: str, raw_config: dict, program: Path = PROGRAM) -> Record
     SETTINGS.outputs.clear()
     root = get_root_resource()
 
-    _sync_await(run_pulumi_func(lambda: runpy.run_path(str(program), run_name="__main__")))
+    program_globals: dict[str, Any] = {}
+    _sync_await(run_pulumi_func(lambda: program_globals.update(runpy.run_path(str(program), run_name="__main__"))))
+    # The settings and plan the program itself built: readers use these, never a second build.
+    recording.settings, recording.plan = program_globals.get("settings"), program_globals.get("plan")
     recording.outputs = {k: _resolve(v) for k, v in root.outputs.items()}
     return recording
 
@@ -275,17 +256,13 @@ def _skip_source_positions() -> None:
 
 
 def _resolve(value: Any) -> Any:
-    """Wait for an output's value; a secret output comes back wrapped so it stays secret."""
+    """Wait for every output in `value`; a secret output comes back wrapped so it stays secret."""
     import pulumi
     from pulumi.runtime.sync_await import _sync_await
 
-    if isinstance(value, pulumi.Output):
-        plain = _sync_await(value.future())
-        secret = _sync_await(value.is_secret())
-        plain = _resolve(plain)
-        return {SECRET_SIG: SECRET_SIG, "value": plain} if secret else plain
-    if isinstance(value, dict):
-        return {k: _resolve(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_resolve(v) for v in value]
-    return value
+    def resolve_output(leaf: Any) -> Any:
+        if not isinstance(leaf, pulumi.Output):
+            return leaf
+        plain = _resolve(_sync_await(leaf.future()))
+        return wrap_secret(plain) if _sync_await(leaf.is_secret()) else plain
+    return walk(value, secret=lambda plain: wrap_secret(_resolve(plain)), leaf=resolve_output)

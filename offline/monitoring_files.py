@@ -1,4 +1,4 @@
-"""`llmserve render` hook: DIR/prometheus/rules.yaml and DIR/grafana/*.json.
+"""DIR/prometheus/rules.yaml and DIR/grafana/*.json, for `llmserve render`.
 
 Both are taken from the recorded program (the PrometheusRule and the dashboard ConfigMap that
 `components/monitoring.py` creates), so the files are exactly what the stack deploys:
@@ -7,38 +7,31 @@ Both are taken from the recorded program (the PrometheusRule and the dashboard C
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
-from llmserve.render_cmd import RenderContext, plain, render_hook
+from conventions import LABEL_GRAFANA_DASHBOARD
+from observability.dashboard import dashboard_json
+from observability.rules import render_rule_file
 
-from .dashboard import dashboard_json
-from .rules import render_rule_file
+from .manifests import fresh_folder
+from .values import manifest_value
 
 PROMETHEUS_RULE = "kubernetes:monitoring.coreos.com/v1:PrometheusRule"
 CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
-DASHBOARD_LABEL = "grafana_dashboard"
+DASHBOARD_LABEL = LABEL_GRAFANA_DASHBOARD
 
 
-def _fresh(folder: Path) -> Path:
-    if folder.exists():
-        shutil.rmtree(folder)          # a stale file from an earlier render would mislead
-    folder.mkdir(parents=True)
-    return folder
-
-
-@render_hook
-def monitoring_files(ctx: RenderContext) -> list[Path]:
-    rules = [plain(r.inputs) for r in ctx.recording.resources if r.type == PROMETHEUS_RULE]
-    boards = [plain(r.inputs) for r in ctx.recording.resources
+def write_monitoring_files(recording, out: Path) -> list[Path]:
+    rules = [manifest_value(r.inputs) for r in recording.resources if r.type == PROMETHEUS_RULE]
+    boards = [manifest_value(r.inputs) for r in recording.resources
               if r.type == CONFIG_MAP and DASHBOARD_LABEL in ((r.inputs.get("metadata") or {}).get("labels") or {})]
     written: list[Path] = []
     if rules:
-        path = _fresh(ctx.out / "prometheus") / "rules.yaml"
+        path = fresh_folder(out / "prometheus") / "rules.yaml"
         path.write_text(render_rule_file([g for rule in rules for g in rule["spec"]["groups"]]))
         written.append(path)
     if boards:
-        folder = _fresh(ctx.out / "grafana")
+        folder = fresh_folder(out / "grafana")
         for board in boards:
             for key, text in sorted(board["data"].items()):
                 path = folder / key

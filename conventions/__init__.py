@@ -1,0 +1,56 @@
+"""The names the parts share, defined once: namespaces, ports, label and annotation keys, and the
+pinned chart and image versions.
+
+Dependency-free (imports nothing, not even the standard library), so settings, sizing,
+components, observability, policies, the offline harness and the CLI can all read it.
+`docs/contracts.md` says what each name means to the part that reads it.
+"""
+
+PROJECT = "llm-serving"             # the Pulumi project and the config namespace (llm-serving:<key>)
+ENVIRONMENT_CONFIG_KEY = f"{PROJECT}:environment"   # dev, staging or prod: what policy levels are keyed by
+
+# -- namespaces ----------------------------------------------------------------------------------
+SERVING_NAMESPACE = "llm-serving"                   # the default of serving.namespace
+MONITORING_NAMESPACE = "monitoring"                 # Prometheus, Grafana, Alertmanager, DCGM exporter
+GATEWAY_CONTROLLER_NAMESPACE = "envoy-gateway-system"    # Envoy Gateway and, by default, its Envoy proxies
+AI_GATEWAY_NAMESPACE = "envoy-ai-gateway-system"
+GPU_PLUGIN_NAMESPACE = "nvidia-device-plugin"
+KEDA_NAMESPACE = "keda"
+
+# -- ports ---------------------------------------------------------------------------------------
+VLLM_API_PORT = 8000                # vLLM's OpenAI API (and, on the same port, its /metrics)
+VLLM_METRICS_PORT = 9400            # /metrics alone, re-exposed by a sidecar so Prometheus cannot call the API
+PICKER_GRPC_PORT, PICKER_HEALTH_PORT, PICKER_METRICS_PORT = 9002, 9003, 9090   # the endpoint picker's defaults
+
+# -- labels, annotations and tags (docs/contracts.md) -----------------------------------------------
+LABEL_APP_NAME = "app.kubernetes.io/name"
+LABEL_ROLE = "llm-serving.io/role"
+LABEL_ZONE = "llm-serving.io/zone"
+LABEL_POOL = "llm-serving.io/pool"
+LABEL_ENVIRONMENT = "llm-serving.io/environment"
+# On each serving workload: what the failure-domain policies judge it by (values are strings).
+ANNOTATION_ZONE = "llm-serving.io/zone"
+ANNOTATION_TARGET_QPS = "llm-serving.io/target-qps"                  # the stack's total QPS
+ANNOTATION_REPLICA_CAPACITY_QPS = "llm-serving.io/replica-capacity-qps"   # one replica, real, at the SLOs
+ANNOTATION_TENSOR_PARALLEL = "llm-serving.io/tensor-parallel"
+ANNOTATION_GPUS_PER_NODE = "llm-serving.io/gpus-per-node"
+ANNOTATION_ENVIRONMENT = "llm-serving.io/environment"                # the stack's environment: policy levels
+TAG_GPUS_PER_NODE = "llm-serving.io/gpus-per-node"                  # on GPU node groups
+TAG_PURCHASE_APPROVED = "llm-serving.io/purchase-approved"          # the capacity-block opt-in
+LABEL_GRAFANA_DASHBOARD = "grafana_dashboard"                       # the Grafana sidecar loads ConfigMaps with it
+
+# -- pinned versions (charts and images) -------------------------------------------------------------
+VLLM_VERSION = "0.29.0"             # the metric names in observability/contract.py were checked against it
+VLLM_IMAGE = f"vllm/vllm-openai:v{VLLM_VERSION}"
+METRICS_PROXY_IMAGE = "nginxinc/nginx-unprivileged:1.27.5-alpine"
+ENVOY_GATEWAY_VERSION = "v1.9.0"    # chart and CRDs (../shared/crds)
+ENVOY_AI_GATEWAY_VERSION = "v1.0.0"
+INFERENCE_EXTENSION_VERSION = "v1.6.0"   # the InferencePool CRDs (the picker image stays at v1.5.0, below)
+ENDPOINT_PICKER_IMAGE = "registry.k8s.io/gateway-api-inference-extension/epp:v1.5.0"
+KUBE_PROMETHEUS_STACK_CHART_VERSION = "88.2.0"   # ships prometheus-operator v0.93.0, the CRDs in ../shared/crds
+DCGM_EXPORTER_CHART_VERSION = "4.8.3"            # deploys DCGM 4.6.0 / exporter 4.8.3
+DCGM_EXPORTER_IMAGE_TAG = "4.6.0-4.8.3-distroless"
+KEDA_CHART_VERSION = "2.20.2"
+NVIDIA_DEVICE_PLUGIN_CHART_VERSION = "0.19.3"
+GUIDELLM_IMAGE = "ghcr.io/vllm-project/guidellm:v0.8.1"
+PYTHON_IMAGE = "python:3.12.8-slim-bookworm"     # the accuracy gate's lm-eval runner

@@ -1,0 +1,61 @@
+"""`llmserve preview` as a library call: the program recorded under mocks, its plan, its
+resources with secrets redacted, the policy results and the stack outputs.
+
+A secret that lost its wrapping on the way into a plain input is a bug in the program: it is
+never shown (scrubbed to "[secret]") and it is reported as a mandatory violation, so CI fails.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .engine import PLACEHOLDER_PREFIX
+from .values import redacted, scrubbed
+
+LEAKED_SECRET_POLICY = "preview-no-plaintext-secrets"
+
+
+@dataclass
+class Preview:
+    stack: str
+    settings: Any           # settings.StackSettings, as the program built them
+    plan: dict              # sizing.report.plan_to_dict of the program's plan
+    resources: list[dict]   # urn, type, name, id, parent, inputs (redacted)
+    violations: list[dict]  # policy, level, urn, message
+    outputs: dict           # stack outputs (redacted)
+
+    def as_dict(self) -> dict:
+        return {"stack": self.stack, "plan": self.plan, "resources": self.resources,
+                "violations": self.violations, "outputs": self.outputs}
+
+    @property
+    def mandatory_violations(self) -> int:
+        return sum(v.get("level") == "mandatory" for v in self.violations)
+
+
+def _leaked_secret(urn: str) -> dict:
+    return {"policy": LEAKED_SECRET_POLICY, "level": "mandatory", "urn": urn,
+            "message": "a secret reaches this resource's inputs unwrapped; read it with "
+                       "settings.pulumi_config.secret() and keep it an Output"}
+
+
+def preview_stack(stack: str, config: Path | None = None) -> Preview:
+    """Record the stack's program and judge it. Raises `offline.stack.StackError` on bad config."""
+    from sizing.report import plan_to_dict
+
+    from .policy_run import evaluate
+    from .stack import record_stack
+
+    recording = record_stack(stack, config)
+    violations = [dict(v) for v in evaluate(recording, recording.settings.environment)]
+    resources = [{"urn": r.urn, "type": r.type, "name": r.name, "id": r.id, "parent": r.parent,
+                  "inputs": redacted(r.inputs)} for r in recording.resources]
+    for res in resources:
+        if PLACEHOLDER_PREFIX in json.dumps(res["inputs"], default=str):
+            res["inputs"] = scrubbed(res["inputs"], PLACEHOLDER_PREFIX)
+            violations.append(_leaked_secret(res["urn"]))
+    return Preview(stack=stack, settings=recording.settings, plan=plan_to_dict(recording.plan),
+                   resources=resources, violations=violations,
+                   outputs=scrubbed(redacted(recording.outputs), PLACEHOLDER_PREFIX))

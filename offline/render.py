@@ -1,0 +1,28 @@
+"""`llmserve render` as a library call: the recorded program as the files it would apply.
+
+DIR/manifests/ (every Kubernetes object) and DIR/helm/ (every Helm release) from
+`offline.manifests`, DIR/prometheus/ and DIR/grafana/ from `offline.monitoring_files`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .manifests import write_each, helm_releases, kubernetes_objects, manifest_name
+from .monitoring_files import write_monitoring_files
+
+
+@dataclass
+class RenderedFiles:
+    manifests: list[Path] = field(default_factory=list)
+    helm: list[Path] = field(default_factory=list)
+    monitoring: list[Path] = field(default_factory=list)
+
+
+def render(recording, out: Path) -> RenderedFiles:
+    """Write the recording's objects, Helm releases and monitoring files under `out`."""
+    return RenderedFiles(
+        manifests=write_each(out / "manifests", kubernetes_objects(recording), manifest_name),
+        helm=write_each(out / "helm", helm_releases(recording), lambda r: f"{r['namespace']}_{r['name']}.yaml"),
+        monitoring=write_monitoring_files(recording, out),
+    )

@@ -1,0 +1,131 @@
+"""The import graph, read statically from the source (imports anywhere in a module, `__import__`
+and `importlib.import_module` with a constant name): data flows one way, and nothing a library
+part contains reaches up into the CLI."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("conventions", "sizing", "settings", "components", "observability", "policies", "simulator",
+            "offline", "llmserve")
+CLI = "llmserve"
+LIBRARIES = tuple(p for p in PACKAGES if p != CLI)
+# Which parts each part may import (besides itself and third-party code): the layers of the README.
+ALLOWED = {
+    "conventions": set(),
+    "sizing": {"conventions"},
+    "settings": {"conventions", "sizing"},
+    "observability": {"conventions", "sizing", "settings"},
+    "simulator": {"conventions", "sizing", "settings"},
+    "components": {"conventions", "sizing", "settings", "observability"},
+    "policies": {"conventions"},
+    "offline": {"conventions", "sizing", "settings", "observability", "policies"},
+    "llmserve": set(PACKAGES) - {"llmserve"},
+}
+
+
+def module_name(path: Path) -> str:
+    parts = (path.relative_to(ROOT) if path.is_relative_to(ROOT) else Path(path.name)).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_names(path: Path) -> set[str]:
+    """Every module name `path` imports, relative imports resolved, string imports included."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            names.add(base)
+            names.update(f"{base}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
+                and isinstance(node.args[0].value, str):
+            func = node.func
+            called = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+            if called in ("__import__", "import_module"):
+                names.add(node.args[0].value)
+    return names
+
+
+def source_files() -> dict[str, Path]:
+    files = {module_name(p): p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))}
+    return {name: path for name, path in files.items() if not name.endswith("__main__")} | {
+        "__main__": ROOT / "__main__.py", "policies.__main__": ROOT / "policies" / "__main__.py"}
+
+
+def project_graph() -> dict[str, set[str]]:
+    """module -> the project modules it imports (a name that is an attribute maps to its module)."""
+    files = source_files()
+    graph = {}
+    for name, path in files.items():
+        targets = set()
+        for imported in imported_names(path):
+            while imported and imported not in files:
+                imported = imported.rpartition(".")[0]
+            if imported and imported != name:
+                targets.add(imported)
+        graph[name] = targets
+    return graph
+
+
+def test_the_scan_sees_every_part_and_string_imports():
+    graph = project_graph()
+    assert {name.split(".")[0] for name in graph} >= set(PACKAGES)
+    assert "offline.engine" in graph["offline.stack"]        # a function-level relative import
+    assert "sizing.model" in graph["llmserve.size_cmd"]
+    assert imported_names(Path(__file__)) >= {"ast", "pathlib.Path"}
+
+
+def test_the_scan_reads_string_imports(tmp_path):
+    path = tmp_path / "probe.py"
+    path.write_text("import importlib\n__import__('llmserve.cli')\nimportlib.import_module('offline.render')\n")
+    assert {"llmserve.cli", "offline.render"} <= imported_names(path)
+
+
+@pytest.mark.parametrize("package", LIBRARIES)
+def test_no_library_part_imports_the_cli(package):
+    graph = project_graph()
+    modules = [name for name in graph if name.split(".")[0] == package]
+    assert modules
+    upward = {(m, t) for m in modules for t in graph[m] if t.split(".")[0] == CLI}
+    assert not upward
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_each_part_imports_only_the_layers_below_it(package):
+    graph = project_graph()
+    modules = [name for name in graph if name.split(".")[0] == package]
+    assert modules
+    reached = {t.split(".")[0] for m in modules for t in graph[m]} - {package}
+    assert reached <= ALLOWED[package], f"{package} imports {sorted(reached - ALLOWED[package])}"
+
+
+def test_no_import_cycle_between_modules():
+    graph = project_graph()
+    done, on_path, cycles = set(), [], []
+
+    def visit(node: str) -> None:
+        if node in on_path:
+            cycles.append(on_path[on_path.index(node):] + [node])
+            return
+        if node in done:
+            return
+        on_path.append(node)
+        for target in sorted(graph.get(node, ())):
+            visit(target)
+        on_path.pop()
+        done.add(node)
+
+    for node in sorted(graph):
+        visit(node)
+    assert len(graph) > 50
+    assert cycles == []
