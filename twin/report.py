@@ -96,10 +96,14 @@ def print_check(stack: str, url: str, live: FleetLive, result: CheckResult) -> N
 
     console = _console()
     console.print(f"Plan of {stack} against {url}, last {live.window} ({len(live.replicas)} vLLM replicas seen).")
-    table = Table("where", "figure", "plan", "live", "")
+    scopes: dict[str, list] = {}
     for row in result.rows:
-        table.add_row(row.scope, row.figure, row.plan, row.live, "" if row.ok else "outside")
-    console.print(table)
+        scopes.setdefault(row.scope, []).append(row)
+    for scope, rows in scopes.items():
+        table = Table("figure", "plan", "live", "", title=scope, title_justify="left")
+        for row in rows:
+            table.add_row(row.figure, row.plan, row.live, "" if row.ok else "outside")
+        console.print(table)
     for problem in result.problems:
         console.print(f"FAIL {problem}")
     console.print("Result: " + ("the fleet is within its plan." if result.ok else "the fleet is OUTSIDE its plan."))
