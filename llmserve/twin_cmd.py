@@ -23,11 +23,14 @@ MAX_DURATION_S = 4 * 3600.0
 
 
 def _plan(stack: str | None):
-    from twin import load_plan
+    """(plan, serving namespace) of the stack, or of the reference design."""
+    from conventions import SERVING_NAMESPACE
+    from offline.stack import StackError, load_stack
     try:
-        return load_plan(stack)
-    except ValueError as exc:
+        loaded = load_stack(stack)
+    except StackError as exc:
         fail(str(exc))
+    return loaded.plan, (loaded.settings.serving.namespace if loaded.settings is not None else SERVING_NAMESPACE)
 
 
 def twin(

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from llmserve.cli import main
-from twin import load_plan
+from tests.stacks import plan_for
 from twin.scenario import Twin
 
 SCALE = "100"              # simulated seconds per wall second
@@ -71,7 +71,7 @@ def test_the_twin_ran_real_servers_and_stopped_them(zone_loss):
 
 
 def test_past_capacity_the_latency_and_load_alerts_fire():
-    plan, _ = load_plan("prod")
+    _, plan = plan_for("prod")
     report = twin_json("--qps", str(round(1.25 * plan.capacity_qps, 1)), "--duration", "1200")
     fired = {a["alert"] for a in report["alerts"]}
     assert {"LLMServingTPOTAboveSLO", "LLMServingLoadNearCapacity", "LLMServingLoadAboveCapacityAfterLoss"} <= fired
@@ -80,7 +80,8 @@ def test_past_capacity_the_latency_and_load_alerts_fire():
 
 # -- check and calibrate against a running twin ----------------------------------------------------
 def _against_twin(slowdown: float, profiles: Path) -> dict:
-    plan, namespace = load_plan("prod")
+    settings, plan = plan_for("prod")
+    namespace = settings.serving.namespace
     with Twin(plan, namespace, duration_s=1200, scale=float(SCALE), slowdown=slowdown) as twin:
         twin.wait_until(CHECK_AT_S)
         url = twin.prometheus_url

@@ -12,6 +12,7 @@ import subprocess
 import pytest
 
 from observability import contract
+from tests.stacks import plan_for
 from twin import vllm_metrics as vm
 
 SAMPLE = "samples/vllm-metrics-0.29.0-inferstack.txt"
@@ -122,9 +123,9 @@ def test_promtool_finds_nothing_in_the_exposition_it_does_not_find_in_vllms(shar
 @pytest.fixture(scope="module")
 def zone_loss_timeline():
     from simulator import config_from_plan, parse_fail_zone
-    from twin import load_plan, timeline
+    from twin import timeline
 
-    plan, _ = load_plan("prod")
+    _, plan = plan_for("prod")
     cfg = config_from_plan(plan, 600, failure=parse_fail_zone("us-east-1b@200:400", 600))
     return timeline.build(cfg)
 

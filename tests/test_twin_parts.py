@@ -12,8 +12,9 @@ import pytest
 import yaml
 
 from llmserve.cli import main
+from tests.stacks import plan_for
+from tests.stacks import plan_for
 from observability.rules import rule_groups
-from twin import load_plan
 from twin.promapi import FleetLive, ReplicaLive
 from twin.scenario import AlertEvent, Expectation, expectations, judge
 from twin.servers import alertmanager_config, free_port, prometheus_config, scaled_rules, seconds
@@ -23,7 +24,7 @@ NAMESPACE = "llm-serving"
 
 @pytest.fixture(scope="module")
 def prod():
-    return load_plan("prod")[0]
+    return plan_for("prod")[1]
 
 
 def run_cli(*argv: str) -> tuple[int, str, str]:
