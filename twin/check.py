@@ -102,23 +102,30 @@ def _service_rows(plan: Plan, live: FleetLive, out: CheckResult) -> None:
     where = "offered at the gateway" if live.offered_qps is not None else "served by vLLM (no gateway series)"
     after_loss = plan.capacity_after_zone_loss_qps
     n1_ok = plan.redundancy == "none" or load <= after_loss
-    out.rows.append(Row("service", f"load ({where})", f"{_qps(w.qps)} (N+1 carries {_qps(after_loss)})", _qps(load), n1_ok))
+    out.rows.append(Row("service", f"load ({where})", f"{_qps(w.qps)} (N+1 carries {_qps(after_loss)})",
+                        _qps(load), n1_ok))
     if not n1_ok:
         out.problems.append(f"load {_qps(load)} is above the {_qps(after_loss)} the replicas left after losing "
                             f"{plan.lost_domain} carry: N+1 by {plan.redundancy} no longer holds")
     ready = live.ready_by_zone
     if ready and plan.redundancy == "zone":
-        left = (sum(ready.values()) - max(ready.values())) * plan.capacity_per_replica.qps
-        headroom = left - load
-        planned = after_loss - (w.qps or 0.0)
-        out.rows.append(Row("service", "headroom if the fullest zone were lost now", _qps(planned), _qps(headroom), headroom >= 0))
-        if headroom < 0:
-            out.problems.append(f"with the {sum(ready.values()):g} replicas ready now, losing the zone holding the most "
-                                f"would leave {_qps(left)}, below the load {_qps(load)}")
-    out.rows.append(Row("service", "ready replicas by zone", ", ".join(f"{z}: {n}" for z, n in plan.replicas_by_zone.items()),
+        _headroom_row(plan, live, ready, out)
+    planned_zones = {z: n for z, n in plan.replicas_by_zone.items() if n}
+    out.rows.append(Row("service", "ready replicas by zone", ", ".join(f"{z}: {n}" for z, n in planned_zones.items()),
                         ", ".join(f"{z}: {n:g}" for z, n in sorted(ready.items())) or "-",
-                        all(ready.get(z, 0) >= n for z, n in plan.replicas_by_zone.items() if n) if ready else True))
-    out.rows.append(Row("service", "p95 TTFT", f"SLO {_ms(w.ttft_slo_s)}", _ms(live.ttft_p95_s),
-                        live.ttft_p95_s is None or live.ttft_p95_s <= w.ttft_slo_s))
-    out.rows.append(Row("service", "p95 TPOT", f"SLO {_ms(w.tpot_slo_s)}", _ms(live.tpot_p95_s),
-                        live.tpot_p95_s is None or live.tpot_p95_s <= w.tpot_slo_s))
+                        not ready or all(ready.get(z, 0) >= n for z, n in planned_zones.items())))
+    for label, value, slo in (("p95 TTFT", live.ttft_p95_s, w.ttft_slo_s), ("p95 TPOT", live.tpot_p95_s, w.tpot_slo_s)):
+        out.rows.append(Row("service", label, f"SLO {_ms(slo)}", _ms(value), value is None or value <= slo))
+
+
+def _headroom_row(plan: Plan, live: FleetLive, ready: dict[str, float], out: CheckResult) -> None:
+    """What losing the zone with the most ready replicas would leave, against the load now."""
+    load = live.load_qps
+    left = (sum(ready.values()) - max(ready.values())) * plan.capacity_per_replica.qps
+    headroom = left - load
+    planned = plan.capacity_after_zone_loss_qps - (plan.request.workload.qps or 0.0)
+    out.rows.append(Row("service", "headroom if the fullest zone were lost now", _qps(planned), _qps(headroom),
+                        headroom >= 0))
+    if headroom < 0:
+        out.problems.append(f"with the {sum(ready.values()):g} replicas ready now, losing the zone holding the most "
+                            f"would leave {_qps(left)}, below the load {_qps(load)}")
