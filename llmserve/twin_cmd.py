@@ -77,6 +77,8 @@ def twin(
                      slowdown=slowdown, seed=seed, on_start=started)
     except TwinError as exc:
         fail(str(exc))
+    except KeyboardInterrupt:
+        fail("interrupted; every server the twin started is stopped", code=130)
     from twin.report import print_twin, twin_dict
     if as_json:
         print(json.dumps(twin_dict(report, stack), indent=2))

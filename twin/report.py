@@ -62,6 +62,8 @@ def print_twin(r: TwinReport, stack: str) -> None:
                       f"{problem or 'it did'} ({exp.reason}).")
     for e in r.verdict.forbidden_fired:
         console.print(f"FAIL {e.name} fired at {e.fired_s:,.0f} s; the plan says it cannot in this scenario.")
+    if not r.verdict.ok:
+        console.print("Diagnostics (Prometheus at the end): " + ", ".join(f"{k} {v}" for k, v in r.diagnostics.items()))
     verdict = "as the plan expects" if r.verdict.ok else "NOT as the plan expects"
     console.print(f"Result: the alerts behaved {verdict}.")
 
@@ -81,7 +83,7 @@ def twin_dict(r: TwinReport, stack: str) -> dict:
         "expected": [{"alert": x.name, "zone": x.zone, "resolve_after_s": x.resolve_after_s, "reason": x.reason,
                       "problem": problem or None} for x, problem in r.verdict.required],
         "forbidden_fired": [event(e) for e in r.verdict.forbidden_fired],
-        "ok": r.verdict.ok, "wall_s": round(r.wall_s, 1),
+        "ok": r.verdict.ok, "wall_s": round(r.wall_s, 1), "diagnostics": r.diagnostics,
     }
 
 

@@ -13,8 +13,11 @@ Everything else that fires is listed, not judged.
 """
 from __future__ import annotations
 
+import signal
 import tempfile
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -100,6 +103,7 @@ class Twin:
             if not self._exporters.wait_scraped(FIRST_SCRAPE_TIMEOUT_S):
                 raise TwinError(f"Prometheus did not scrape every target within {FIRST_SCRAPE_TIMEOUT_S:g} s")
             self._servers.load_rules()
+            self._servers.wait_alertmanager_discovered()    # a reload (SIGHUP) rediscovers it too
         except BaseException:
             self.close()
             raise
@@ -123,6 +127,26 @@ class Twin:
         deadline = time.monotonic() + max(0.0, sim_s - self.clock.now()) / self.scale + 1.0
         while self.clock.now() < sim_s and time.monotonic() < deadline:
             time.sleep(min(POLL_WALL_S, max(0.0, (sim_s - self.clock.now()) / self.scale)))
+
+    def diagnostics(self) -> dict:
+        """Prometheus' own counters at the end (printed when the alerts did not behave as expected)."""
+        import urllib.request
+        wanted = ("prometheus_notifications_sent_total", "prometheus_notifications_dropped_total",
+                  "prometheus_notifications_errors_total", "prometheus_notifications_alertmanagers_discovered",
+                  "prometheus_rule_evaluation_failures_total", "prometheus_target_scrapes_exceeded_sample_limit_total",
+                  "prometheus_rule_group_iterations_missed_total")
+        out: dict = {"clock_s": round(self.clock.now(), 1),
+                     "webhook_notifications": len(self._servers.webhook.notifications)}
+        try:
+            with urllib.request.urlopen(f"{self.prometheus_url}/metrics", timeout=5) as resp:
+                text = resp.read().decode()
+        except OSError as exc:
+            return {**out, "error": str(exc)}
+        for line in text.splitlines():
+            name = line.split("{", 1)[0].split(" ", 1)[0]
+            if name in wanted:
+                out[name] = out.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+        return out
 
     def alert_events(self) -> list[AlertEvent]:
         """Each alert instance Alertmanager notified: when it fired and when (if) it resolved."""
@@ -231,6 +255,24 @@ class TwinReport:
     alertmanager_version: str = ""
     wall_s: float = 0.0
     urls: tuple[str, str] = ("", "")      # Prometheus, Alertmanager (stopped by the time of the report)
+    diagnostics: dict = field(default_factory=dict)
+
+
+@contextmanager
+def _terminate_as_exit():
+    """SIGTERM raises SystemExit while the twin runs, so its servers are stopped on the way out
+    (they run in their own sessions: a killed parent would leave them behind)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def run(plan: Plan, namespace: str, *, qps: float | None = None, duration_s: float = 1200.0,
@@ -241,13 +283,15 @@ def run(plan: Plan, namespace: str, *, qps: float | None = None, duration_s: flo
     started = time.monotonic()
     rate = qps if qps is not None else plan.request.workload.qps
     required, forbidden = expectations(plan, rate, duration_s, failure, policy, namespace)
-    with Twin(plan, namespace, qps=rate, duration_s=duration_s, failure=failure, scale=scale, slowdown=slowdown,
-              seed=seed, policy=policy) as twin:
+    with _terminate_as_exit(), Twin(plan, namespace, qps=rate, duration_s=duration_s, failure=failure, scale=scale,
+                                    slowdown=slowdown, seed=seed, policy=policy) as twin:
         if on_start is not None:
             on_start(twin)
         twin.wait_until(duration_s + SETTLE_S)
         events = twin.alert_events()
         urls = (twin.prometheus_url, twin.alertmanager_url)
+        diagnostics = twin.diagnostics()
     prom, am = versions()
     return TwinReport(plan, rate, duration_s, failure, scale, slowdown, scrape_interval_s(scale) * scale,
-                      events, judge(events, required, forbidden), prom, am, time.monotonic() - started, urls)
+                      events, judge(events, required, forbidden), prom, am, time.monotonic() - started, urls,
+                      diagnostics)

@@ -213,6 +213,20 @@ class Servers:
         for name, url in (("alertmanager", self.alertmanager_url), ("prometheus", self.prometheus_url)):
             self._wait_ready(name, url)
 
+    def wait_alertmanager_discovered(self) -> None:
+        """Until Prometheus' notifier has found Alertmanager (its discovery, like the scrapers',
+        hands over targets a few seconds after start; alerts sent before are dropped)."""
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"{self.prometheus_url}/api/v1/alertmanagers", timeout=1) as resp:
+                    if json.load(resp)["data"]["activeAlertmanagers"]:
+                        return
+            except (OSError, ValueError, KeyError):
+                pass
+            time.sleep(0.05)
+        raise TwinError(f"Prometheus did not find Alertmanager within {READY_TIMEOUT_S:g} s")
+
     def load_rules(self) -> None:
         """Write the scaled rule groups and have Prometheus reload (SIGHUP); wait until they are loaded."""
         (self.workdir / "rules.yaml").write_text(
