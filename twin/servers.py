@@ -34,7 +34,7 @@ MIN_INTERVAL_S = 0.25           # wall-clock floor: faster scrapes only load the
 GROUP_WAIT_S, GROUP_INTERVAL_S = 30.0, 300.0
 LOOKBACK_S = 300.0              # Prometheus' default staleness lookback
 RESEND_DELAY_S = 60.0           # Prometheus' default --rules.alert.resend-delay
-READY_TIMEOUT_S = 30.0
+READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0
 
 PROMETHEUS_BINARIES = ("prometheus",)
