@@ -127,7 +127,8 @@ def calibrate_dict(f: Fit, before: Plan, after: Plan, path: Path) -> dict:
                      "tpot_mean_ms": round(1e3 * o.tpot_mean_s, 3), "prefill_mean_ms": round(1e3 * o.prefill_mean_s, 3)},
         "profile": {"name": f.profile.name, "base": f.base.name,
                     "prefill_efficiency": eff.prefill_efficiency(f.profile),
-                    "decode_factor": eff.decode_factor(f.profile),
+                    "decode_step_factor": round(eff.decode_factor(f.profile), 4),
+                    eff.decode_field(f.profile): getattr(f.profile, eff.decode_field(f.profile)),
                     "prefill_slowdown": round(f.prefill_slowdown, 4), "decode_slowdown": round(f.decode_slowdown, 4),
                     "rms_log_error": round(f.rms_log_error, 5), "iterations": f.iterations, "written_to": str(path)},
         "plan_before": _plan_figures(before), "plan_after": _plan_figures(after),
@@ -144,7 +145,7 @@ def print_calibrate(f: Fit, before: Plan, after: Plan, path: Path, stack: str | 
                   f"{1e3 * o.prefill_mean_s:.1f} ms.")
     console.print(f"Fitted from '{f.base.name}': prefill efficiency {eff.prefill_efficiency(f.base):g} -> "
                   f"{eff.prefill_efficiency(f.profile):g} (prefill {f.prefill_slowdown:.3f}x the planned time), "
-                  f"decode factor {eff.decode_factor(f.base):g} -> {eff.decode_factor(f.profile):g} "
+                  f"decode step factor {eff.decode_factor(f.base):.4g} -> {eff.decode_factor(f.profile):.4g} "
                   f"(decode steps {f.decode_slowdown:.3f}x); the simulated fleet under it reproduces both figures "
                   f"to {100 * f.rms_log_error:.2f}% (RMS log error, {f.iterations} Gauss-Newton steps).")
     console.print(f"Wrote profile '{f.profile.name}' to {path}. Select it in the stack: "
