@@ -167,3 +167,12 @@ def test_an_accelerated_clock_divides_every_count_by_its_scale(zone_loss_timelin
     assert scaled["vllm:generation_tokens_total"] == pytest.approx(plain["vllm:generation_tokens_total"] / 60)
     assert scaled[hist].total / scaled[hist].count == pytest.approx(plain[hist].total / plain[hist].count)
     assert scaled["vllm:num_requests_running"] == plain["vllm:num_requests_running"]      # gauges stay
+
+
+def test_a_slowdown_multiplies_every_step(zone_loss_timeline):
+    from twin.timeline import slowed
+
+    cost = zone_loss_timeline.config.cost
+    slow = slowed(cost, 1.2)
+    for n, c in ((1, 0), (40, 0), (20, 500)):
+        assert slow.step_s(n, c) == pytest.approx(1.2 * cost.step_s(n, c))

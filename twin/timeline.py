@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 from simulator import SimConfig, SimResult, simulate
 from simulator.cost import StepCost
@@ -55,9 +55,17 @@ class Timeline:
 
 
 def slowed(cost: StepCost, slowdown: float) -> StepCost:
-    """Every step `slowdown` times longer: decode and prefill alike."""
-    return StepCost(tuple((a * slowdown, b * slowdown) for a, b in cost.decode_branches),
-                    cost.prefill_s_per_token * slowdown)
+    """Every step `slowdown` times longer, decode and prefill alike: every time coefficient of the
+    step cost (a dataclass of seconds and seconds-per-unit, in numbers or tuples of them) scaled."""
+    def scale(value):
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, (int, float)):
+            return value * slowdown
+        if isinstance(value, tuple):
+            return tuple(scale(v) for v in value)
+        return value
+    return replace(cost, **{f.name: scale(getattr(cost, f.name)) for f in fields(cost)})
 
 
 def pod_name(zone: str, i: int) -> str:
