@@ -18,7 +18,7 @@ import typer
 from . import options
 from .errors import fail
 
-MAX_TIME_SCALE = 600.0
+MAX_TIME_SCALE = 150.0     # beyond it a 5m rate window holds fewer than 8 scrapes (they are 250 ms apart at least)
 MAX_DURATION_S = 4 * 3600.0
 
 
@@ -52,7 +52,8 @@ def twin(
         if value is not None and value <= 0:
             fail(f"{name}: must be greater than 0 (got {value:g})")
     if time_scale > MAX_TIME_SCALE:
-        fail(f"--time-scale: at most {MAX_TIME_SCALE:g} (got {time_scale:g}); Prometheus cannot keep up beyond it")
+        fail(f"--time-scale: at most {MAX_TIME_SCALE:g} (got {time_scale:g}): faster, a 5m rate window would hold "
+             "too few scrapes")
     if duration > MAX_DURATION_S:
         fail(f"--duration: at most {MAX_DURATION_S:g} simulated seconds (got {duration:g})")
     plan, namespace = _plan(stack)
