@@ -17,7 +17,6 @@ from settings import SettingsError
 from settings.pulumi_config import secret, settings_from_pulumi
 from sizing.model import SizingError
 from sizing.planner import plan as make_plan
-from sizing.report import plan_to_dict
 
 try:
     settings = settings_from_pulumi()
@@ -26,7 +25,6 @@ except SettingsError as exc:       # one line per problem, each naming the key; 
     raise pulumi.RunError(f"invalid stack config:\n{exc}") from None
 except SizingError as exc:
     raise pulumi.RunError(f"no plan for this stack config: {exc}") from None
-plan_data = plan_to_dict(plan)
 
 # -- AWS: network -> cluster -> one GPU node pool per (zone, pool) ---------------------------------
 network = Network("llm", NetworkArgs(
@@ -80,12 +78,14 @@ pulumi.export("plan", {
     "replicas": plan.replicas,
     "replicasByZone": plan.replicas_by_zone,
     "tensorParallel": plan.tp,
-    "capacityQps": plan_data["total_capacity_qps"],
-    "capacityPerReplicaQps": plan_data["capacity_qps"]["real"],
-    "capacityAfterZoneLossQps": plan_data["capacity_after_zone_loss_qps"],
+    "capacityQps": round(plan.capacity_qps, 4),                      # all replicas, as in the plan's JSON
+    "capacityPerReplicaQps": round(plan.capacity_per_replica.qps, 4),
+    "capacityAfterZoneLossQps": round(plan.capacity_after_zone_loss_qps, 4),
+    "sloStatistic": plan.request.workload.slo_statistic,
     "survivesZoneLoss": plan.survives_failure and plan.redundancy == "zone",
-    "costPerHour": plan_data["cost_per_hour"],
-    "nodeCostPerHour": plan_data["node_cost_per_hour"],
-    "costPerMillionOutputTokens": plan_data["cost_per_million_output_tokens"],
+    "costPerHour": plan.cost_per_hour,
+    "nodeCostPerHour": plan.node_cost_per_hour,
+    "costPerMillionOutputTokens": None if plan.per_million(plan.cost_per_hour) is None
+    else round(plan.per_million(plan.cost_per_hour), 3),
     "bindingConstraint": plan.binding_constraint,
 })

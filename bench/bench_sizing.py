@@ -28,18 +28,18 @@ def size_wall_time(runs: int = 7) -> float:
     return statistics.median(times)
 
 
-def sweep_rate(seconds: float = 2.0) -> tuple[float, int]:
+def sweep_rate(seconds: float = 2.0, profile_name: str = "reference", statistic: str = "p95") -> tuple[float, int]:
     from sizing.catalog import load_catalog
     from sizing.model import Workload
     from sizing.planner import candidate_tps
     from sizing.profiles import get_profile
     from sizing.sweep import SWEEP_WEIGHTS, evaluate
 
-    catalog, profile = load_catalog(), get_profile("reference")
+    catalog, profile = load_catalog(), get_profile(profile_name)
     model = catalog.model("llama-3-70b")
     configs = [(inst, tp, w) for inst in catalog.instances.values() for tp in candidate_tps(model, inst)
                for w in SWEEP_WEIGHTS]
-    workloads = [Workload(qps=q) for q in (2, 5, 10, 20, 40)]
+    workloads = [Workload(qps=q, slo_statistic=statistic) for q in (2, 5, 10, 20, 40)]
     count, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
         for wl in workloads:
@@ -51,6 +51,8 @@ def sweep_rate(seconds: float = 2.0) -> tuple[float, int]:
 
 if __name__ == "__main__":
     wall = size_wall_time()
-    rate, per_pass = sweep_rate()
     print(f"llmserve size (reference case), median wall of 7 fresh runs: {wall:.3f} s (target < 0.5 s)")
-    print(f"sweep evaluation: {rate:,.0f} configurations/s on one core (target >= 10,000; {per_pass} per pass)")
+    for profile_name, statistic in (("reference", "mean"), ("reference", "p95"), ("calibrated", "p95")):
+        rate, per_pass = sweep_rate(profile_name=profile_name, statistic=statistic)
+        print(f"sweep evaluation, profile {profile_name}, SLOs at {statistic}: {rate:,.0f} configurations/s "
+              f"on one core (target >= 10,000; {per_pass} per pass)")

@@ -80,7 +80,7 @@ def lm_eval_command(plan: Plan, settings: StackSettings) -> list[str]:
 
 def rollout_digest(plan: Plan, settings: StackSettings) -> str:
     """Changes whenever what the gate judges changes, so the Job is replaced and runs again."""
-    judged = {"engine": plan.model_args, "image": VLLM_IMAGE, "gate": gate_spec(settings),
+    judged = {"engine": plan.engine_args, "image": VLLM_IMAGE, "gate": gate_spec(settings),
               "command": lm_eval_command(plan, settings)}
     return hashlib.sha256(json.dumps(judged, sort_keys=True).encode()).hexdigest()[:16]
 

@@ -19,7 +19,7 @@ def longest_request_s(plan: Plan) -> float:
     """The longest request a replica accepts, at the SLOs: the TTFT SLO plus every token the
     context allows (`max_model_len`) at the TPOT SLO. Drain and gateway timeouts both use it."""
     w = plan.request.workload
-    return w.ttft_slo_s + plan.model_args["max_model_len"] * w.tpot_slo_s
+    return w.ttft_slo_s + plan.engine_args["max_model_len"] * w.tpot_slo_s
 
 
 @dataclass(frozen=True)

@@ -131,7 +131,7 @@ def route_timeouts(plan: Plan) -> RouteTimeouts:
 def circuit_limits(plan: Plan, proxies: int) -> dict:
     """Per proxy: its share of what the fleet can hold in flight (max_num_seqs per replica);
     beyond that Envoy answers 503 at once instead of queueing in front of full engines."""
-    in_flight = math.ceil(plan.replicas * plan.model_args["max_num_seqs"] / proxies)
+    in_flight = math.ceil(plan.replicas * plan.engine_args["max_num_seqs"] / proxies)
     return {"maxConnections": in_flight, "maxParallelRequests": in_flight, "maxPendingRequests": in_flight,
             "maxParallelRetries": max(1, plan.replicas)}
 

@@ -84,7 +84,7 @@ def scenario(plan: Plan, settings: StackSettings) -> dict:
                     "request_format": "/v1/completions"},
         "profile": {"kind": lt.arrivals, "rate": loadtest_rates(plan, lt.sweepSteps)},
         "constraints": [{"kind": "max_duration", "seconds": lt.stepSeconds}],
-        "tokenizer": {"kind": "huggingface_auto", "model": plan.model_args["checkpoint"]},
+        "tokenizer": {"kind": "huggingface_auto", "model": plan.engine_args["checkpoint"]},
         "data": [{"kind": "synthetic_text", "prompt_tokens": w.input_tokens, "output_tokens": w.output_tokens}],
         "seed": {"kind": "static", "value": SEED},
     }

@@ -25,7 +25,6 @@ from conventions import (  # noqa: F401 (VLLM_IMAGE, METRICS_PROXY_IMAGE: read h
 )
 from settings import StackSettings
 from sizing.planner import Plan
-from sizing.report import plan_to_dict
 
 from .drain import drain_timing, longest_request_s
 from .gpu_node_pool import LABEL_ROLE, MODEL_CACHE_PATH
@@ -77,8 +76,8 @@ def startup_budget_s(weights_gb: float) -> int:
 
 
 def vllm_args(plan: Plan, shutdown_timeout_s: int) -> list[str]:
-    """The container arguments, every value from `plan.model_args`."""
-    a = plan.model_args
+    """The container arguments, every value from `plan.engine_args`."""
+    a = plan.engine_args
     return [
         "--model", a["checkpoint"],
         "--served-model-name", plan.request.model,
@@ -111,9 +110,10 @@ def zone_node_slots(plan: Plan, zone: str) -> tuple[int, int]:
 def burst_queue_target(plan: Plan) -> int:
     """Waiting requests per replica that still start within the TTFT SLO: the slack between the
     SLO and the planned TTFT, in prompt prefills. KEDA adds replicas above it."""
-    d = plan_to_dict(plan)
     slack_ms = plan.request.workload.ttft_slo_s * 1e3 - plan.real.ttft_ms
-    return max(1, math.floor(slack_ms / d["prefill_ms"]))
+    if not math.isfinite(slack_ms):
+        return 1
+    return max(1, math.floor(slack_ms / plan.prefill_ms))
 
 
 def policy_annotations(plan: Plan, settings: StackSettings, zone: str) -> dict[str, str]:
@@ -151,7 +151,7 @@ class Serving(pulumi.ComponentResource):
         self.namespace_name = ns_name
         self.pod_labels = dict(APP_LABELS)
         self.drain = drain_timing(longest_request_s(plan))
-        startup_s = startup_budget_s(plan_to_dict(plan)["weights_gb"])
+        startup_s = startup_budget_s(plan.weights_gb)
 
         self.namespace = k8s.core.v1.Namespace(
             f"{name}-ns", metadata={"name": ns_name, "labels": {LABEL_ENVIRONMENT: settings.environment}},

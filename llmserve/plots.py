@@ -15,7 +15,7 @@ def latency_curves(plan: Plan, points: int = 200) -> dict:
     shape = Shape(load_catalog().model(req.model), plan.instance, plan.tp, req.weights, req.kv_dtype)
     profile = get_profile(req.profile)
     models = {"ideal": ReplicaModel(shape, req.workload, profile, real=False),
-              "real": ReplicaModel(shape, req.workload, profile, real=True)}
+              "real": plan.replica_model}        # the one step model the plan's figures come from
     top = 1.15 * max(plan.capacity_per_replica_ideal.qps, plan.load_per_replica_qps, 1e-6)
     qps = [top * (i + 1) / points for i in range(points)]
     curves = {}
@@ -26,6 +26,8 @@ def latency_curves(plan: Plan, points: int = 200) -> dict:
             "ttft_p95": [p.ttft_p95_ms if p.stable else math.nan for p in pts],
             "tpot": [p.tpot_ms if p.stable else math.nan for p in pts],
             "tpot_p95": [p.tpot_p95_ms if p.stable else math.nan for p in pts],
+            "ttft_stat": [p.ttft_at_statistic_ms if p.stable else math.nan for p in pts],
+            "tpot_stat": [p.tpot_at_statistic_ms if p.stable else math.nan for p in pts],
         }
     return {"qps": qps, **curves}
 
@@ -44,6 +46,9 @@ def plot_latency_vs_qps(plan: Plan, path: Path) -> None:
         ax.plot(c["qps"], c["ideal"][key], color="tab:blue", lw=2, label="ideal, mean")
         ax.plot(c["qps"], c["real"][key], color="tab:red", lw=2, label="real, mean")
         ax.plot(c["qps"], c["real"][f"{key}_p95"], color="tab:red", lw=1.2, ls="--", label="real, p95 (Poisson)")
+        if w.slo_statistic not in ("mean", "p95"):      # the statistic the SLOs and the capacity use
+            ax.plot(c["qps"], c["real"][f"{key}_stat"], color="tab:purple", lw=1.2, ls="-.",
+                    label=f"real, {w.slo_statistic} (Poisson)")
         ax.axhline(slo, color="black", lw=1.2, ls=":", label=f"SLO {slo:g} ms")
         ax.axvline(cap, color="tab:red", lw=1, alpha=0.6)
         ax.axvline(cap_ideal, color="tab:blue", lw=1, alpha=0.6)

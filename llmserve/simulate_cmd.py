@@ -35,16 +35,24 @@ def simulate(
 ) -> None:
     from simulator import ARRIVALS, LENGTHS, ROUTERS, config_from_plan, parse_fail_zone, simulate as run, to_dict
 
+    from simulator.workload import WorkLimitError, check_work
+
     for name, value in (("--duration", duration), ("--qps", qps), ("--burstiness", burstiness),
                         ("--length-cv", length_cv), ("--max-num-batched-tokens", max_num_batched_tokens),
                         ("--max-num-seqs", max_num_seqs)):
-        if value is not None and value <= 0:
-            fail(f"{name}: must be greater than 0 (got {value:g})")
+        if value is not None and not (math.isfinite(value) and value > 0):
+            fail(f"{name}: must be a finite number greater than 0 (got {value:g})")
     for name, value, choices in (("--router", router, ROUTERS), ("--arrivals", arrivals, ARRIVALS),
                                  ("--lengths", lengths, LENGTHS)):
         if value not in choices:
             fail(f"{name}: unknown value '{value}'; choose one of: {', '.join(choices)}")
     p = _plan(stack)
+    rate = qps if qps is not None else p.request.workload.qps
+    try:    # bound the work before any of it (the plan's load when --qps is not given)
+        if rate is not None:
+            check_work(rate, duration, burstiness, length_cv)
+    except WorkLimitError as exc:
+        fail(str(exc))
     failure = None
     if fail_zone is not None:
         try:
@@ -54,8 +62,8 @@ def simulate(
         if failure.zone not in p.replicas_by_zone or not p.replicas_by_zone[failure.zone]:
             zones = ", ".join(z for z, n in p.replicas_by_zone.items() if n)
             fail(f"--fail-zone: zone {failure.zone} holds no replica of this plan (zones: {zones})")
-    batched = max_num_batched_tokens or p.model_args["max_num_batched_tokens"]
-    seqs = max_num_seqs or p.model_args["max_num_seqs"]
+    batched = max_num_batched_tokens or p.engine_args["max_num_batched_tokens"]
+    seqs = max_num_seqs or p.engine_args["max_num_seqs"]
     if batched < seqs:
         fail(f"--max-num-batched-tokens: {batched} is below max_num_seqs {seqs} (vLLM refuses this too)")
     try:

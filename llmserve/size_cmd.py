@@ -4,6 +4,7 @@ option given as well overrides it."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Optional
 
@@ -13,6 +14,7 @@ from sizing.catalog import PRECISIONS, CatalogError, load_catalog
 from sizing.model import SizingError, Workload
 from sizing.planner import PlanRequest, Pool, plan
 from sizing.profiles import load_profiles
+from sizing.queueing import STATISTICS
 from sizing.report import plan_to_dict, table_rows
 
 from . import options
@@ -32,8 +34,12 @@ def size(
     concurrency: Optional[int] = typer.Option(None, help="Closed-loop load: concurrent clients."),
     input_tokens: Optional[int] = typer.Option(None, "--input-tokens", help="Prompt tokens per request."),
     output_tokens: Optional[int] = typer.Option(None, "--output-tokens", help="Output tokens per request."),
-    ttft_slo: Optional[float] = typer.Option(None, "--ttft-slo", help="TTFT SLO in seconds (mean)."),
-    tpot_slo: Optional[float] = typer.Option(None, "--tpot-slo", help="TPOT SLO in seconds (mean)."),
+    ttft_slo: Optional[float] = typer.Option(None, "--ttft-slo", help="TTFT SLO in seconds (at --slo-statistic)."),
+    tpot_slo: Optional[float] = typer.Option(None, "--tpot-slo", help="TPOT SLO in seconds (at --slo-statistic)."),
+    slo_statistic: Optional[str] = typer.Option(None, "--slo-statistic",
+                                                help="mean, p50, p90, p95 or p99: the SLOs hold at this statistic "
+                                                     "(default: the stack's, else p95)."),
+    replicas: Optional[int] = typer.Option(None, help="Evaluate exactly this many replicas at the load (no planning)."),
     profile: Optional[str] = typer.Option(None, help="Efficiency profile: reference or calibrated."),
     gpu_hour_price: Optional[float] = typer.Option(None, "--gpu-hour-price", help="$ per GPU-hour (default: instance price / GPUs)."),
     zones: Optional[str] = typer.Option(None, help="Zones: a count (2) or names (us-east-1a,us-east-1b); one node each."),
@@ -48,14 +54,19 @@ def size(
         fail("--qps and --concurrency: give one (open loop) or the other (closed loop), not both")
     _check_positive({"--qps": qps, "--concurrency": concurrency, "--input-tokens": input_tokens,
                      "--output-tokens": output_tokens, "--ttft-slo": ttft_slo, "--tpot-slo": tpot_slo,
-                     "--gpu-hour-price": gpu_hour_price, "--tp": tp, "--nodes-per-zone": nodes_per_zone})
+                     "--gpu-hour-price": gpu_hour_price, "--tp": tp, "--nodes-per-zone": nodes_per_zone,
+                     "--replicas": replicas})
+    if slo_statistic is not None and slo_statistic not in STATISTICS:
+        fail(f"--slo-statistic: unknown statistic '{slo_statistic}'; choose one of: {', '.join(STATISTICS)}")
     catalog = _check_names(model, instance, gpu, profile, {"--weights": weights, "--kv-dtype": kv_dtype})
-    workload = _workload(base.workload, qps, concurrency, input_tokens, output_tokens, ttft_slo, tpot_slo)
+    workload = _workload(base.workload, qps, concurrency, input_tokens, output_tokens, ttft_slo, tpot_slo,
+                         slo_statistic)
     instance_type = instance or (catalog.node_for_gpu(gpu).id if gpu else None)
     req = PlanRequest(
         workload=workload, model=model or base.model, weights=weights or base.weights,
         kv_dtype=kv_dtype or base.kv_dtype, pools=_pools(base.pools, zones, nodes_per_zone, instance_type),
-        tp=tp if tp is not None else base.tp, replicas=base.replicas, profile=profile or base.profile,
+        tp=tp if tp is not None else base.tp, replicas=replicas if replicas is not None else base.replicas,
+        profile=profile or base.profile,
         gpu_hour_price=gpu_hour_price if gpu_hour_price is not None else base.gpu_hour_price,
         instance_price=base.instance_price,
     )
@@ -79,8 +90,8 @@ def size(
 
 def _check_positive(values: dict[str, float | None]) -> None:
     for name, value in values.items():
-        if value is not None and value <= 0:
-            fail(f"{name}: must be greater than 0 (got {value:g})")
+        if value is not None and not (math.isfinite(value) and value > 0):
+            fail(f"{name}: must be a finite number greater than 0 (got {value:g})")
 
 
 def _check_names(model: str | None, instance: str | None, gpu: str | None, profile: str | None,
@@ -107,23 +118,28 @@ def _check_names(model: str | None, instance: str | None, gpu: str | None, profi
     return catalog
 
 
-def _workload(base: Workload, qps, concurrency, input_tokens, output_tokens, ttft_slo, tpot_slo) -> Workload:
+def _workload(base: Workload, qps, concurrency, input_tokens, output_tokens, ttft_slo, tpot_slo,
+              slo_statistic) -> Workload:
     """The stack's (or the reference) workload with the options given; a load option replaces both loads."""
     load_given = qps is not None or concurrency is not None
-    return Workload(
-        input_tokens=input_tokens or base.input_tokens,
-        output_tokens=output_tokens or base.output_tokens,
-        ttft_slo_s=ttft_slo or base.ttft_slo_s,
-        tpot_slo_s=tpot_slo or base.tpot_slo_s,
-        qps=qps if load_given else base.qps,
-        concurrency=concurrency if load_given else base.concurrency,
-    )
+    try:
+        return Workload(
+            input_tokens=input_tokens or base.input_tokens,
+            output_tokens=output_tokens or base.output_tokens,
+            ttft_slo_s=ttft_slo or base.ttft_slo_s,
+            tpot_slo_s=tpot_slo or base.tpot_slo_s,
+            qps=qps if load_given else base.qps,
+            concurrency=concurrency if load_given else base.concurrency,
+            slo_statistic=slo_statistic or base.slo_statistic,
+        )
+    except SizingError as exc:      # the message names the option already
+        fail(str(exc))
 
 
 def _option_label(exc: SizingError, tp_given: bool) -> str:
     """The prefix naming the option a sizing error concerns; --tp only when the user gave it
     (a TP the planner chose is not the user's to fix)."""
-    if exc.option is None or (exc.option == "--tp" and not tp_given):
+    if exc.option is None or (exc.option == "--tp" and not tp_given) or str(exc).startswith(f"{exc.option}:"):
         return ""
     return f"{exc.option}: "
 
@@ -136,6 +152,8 @@ def _base_request(stack: str | None) -> PlanRequest:
         return load_settings(stack).plan_request()
     except StackError as exc:
         fail(str(exc))
+    except SizingError as exc:      # a figure the sizing refuses (nan, inf) in the stack's workload
+        fail(f"--stack {stack}: workload: {exc}")
 
 
 def _pools(base: tuple[Pool, ...], zones: str | None, nodes: int | None, instance_type: str | None) -> tuple[Pool, ...]:
@@ -169,7 +187,8 @@ def _print_report(d: dict, plot: Path | None) -> None:
     load = f"{w['qps']:g} QPS" if w["qps"] is not None else f"{w['concurrency']} concurrent clients"
     title = (f"{d['model']} {d['weights']} (KV {d['kv_dtype']}) on {d['instance_type']}, TP={d['tp']}: "
              f"{load}, {w['input_tokens']:,} in / {w['output_tokens']:,} out, "
-             f"TTFT < {w['ttft_slo_s']:g} s, TPOT <= {w['tpot_slo_s'] * 1e3:g} ms [profile {d['profile']}]")
+             f"TTFT < {w['ttft_slo_s']:g} s, TPOT <= {w['tpot_slo_s'] * 1e3:g} ms at the {w['slo_statistic']} "
+             f"[profile {d['profile']}]")
     table = Table(title=title, title_justify="left")
     table.add_column("figure")
     table.add_column("ideal", justify="right")
@@ -181,7 +200,24 @@ def _print_report(d: dict, plot: Path | None) -> None:
     nodes = ", ".join(f"{n['pool']}/node-{n['node']}: {n['replicas']} replica(s), {n['gpus_idle']} GPUs idle"
                       for n in d["nodes"])
     console.print(f"Plan: {d['replicas']} x TP={d['tp']} replicas {d['replicas_by_zone']}; {nodes}.")
+    if d.get("unstable_reason"):
+        console.print(f"Unstable at {d['load_per_replica_qps']:.3g} QPS per replica: {d['unstable_reason']}.")
+    if "fleet" in d:
+        console.print(_fleet_line(d))
     for note in d["notes"]:
         console.print(f"Note: {note}.")
     if plot is not None:
         console.print(f"Plot written to {plot}.")
+
+
+def _fleet_line(d: dict) -> str:
+    """`--replicas N`: that fleet, every replica up, at the load given."""
+    f = d["fleet"]
+    share = (f"{f['clients_per_replica']:g} clients ({f['load_per_replica_qps']:.3g} QPS) per replica"
+             if f["clients_per_replica"] is not None else f"{f['load_per_replica_qps']:.3g} QPS per replica")
+    if not f["stable"]:
+        return f"Fleet of {f['replicas']} replicas, all up: {share}: unstable ({f['unstable_reason']})."
+    stat = d["workload"]["slo_statistic"]
+    return (f"Fleet of {f['replicas']} replicas, all up: {share}, {100 * (f['utilization'] or 0):.0f}% of capacity; "
+            f"TTFT {stat} {f['ttft_ms']['at_statistic']:,.0f} ms, TPOT {stat} {f['tpot_ms']['at_statistic']:.1f} ms "
+            f"(means {f['ttft_ms']['mean']:,.0f} / {f['tpot_ms']['mean']:.1f} ms).")

@@ -72,7 +72,7 @@ class Thresholds:
         w = plan.request.workload
         in_flight = plan.real.in_flight
         if not math.isfinite(in_flight):
-            in_flight = float(plan.model_args["max_num_seqs"])
+            in_flight = float(plan.engine_args["max_num_seqs"])
         return cls(
             ttft_p95_s=w.ttft_slo_s, tpot_p95_s=w.tpot_slo_s,
             in_flight_per_replica=round(in_flight, 2), replicas=plan.replicas,

@@ -66,8 +66,9 @@ def load_stack(stack: str | None, config: Path | None = None, raw: dict | None =
     else:
         raw = read_config(stack, config) if raw is None else raw
         settings = load_settings(stack, config, raw)
-        request = settings.plan_request()
     try:
+        if settings is not None:
+            request = settings.plan_request()      # the sizing refuses nan/inf figures here
         return LoadedStack(raw=raw, settings=settings, plan=plan(request))
     except SizingError as exc:
         raise StackError(source_of(stack, config), [f"no plan for this stack config: {exc}"]) from None

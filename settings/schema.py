@@ -32,6 +32,7 @@ class WorkloadSettings(_Strict):
     outputTokens: int = Field(300, gt=0, le=1_000_000)
     ttftSeconds: float = Field(1.0, gt=0)
     tpotSeconds: float = Field(0.040, gt=0)
+    sloStatistic: Literal["mean", "p50", "p90", "p95", "p99"] = "p95"   # the SLOs hold at this statistic
 
     @model_validator(mode="after")
     def _one_load(self):
@@ -201,7 +202,7 @@ class StackSettings(_Strict):
         return PlanRequest(
             workload=Workload(input_tokens=w.inputTokens, output_tokens=w.outputTokens,
                               ttft_slo_s=w.ttftSeconds, tpot_slo_s=w.tpotSeconds,
-                              qps=w.qps, concurrency=w.concurrency),
+                              qps=w.qps, concurrency=w.concurrency, slo_statistic=w.sloStatistic),
             model=self.model.id, weights=self.model.weights, kv_dtype=self.model.kvCacheDtype,
             pools=tuple(Pool(p.zone, p.instanceType, p.nodes, p.name or "") for p in self.gpuPools),
             tp=self.model.tensorParallel,

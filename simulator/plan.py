@@ -4,10 +4,8 @@ from __future__ import annotations
 import math
 import re
 
-from sizing.catalog import load_catalog
-from sizing.model import ReplicaModel, Shape
+from sizing.model import ReplicaModel
 from sizing.planner import Plan
-from sizing.profiles import get_profile
 
 from .cost import kv_capacity_tokens, step_cost
 from .loop import ReplicaSpec, SimConfig, ZoneFailure, simulate
@@ -18,10 +16,8 @@ FAIL_ZONE = re.compile(r"^(?P<zone>[a-z0-9-]+)@(?P<start>\d+(\.\d+)?)(:(?P<end>\
 
 
 def replica_model(plan: Plan) -> ReplicaModel:
-    """The plan's real replica model, built as the planner builds it."""
-    req = plan.request
-    shape = Shape(load_catalog().model(req.model), plan.instance, plan.tp, req.weights, req.kv_dtype)
-    return ReplicaModel(shape, req.workload, get_profile(req.profile), real=True)
+    """The plan's real replica model (the one its figures come from)."""
+    return plan.replica_model
 
 
 def replica_specs(plan: Plan) -> tuple[ReplicaSpec, ...]:
@@ -58,7 +54,7 @@ def config_from_plan(plan: Plan, duration_s: float, qps: float | None = None, *,
     if rate is None:
         raise ValueError(f"the workload is closed-loop ({w.concurrency} clients): give an open-loop QPS")
     model = replica_model(plan)
-    args = plan.model_args
+    args = plan.engine_args
     specs = replica_specs(plan)
     if replicas is not None:
         specs = specs[:replicas]
@@ -76,19 +72,21 @@ def config_from_plan(plan: Plan, duration_s: float, qps: float | None = None, *,
 
 
 def meets_slos(plan: Plan, qps: float, duration_s: float, seed: int = 0) -> tuple[bool, dict]:
-    """One replica at `qps` (Poisson): mean TTFT and mean TPOT within the SLOs, as the plan counts."""
+    """One replica at `qps` (Poisson): TTFT and TPOT within the SLOs at the plan's statistic."""
+    stat = plan.request.workload.slo_statistic
     cfg = config_from_plan(plan, duration_s, qps, seed=seed, replicas=1)
     stats = summarize(simulate(cfg).requests, cfg.ttft_slo_s, cfg.tpot_slo_s)
-    ok = (stats["ttft_ms"]["mean"] is not None and stats["ttft_ms"]["mean"] <= 1e3 * cfg.ttft_slo_s
-          and stats["tpot_ms"]["mean"] is not None and stats["tpot_ms"]["mean"] <= 1e3 * cfg.tpot_slo_s)
+    ttft, tpot = stats["ttft_ms"][stat], stats["tpot_ms"][stat]
+    ok = (ttft is not None and ttft <= 1e3 * cfg.ttft_slo_s and tpot is not None and tpot <= 1e3 * cfg.tpot_slo_s)
     return ok, stats
 
 
 def simulated_capacity_qps(plan: Plan, duration_s: float = 300.0, seed: int = 0, rel_tol: float = 0.02) -> float:
-    """The most QPS one replica carries with mean TTFT and TPOT within the SLOs (bisection).
+    """The most QPS one replica carries with TTFT and TPOT within the SLOs at the plan's statistic
+    (bisection).
 
-    The same definition as the analytic capacity (means, Poisson arrivals); it brackets the
-    analytic figure first, so a handful of short runs suffice.
+    The same definition as the analytic capacity (the workload's statistic, Poisson arrivals); it
+    brackets the analytic figure first, so a handful of short runs suffice.
     """
     guess = plan.capacity_per_replica.qps
     if not math.isfinite(guess) or guess <= 0:

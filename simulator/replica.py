@@ -29,9 +29,8 @@ class Replica:
             raise ValueError(f"max_num_batched_tokens ({max_num_batched_tokens}) must be at least "
                              f"max_num_seqs ({max_num_seqs})")
         self.name, self.zone = name, zone
-        br = cost.decode_branches
-        (self._a1, self._b1), (self._a2, self._b2) = (br[0], br[1]) if len(br) > 1 else (br[0], br[0])
-        self._pf_tok = cost.prefill_s_per_token
+        (self._a1, self._b1), (self._a2, self._b2) = cost.decode_branches()
+        self._cost = cost
         self.budget, self.max_seqs, self.kv_cap = max_num_batched_tokens, max_num_seqs, kv_capacity_tokens
         self._on_done = on_done
         self.up = True
@@ -59,6 +58,7 @@ class Replica:
         self.s_start = self.s_dur = 0.0
         self.s_count = 0
         self.s_n = 0
+        self.s_prefill = 0.0
         self.s_chunks = None             # [(request, tokens)] of a prefill step; None: pure decode
 
     # -- what the router sees --------------------------------------------------------------------
@@ -164,7 +164,9 @@ class Replica:
         dec = (a if a > b else b) if n else 0.0
         self.s_start, self.s_n, self.busy = self.clock, n, True
         if c_total:
-            self.s_dur, self.s_count, self.s_chunks = dec + c_total * self._pf_tok, 1, chunks
+            dur = self._cost.step_s(n, c_total)
+            self.s_dur, self.s_count, self.s_chunks = dur, 1, chunks
+            self.s_prefill = dur - dec          # the prefill's part of this step
             return
         # Pure decode: run to the next finish, or until the cache holds no more tokens.
         heap = self.heap
@@ -213,7 +215,7 @@ class Replica:
                 self.n += 1
                 self._seq += 1
                 heapq.heappush(self.heap, (r.finish, self._seq, r.epoch, r))
-            self.prefill_s += pf * self._pf_tok
+            self.prefill_s += self.s_prefill
         heap = self.heap
         while heap and heap[0][0] <= k:
             _, _, epoch, r = heapq.heappop(heap)

@@ -28,8 +28,9 @@ def percentile(sorted_values: list[float], q: float) -> float:
 def distribution(values: list[float]) -> dict:
     v = sorted(values)
     if not v:
-        return {"mean": None, "p50": None, "p95": None, "p99": None}
+        return {"mean": None, "p50": None, "p90": None, "p95": None, "p99": None}
     return {"mean": round(sum(v) / len(v), 3), "p50": round(percentile(v, 0.50), 3),
+            "p90": round(percentile(v, 0.90), 3),
             "p95": round(percentile(v, 0.95), 3), "p99": round(percentile(v, 0.99), 3)}
 
 

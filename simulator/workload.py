@@ -64,12 +64,44 @@ class WorkloadSpec:
     seed: int = 0
 
 
+MAX_DURATION_S = 7 * 86_400         # a week of arrivals
+MAX_REQUESTS = 1_000_000            # about 30 s of simulation on one core (bench/bench_simulate.py)
+MAX_CV = 10.0                       # gamma and lognormal coefficients of variation
+
+
+class WorkLimitError(ValueError):
+    """A simulation the simulator refuses up front; `option` names the input to change."""
+
+    def __init__(self, option: str, message: str):
+        super().__init__(f"{option}: {message}")
+        self.option = option
+
+
+def check_work(qps: float, duration_s: float, burstiness_cv: float = 1.0, length_cv: float = 0.5) -> None:
+    """Bound the simulator's work before it starts: every figure finite and positive, the run at
+    most a week and the expected requests at most MAX_REQUESTS, so no input makes it hang."""
+    for option, value in (("--duration", duration_s), ("--qps", qps), ("--burstiness", burstiness_cv),
+                          ("--length-cv", length_cv)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise WorkLimitError(option, f"must be a finite number greater than 0 (got {value!r})")
+    if duration_s > MAX_DURATION_S:
+        raise WorkLimitError("--duration", f"{duration_s:g} s is above the limit of {MAX_DURATION_S:,} s (a week)")
+    for option, value in (("--burstiness", burstiness_cv), ("--length-cv", length_cv)):
+        if value > MAX_CV:
+            raise WorkLimitError(option, f"{value:g} is above the limit of {MAX_CV:g}")
+    expected = qps * duration_s
+    if expected > MAX_REQUESTS:
+        raise WorkLimitError("--qps", f"{qps:g} QPS for {duration_s:g} s is {expected:.3g} requests, above the "
+                                      f"limit of {MAX_REQUESTS:,} (lower --qps or --duration)")
+
+
 def generate(spec: WorkloadSpec) -> list[Request]:
     """All requests arriving in [0, duration)."""
     if spec.arrivals not in ARRIVALS:
         raise ValueError(f"arrivals '{spec.arrivals}': choose one of {', '.join(ARRIVALS)}")
     if spec.lengths not in LENGTHS:
         raise ValueError(f"lengths '{spec.lengths}': choose one of {', '.join(LENGTHS)}")
+    check_work(spec.qps, spec.duration_s, spec.burstiness_cv, spec.length_cv)
     arr = random.Random(f"{spec.seed}-arrivals")
     lens = random.Random(f"{spec.seed}-lengths")
     if spec.arrivals == "poisson":

@@ -1,40 +1,48 @@
 """The analytic capacity model of one serving replica (one TP group).
 
-Formulas (../shared/reference/sizing-reference.md), per replica of `tp` GPUs:
-- F = tp x peak x MFU, B = tp x HBM bandwidth.
-- prefill: FLOPs = 2 P s_in + 2 L s_in^2 h; t_prefill = FLOPs / F; prefill share u = QPS x t_prefill.
-- decode step (ideal), a roofline: max(bytes / B, FLOPs / F) with
-  bytes = weights + n (s_in + s_out/2) KV bytes/token and FLOPs = n (2 P_active + 4 L h ctx).
-  Both branches are linear in n.
-- TPOT = (real_factor x step + extra all-reduce time) / (1 - u); TTFT0 = real_factor x t_prefill.
-- Little's law n = QPS (TTFT0 + (s_out - 1) TPOT). Because the step is linear in n, the fixed
-  point of n and TPOT is solved exactly (per roofline branch), not iterated.
-- capacity = the largest QPS that keeps mean TPOT and mean TTFT within their SLOs and Little's n
-  within the KV cache (and the engine's max_num_seqs).
+Every figure comes from one step model (`sizing.step`): a step decodes n sequences and prefills
+c prompt tokens; its time is t(n, c). Per replica at an open-loop (Poisson) load of QPS:
 
-"ideal" uses real_factor = 1; "real" uses the profile's real_factor.
+- TPOT: over a second the replica runs decode steps and, with them, the prompts' chunks. A chunk
+  of C = T - n tokens (T = max_num_batched_tokens) costs p = (t(n, C) - t(n, 0)) / C per token
+  beyond the decode step, so the prompts take a share u = QPS s_in p of the time and
+  TPOT = t(n, 0) / (1 - u). Little's law n = QPS (TTFT0 + (s_out - 1) TPOT) closes it; each
+  decode branch is linear in n, so the fixed point is solved exactly (the `additive` reference
+  profile has p constant: one pass; `mixed` refines p from n, three passes).
+- TTFT: a prompt waits for the step in progress, then for the prompts ahead of it (an M/D/1 queue
+  of prompt work drained at C / t(n, C) tokens/s: chunks share each step with the decodes), then
+  needs ceil(s_in / C) steps of its own; then, past the KV cache or max_num_seqs, for a slot
+  (Erlang C). Finite while the queue has a steady state; past it the point is unstable and says
+  why. Closed loop: C clients at throughput X spend C / X per request (Little), so TTFT is bounded.
+- Statistics: mean, or p50/p90/p95/p99 (Poisson arrivals: exponential queue tails; the batch a
+  request sees is Poisson with Little's mean, M/G/inf). Capacity is the largest QPS at which TTFT
+  and TPOT both hold at the workload's statistic, the batch fits the KV cache, and prefill does
+  not saturate the replica.
 
-TP communication: the profile's factors were measured on NVSwitch nodes, so the all-reduce there
-is inside them. On any other link the model adds the difference: two ring all-reduces per layer
-(attention and MLP) of n x hidden BF16 activations in decode and s_in x hidden in prefill.
+"ideal" takes the roofline at face value (real_factor 1, full HBM bandwidth); "real" applies the
+profile. The reference figures (../shared/reference/sizing-reference.md) reproduce exactly under
+the `reference` profile, whose step model is the seed's.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
-from .catalog import Instance, Model, bytes_per_element, load_catalog
+from .catalog import Instance, Model, bytes_per_element
 from .profiles import Profile
-from .queueing import erlang_c_wait, md1_wait, poisson_quantile
+from .queueing import QUANTILES, STATISTICS, erlang_c_wait, md1_wait_quantile, poisson_quantile_smooth
+from .step import build_step, comm_terms
 
 GB = 1e9
+CHUNK_MIN, CHUNK_MAX, CHUNK_ALIGN = 512, 8192, 256
 
 
 class SizingError(ValueError):
     """A configuration the model cannot serve; the message names the constraint that fails.
 
-    `option` names the input that can fix it, as the CLI names it ("--tp", "--weights", "SLOs";
-    None when it is the layout or the load), so the CLI points at it without reading the message.
+    `option` names the input that can fix it, as the CLI names it ("--tp", "--weights", "SLOs",
+    "--qps", ...; None when it is the layout or the load), so the CLI points at it without reading
+    the message.
     """
 
     def __init__(self, message: str, option: str | None = None):
@@ -50,10 +58,34 @@ class Workload:
     tpot_slo_s: float = 0.040
     qps: float | None = 10.0
     concurrency: int | None = None     # closed loop: this many clients, each waits for its answer
+    slo_statistic: str = "p95"         # mean | p50 | p90 | p95 | p99: the SLOs hold at this statistic
+
+    def __post_init__(self):
+        check_finite_workload(self)
 
     @property
     def is_closed_loop(self) -> bool:
         return self.concurrency is not None
+
+
+WORKLOAD_OPTIONS = {"input_tokens": "--input-tokens", "output_tokens": "--output-tokens",
+                    "ttft_slo_s": "--ttft-slo", "tpot_slo_s": "--tpot-slo", "qps": "--qps",
+                    "concurrency": "--concurrency"}
+
+
+def check_finite_workload(w: Workload) -> None:
+    """Refuse nan, inf and non-positive figures up front, naming the option."""
+    for name, option in WORKLOAD_OPTIONS.items():
+        value = getattr(w, name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise SizingError(f"{option}: expected a number (got {value!r})", option)
+        if not math.isfinite(value) or value <= 0:
+            raise SizingError(f"{option}: must be a finite number greater than 0 (got {value!r})", option)
+    if w.slo_statistic not in STATISTICS:
+        raise SizingError(f"--slo-statistic: unknown statistic '{w.slo_statistic}'; choose one of: "
+                          f"{', '.join(STATISTICS)}", "--slo-statistic")
 
 
 @dataclass(frozen=True)
@@ -68,14 +100,24 @@ class Shape:
 
 @dataclass(frozen=True)
 class Memory:
+    """Per replica, as vLLM accounts it at start-up (`kv_accounting: vllm`), or the seed's way."""
     weights_gb: float
     weights_per_gpu_gb: float
-    usable_per_gpu_gb: float
+    usable_per_gpu_gb: float       # gpu_memory_utilization x HBM - overheads, per GPU
+    activation_gb: float           # per GPU: the peak of a max_num_batched_tokens step
+    cuda_graph_gb: float           # per GPU
     kv_budget_gb: float
     kv_bytes_per_token: float
-    max_seqs_kv: int            # sequences whose full context (s_in + s_out) fits in the KV budget
-    max_seqs: int               # that, capped by the engine's max_num_seqs
+    kv_tokens: int                 # vLLM's "GPU KV cache size: N tokens"
+    max_model_len: int
+    max_seqs_kv: int               # sequences whose full context (s_in + s_out) fits in the KV cache
+    max_seqs: int                  # that, capped by the engine's max_num_seqs
     total_gb: float
+
+    @property
+    def max_concurrency(self) -> float:
+        """vLLM's "Maximum concurrency for max_model_len tokens per request"."""
+        return self.kv_tokens / self.max_model_len if self.max_model_len else 0.0
 
 
 @dataclass(frozen=True)
@@ -89,8 +131,12 @@ class Point:
     tpot_p95_ms: float
     in_flight: float          # Little's law
     kv_cache_gb: float        # KV reserved for the sequences in flight (each holds s_in + s_out)
-    queue_ms: float           # mean wait before prefill starts (prefill queue + KV admission)
+    queue_ms: float           # mean wait before the prompt's prefill completes its queue (prefill + KV)
     stable: bool
+    unstable_reason: str = ""
+    statistic: str = "mean"
+    ttft_at_statistic_ms: float = math.nan
+    tpot_at_statistic_ms: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -98,56 +144,69 @@ class Capacity:
     qps: float
     binding: str              # tpot | ttft | kv | prefill
     by_constraint: dict
+    statistic: str = "mean"
 
 
 class ReplicaModel:
-    """Precomputes the linear coefficients of one shape under one profile."""
+    """One shape under one profile for one workload: the step model and the queues around it."""
 
-    def __init__(self, shape: Shape, workload: Workload, profile: Profile, real: bool = True):
-        m, inst, tp = shape.model, shape.instance, shape.tp
-        gpu = inst.gpu
+    def __init__(self, shape: Shape, workload: Workload, profile: Profile, real: bool = True,
+                 batched_tokens: int | None = None):
         self.shape, self.workload, self.profile, self.real = shape, workload, profile, real
-        rf = profile.real_factor if real else 1.0
-        s_in, s_out = workload.input_tokens, workload.output_tokens
-        F = tp * gpu.peak_tflops(shape.weights) * 1e12 * profile.mfu
-        B = tp * gpu.hbm_tbps * 1e12
-        P_active = m.active_params_b * 1e9
-        self.weight_bytes = m.weight_bytes(shape.weights)
-        self.kv_tok = m.kv_bytes_per_token(shape.kv_dtype)
-        ctx = s_in + s_out / 2
+        self.step = step = build_step(shape, workload, profile, real)
+        self.additive = profile.step_model == "additive"
+        s_in, self.s_out = workload.input_tokens, workload.output_tokens
+        self.s_in = s_in
+        self.kv_tok = shape.model.kv_bytes_per_token(shape.kv_dtype)
+        self.branches = step.decode_branches()
+        self.prefill_alone_s = step.prefill_s(s_in)          # one prompt, alone, unchunked
+        # Per prompt token beyond the decode step, when a chunk is compute-bound (all of it, additive).
+        self.prefill_token_s = step.e if self.additive else step.g2 + step.e
+        self.share_per_request_s = s_in * self.prefill_token_s   # u = QPS x this (at most)
+        self.prefill_comm_s = _comm_part(shape, profile, s_in)
+        if self.additive:   # the seed: TTFT0 = real_factor x prefill FLOPs time + communication
+            rf = profile.real_factor if real else 1.0
+            self.ttft0_s = rf * (self.prefill_alone_s - self.prefill_comm_s) + self.prefill_comm_s
+        else:
+            self.ttft0_s = self.prefill_alone_s
+        self.memory = memory(shape, workload, profile, batched_tokens or CHUNK_MIN + profile.max_num_seqs)
+        self.batched_tokens = batched_tokens or self._batched_tokens()
+        if batched_tokens is None and profile.kv_accounting == "vllm":
+            self.memory = memory(shape, workload, profile, self.batched_tokens)
+            self.batched_tokens = self._batched_tokens()
+        self._stat = workload.slo_statistic
 
-        # Extra all-reduce time versus the link the profile was measured on (>= 0).
-        base = load_catalog().links[profile.comm_baseline_link]
-        link = inst.link
-        ring = 2 * (tp - 1)
-        act = bytes_per_element("bf16") * m.hidden
-        d_lat = max(0.0, link.latency_us - base.latency_us) * 1e-6
-        d_inv_bw = max(0.0, 1 / (link.bandwidth_gbps * GB) - 1 / (base.bandwidth_gbps * GB))
-        calls = 2 * m.layers
-        comm0 = calls * ring * d_lat
-        comm1 = calls * (ring / tp) * act * d_inv_bw if tp > 1 else 0.0
-        self.prefill_comm_s = comm0 + comm1 * s_in if tp > 1 else 0.0
-        if tp == 1:
-            comm0 = comm1 = 0.0
+    # -- the engine's step budget -------------------------------------------------------------
+    def _batched_tokens(self) -> int:
+        """max_num_batched_tokens: a chunk whose step keeps the TPOT SLO at the capacity batch.
 
-        self.prefill_s = (2 * P_active * s_in + 2 * m.layers * s_in**2 * m.hidden) / F
-        self.share_per_request_s = self.prefill_s + self.prefill_comm_s  # u = QPS x this
-        self.ttft0_s = rf * self.prefill_s + self.prefill_comm_s
-        # step(n) = max(A1 + B1 n, A2 + B2 n): memory and compute branches of the roofline.
-        self.branches = (
-            (rf * self.weight_bytes / B + comm0, rf * ctx * self.kv_tok / B + comm1),
-            (comm0, rf * n_flops(P_active, m.layers, m.hidden, ctx) / F + comm1),
-        )
-        self.s_out = s_out
-        self.memory = memory(shape, workload, profile)
+        The chunk is the largest multiple of 256 (at least 512) whose prefill cost fits in what
+        the decode step at the batch of the mean-TPOT capacity leaves of the SLO; the budget adds
+        one token per running sequence (vLLM gives decodes their tokens first)."""
+        w = self.workload
+        per_token = self.ttft0_s / w.input_tokens if self.additive else self.prefill_token_s
+        lam = self._tpot_capacity_fixed_p(w.tpot_slo_s, self.prefill_token_s)
+        n = self.in_flight(lam, w.tpot_slo_s) if math.isfinite(lam) and lam > 0 else 1.0
+        room = w.tpot_slo_s - self.step.decode_s(n)
+        chunk = int(room / per_token) // CHUNK_ALIGN * CHUNK_ALIGN if per_token > 0 and room > 0 else 0
+        return min(max(CHUNK_MIN, chunk), CHUNK_MAX) + self.memory.max_seqs
 
-    # -- one load -------------------------------------------------------------------------
+    # -- TPOT ---------------------------------------------------------------------------------
     def step_s(self, n: float) -> float:
-        return max(a + b * n for a, b in self.branches)
+        """The decode-only step with n sequences."""
+        (a1, b1), (a2, b2) = self.branches
+        x, y = a1 + b1 * n, a2 + b2 * n
+        return x if x > y else y
 
-    def tpot_s(self, qps: float) -> float:
-        """Mean TPOT at an open-loop QPS: the exact fixed point of Little's law and the step."""
-        u = qps * self.share_per_request_s
+    def prefill_token_cost_s(self, n: float) -> float:
+        """p: seconds a prompt token adds to a step that decodes n and carries a full chunk."""
+        if self.additive:
+            return self.step.e
+        chunk = max(self.batched_tokens - n, 1.0)
+        return (self.step.step_s(n, chunk) - self.step.decode_s(n)) / chunk
+
+    def _tpot_fixed_p(self, qps: float, p: float) -> float:
+        u = qps * self.s_in * p
         if u >= 1:
             return math.inf
         worst = 0.0
@@ -158,118 +217,271 @@ class ReplicaModel:
             worst = max(worst, (a + b * qps * self.ttft0_s) / denom)
         return worst
 
+    def tpot_s(self, qps: float) -> float:
+        """Mean TPOT at an open-loop QPS: the fixed point of Little's law and the step."""
+        return self._tpot_and_share(qps)[0]
+
+    def _tpot_and_share(self, qps: float) -> tuple[float, float]:
+        p = self.prefill_token_s
+        tpot = self._tpot_fixed_p(qps, p)
+        if not self.additive:
+            for _ in range(1):      # p moves little with n: one refinement settles it
+                if not math.isfinite(tpot):
+                    break
+                p = self.prefill_token_cost_s(self.in_flight(qps, tpot))
+                tpot = self._tpot_fixed_p(qps, p)
+        return tpot, qps * self.s_in * p
+
     def in_flight(self, qps: float, tpot_s: float) -> float:
         return qps * (self.ttft0_s + (self.s_out - 1) * tpot_s)
 
+    def _tpot_at(self, n: float, u: float, q: float | None) -> float:
+        """TPOT at a statistic: the step at the Poisson q-quantile of the batch, prefill share alike."""
+        if q is None:
+            return self.step_s(n) / (1 - u) if u < 1 else math.inf
+        nq = poisson_quantile_smooth(n, q)
+        uq = u * nq / n if n > 0 else u
+        mean = self.step_s(n) / (1 - u)
+        # vLLM gives the decodes their tokens first: a step is at most a full-chunk step, however
+        # many prompts wait (they wait in the prefill queue, in TTFT, instead).
+        ceiling = max(self.step.step_s(nq, max(self.batched_tokens - nq, 0.0)), mean)
+        if uq >= 1:
+            return ceiling
+        # A batch above its mean lasts a request's lifetime and slows every step, which keeps
+        # more requests in flight: the batch varies 1 / (1 - loop gain) times more (its std, sqrt).
+        qps = n / (self.ttft0_s + (self.s_out - 1) * mean) if n > 0 else 0.0
+        gain = qps * (self.s_out - 1) * (self.step_s(n + 1) - self.step_s(n)) / (1 - u)
+        amplify = 1 / math.sqrt(1 - gain) if gain < 0.9 else math.sqrt(10.0)   # std of an OU process
+        return min(mean + max(self.step_s(nq) / (1 - uq) - mean, 0.0) * amplify, ceiling)
+
+    # -- TTFT ---------------------------------------------------------------------------------
+    def _prefill_queue(self, qps: float, n: float) -> tuple[float, float, float, float, float]:
+        """(rho, prompt work D, own service S, full-chunk step, own last step) in s, of the
+        chunked-prefill queue at batch n. rho is also the share of time in full-chunk steps."""
+        chunk = max(self.batched_tokens - n, 1.0)
+        step = self.step
+        full = step.step_s(n, chunk)
+        rho = qps * self.s_in * full / chunk                  # chunks drain chunk / full tokens per second
+        k = math.ceil(self.s_in / chunk)
+        last = step.step_s(n, self.s_in - (k - 1) * chunk)
+        return rho, self.s_in * full / chunk, (k - 1) * full + last, full, last
+
+    def _ttft_prefill(self, qps: float, n: float, tpot: float, q: float | None) -> float:
+        """TTFT before any KV-admission wait, at a statistic (q None: the mean).
+
+        A prompt first waits for the step in progress: with probability rho a chunk step (length
+        `full`), else, while decodes run, a decode step; then for the prompt work ahead of it
+        (M/D/1); then its own ceil(s_in / chunk) steps, the last of which is full when a prompt
+        that arrived meanwhile fills the rest of its budget (vLLM schedules it in the same step)."""
+        rho, work, service, full, last = self._prefill_queue(qps, n)
+        if rho >= 1:
+            return math.inf
+        busy = 1 - math.exp(-n)                              # decodes run: a step is in progress
+        f = rho if rho < busy else busy
+        dec = self.step.decode_s(n)
+        residual = (f * full + (busy - f) * dec) / 2
+        mean_wait = rho * work / (2 * (1 - rho))
+        earlier = service - last
+        extra = full - last if full > last else 0.0           # a shared last step is a full one
+        shared = 1 - math.exp(-qps * (earlier + residual)) if earlier > 0 else 0.0
+        if q is None:
+            return residual + mean_wait + service + shared * extra
+        # The quantile of the sum: the means plus the spreads combined in quadrature.
+        tail = 1 - q
+        res_q = _residual_quantile(tail, f, full, busy - f, dec)
+        wait_q = md1_wait_quantile(rho, work, q)
+        last_q = extra if shared > tail else 0.0
+        spread = math.sqrt(max(res_q - residual, 0.0) ** 2 + max(wait_q - mean_wait, 0.0) ** 2
+                           + max(last_q - shared * extra, 0.0) ** 2)
+        return residual + mean_wait + shared * extra + spread + service
+
+    # -- one load -------------------------------------------------------------------------------
     def at(self, qps: float) -> Point:
         """The replica at an open-loop (Poisson) arrival rate."""
-        u = qps * self.share_per_request_s
-        tpot = self.tpot_s(qps)
+        tpot, u = self._tpot_and_share(qps)
+        q = QUANTILES.get(self._stat)
         if not math.isfinite(tpot):
-            return Point(qps, u, math.inf, math.inf, math.inf, math.inf, math.inf, math.inf, math.inf, False)
+            reason = (f"prefill alone needs {u:.0%} of the replica" if u >= 1 else
+                      "decode steps slow faster than the load they carry: TPOT has no steady state")
+            return _unstable(qps, u, reason, self._stat)
         n = self.in_flight(qps, tpot)
-        # Prefill queue: M/D/1 on the prefill share; KV admission: M/M/c with c = max_seqs.
-        pf_wait, pf_wait_p95 = md1_wait(u, self.ttft0_s)
-        service = self.ttft0_s + (self.s_out - 1) * tpot
-        kv_wait, kv_wait_p95 = erlang_c_wait(self.memory.max_seqs, n, service)
-        stable = math.isfinite(kv_wait) and u < 1
-        # TPOT p95: a request sees the Poisson number of sequences alongside it (M/G/inf, mean n)
-        # and the Poisson number of prefills arriving in its lifetime (mean n too, by Little).
-        n95 = poisson_quantile(n, 0.95)
-        u95 = u * n95 / n if n > 0 else u
-        tpot95 = self.step_s(n95) / (1 - u95) if u95 < 1 else math.inf
+        rho = self._prefill_queue(qps, n)[0]
+        if rho >= 1:
+            reason = (f"prompts arrive faster than chunks of {max(self.batched_tokens - n, 1):.0f} tokens "
+                      f"drain beside {n:.0f} decodes (prefill queue at {rho:.0%})")
+            return _unstable(qps, u, reason, self._stat, tpot, n)
+        if n >= self.memory.max_seqs:
+            reason = (f"Little's law needs {n:.0f} sequences in flight; the KV cache (or max_num_seqs) "
+                      f"holds {self.memory.max_seqs}")
+            return _unstable(qps, u, reason, self._stat, tpot, n)
+        stay = self.ttft0_s + (self.s_out - 1) * tpot
+        kv_mean, kv95 = erlang_c_wait(self.memory.max_seqs, n, stay)
+        ttft_mean = self._ttft_prefill(qps, n, tpot, None) + kv_mean
+        ttft95 = self._ttft_prefill(qps, n, tpot, 0.95) + kv95
+        ttft_q = ttft_mean if q is None else (
+            ttft95 if q == 0.95 else self._ttft_prefill(qps, n, tpot, q) + erlang_c_wait(self.memory.max_seqs, n, stay, q)[1])
+        tpot95 = self._tpot_at(n, u, 0.95)
+        tpot_q = self._tpot_at(n, u, q)
         return Point(
-            qps=qps, prefill_share=u,
-            ttft_ms=1e3 * (self.ttft0_s + pf_wait + kv_wait),
-            ttft_p95_ms=1e3 * (self.ttft0_s + pf_wait_p95 + kv_wait_p95),
-            tpot_ms=1e3 * tpot, tpot_p95_ms=1e3 * max(tpot95, tpot),
-            in_flight=n,
-            kv_cache_gb=n * (self.workload.input_tokens + self.s_out) * self.kv_tok / GB,
-            queue_ms=1e3 * (pf_wait + kv_wait), stable=stable,
+            qps=qps, prefill_share=u, ttft_ms=1e3 * ttft_mean, ttft_p95_ms=1e3 * ttft95,
+            tpot_ms=1e3 * tpot, tpot_p95_ms=1e3 * tpot95, in_flight=n,
+            kv_cache_gb=n * (self.s_in + self.s_out) * self.kv_tok / GB,
+            queue_ms=1e3 * (ttft_mean - self._prefill_queue(qps, n)[2]), stable=True,
+            statistic=self._stat, ttft_at_statistic_ms=1e3 * ttft_q, tpot_at_statistic_ms=1e3 * tpot_q,
         )
 
-    # -- capacity -------------------------------------------------------------------------
-    def capacity(self) -> Capacity:
+    def latencies_at(self, qps: float, q: float | None) -> tuple[float, float]:
+        """(TTFT, TPOT) in s at a statistic, without the KV-admission wait (capacity keeps the batch
+        within the KV cache separately): the cheap path the capacity search uses."""
+        tpot, u = self._tpot_and_share(qps)
+        if not math.isfinite(tpot):
+            return math.inf, math.inf
+        n = self.in_flight(qps, tpot)
+        return self._ttft_prefill(qps, n, tpot, q), self._tpot_at(n, u, q)
+
+    # -- capacity ---------------------------------------------------------------------------------
+    def capacity(self, statistic: str | None = None, detail: bool = True, iterations: int = 11) -> Capacity:
+        """The largest QPS within the SLOs at the statistic, the KV cache and the prefill share.
+
+        With detail, each latency constraint's own limit (one search each); without (the sweep),
+        one search for both, which leaves the non-binding one at the binding one's value."""
         w = self.workload
-        caps = {
-            "tpot": self.tpot_capacity_qps(w.tpot_slo_s),
-            "ttft": self.ttft_capacity_qps(w.ttft_slo_s),
-            "kv": self.qps_at_batch(self.memory.max_seqs),
-            "prefill": 1 / self.share_per_request_s,
-        }
+        stat = statistic or self._stat
+        q = QUANTILES.get(stat)
+        kv = self.qps_at_batch(self.memory.max_seqs)
+        prefill = 1 / self.share_per_request_s
+        top = min(kv, prefill)
+        if not detail:
+            def both(lam: float) -> bool:
+                ttft, tpot = self.latencies_at(lam, q)
+                return ttft <= w.ttft_slo_s and tpot <= w.tpot_slo_s
+            # TPOT at any statistic is at least the mean: the mean's closed form bounds the search.
+            lam = _largest(both, min(top, self.tpot_capacity_qps(w.tpot_slo_s)), iterations)
+            ttft, tpot = self.latencies_at(lam * (1 + 1e-3), q) if lam < top else (0.0, 0.0)
+            which = "ttft" if ttft > w.ttft_slo_s and tpot <= w.tpot_slo_s else "tpot"
+            caps = {"kv": kv, "prefill": prefill, which: lam}
+            binding = min(caps, key=caps.get)
+            return Capacity(qps=caps[binding], binding=binding, by_constraint=caps, statistic=stat)
+        if q is None and self.additive:
+            tpot = self.tpot_capacity_qps(w.tpot_slo_s)
+        else:
+            tpot = _largest(lambda lam: self.latencies_at(lam, q)[1] <= w.tpot_slo_s, top)
+        ttft = _largest(lambda lam: self.latencies_at(lam, q)[0] <= w.ttft_slo_s, min(top, tpot * 1.5 + 1e-9))
+        caps = {"kv": kv, "prefill": prefill, "tpot": tpot, "ttft": ttft}   # ties: the structural limit
         binding = min(caps, key=caps.get)
-        return Capacity(qps=caps[binding], binding=binding, by_constraint=caps)
+        return Capacity(qps=caps[binding], binding=binding, by_constraint=caps, statistic=stat)
 
     def tpot_capacity_qps(self, slo_s: float) -> float:
-        """QPS at which mean TPOT reaches the SLO: TPOT = slo solved for QPS, per branch."""
+        """QPS at which mean TPOT reaches the SLO (closed form per branch; `mixed` refines p)."""
+        lam = self._tpot_capacity_fixed_p(slo_s, self.prefill_token_s)
+        if not self.additive:
+            for _ in range(3):
+                if not (math.isfinite(lam) and lam > 0):
+                    break
+                lam = self._tpot_capacity_fixed_p(slo_s, self.prefill_token_cost_s(self.in_flight(lam, slo_s)))
+        return lam
+
+    def _tpot_capacity_fixed_p(self, slo_s: float, p: float) -> float:
         lam = math.inf
+        share = self.s_in * p
         for a, b in self.branches:
             if slo_s <= a:
                 return 0.0
-            lam = min(lam, (slo_s - a) / (slo_s * self.share_per_request_s
-                                          + b * (self.ttft0_s + (self.s_out - 1) * slo_s)))
+            lam = min(lam, (slo_s - a) / (slo_s * share + b * (self.ttft0_s + (self.s_out - 1) * slo_s)))
         return lam
 
-    def ttft_capacity_qps(self, slo_s: float) -> float:
-        """QPS at which the mean TTFT (prefill plus its M/D/1 queue) reaches the SLO."""
-        slack = slo_s - self.ttft0_s
-        if slack <= 0:
-            return 0.0
-        rho = 2 * slack / (self.ttft0_s + 2 * slack)
-        return rho / self.share_per_request_s
+    def ttft_capacity_qps(self, slo_s: float, statistic: str = "mean") -> float:
+        """QPS at which TTFT (prefill, its chunked queue) reaches the SLO at a statistic."""
+        q = QUANTILES.get(statistic)
+        top = min(self.qps_at_batch(self.memory.max_seqs), 1 / self.share_per_request_s)
+        return _largest(lambda lam: self.latencies_at(lam, q)[0] <= slo_s, top)
 
     def qps_at_batch(self, n: float) -> float:
         """The arrival (or completion) rate that keeps exactly n sequences running.
 
-        Solves QPS (TTFT0 + (s_out - 1) step(n) / (1 - QPS t_share)) = n: a quadratic in QPS.
-        Also the closed-loop throughput of n always-busy clients.
+        Solves QPS (TTFT0 + (s_out - 1) step(n) / (1 - QPS s_in p)) = n: a quadratic in QPS.
         """
         if n <= 0:
             return 0.0
-        a, c, p = self.ttft0_s, (self.s_out - 1) * self.step_s(n), self.share_per_request_s
+        a, c = self.ttft0_s, (self.s_out - 1) * self.step_s(n)
+        p = self.s_in * self.prefill_token_cost_s(n)
         bq = a + c + n * p
         disc = bq * bq - 4 * a * p * n
         return (bq - math.sqrt(max(disc, 0.0))) / (2 * a * p)
 
-    # -- closed loop ----------------------------------------------------------------------
-    def closed_loop(self, clients: int, think_s: float = 0.0) -> dict:
-        """N clients that each send a request when their last one finished (plus think time).
+    # -- closed loop ------------------------------------------------------------------------------
+    def closed_loop(self, clients: int) -> dict:
+        """N clients that each send a request when their last one finished.
 
-        Running sequences n = min(N, max_seqs); the rest wait for a KV slot. With think time,
-        n solves N = n + X think (X the throughput), found by bisection.
+        m = min(N, max_seqs) run; the rest wait for a slot. The throughput X solves Little's law
+        X (TTFT(X) + (s_out - 1) TPOT(X)) = m with TTFT(X) the chunked-prefill queue at rate X
+        (bisection: the left side rises with X). Each client's cycle is N / X, so
+        TTFT = N / X - (s_out - 1) TPOT: finite, and linear in N past saturation.
         """
-        cap = self.memory.max_seqs
-        if think_s > 0:
-            lo, hi = 0.0, float(min(clients, cap))
-            for _ in range(60):
-                mid = (lo + hi) / 2
-                if mid + self.qps_at_batch(mid) * think_s < clients:
-                    lo = mid
-                else:
-                    hi = mid
-            n = lo
-        else:
-            n = float(min(clients, cap))
-        x = self.qps_at_batch(n)
-        u = x * self.share_per_request_s
-        tpot = self.step_s(n) / (1 - u)
-        waiting = max(0.0, clients - n - x * think_s)
+        m = float(min(clients, self.memory.max_seqs))
+        hi = self.qps_at_batch(m)
+
+        def cycle(x: float) -> float:
+            tpot, _ = self._tpot_and_share(x)
+            if not math.isfinite(tpot):
+                return math.inf
+            return self._ttft_prefill(x, self.in_flight(x, tpot), tpot, None) + (self.s_out - 1) * tpot
+
+        lo = 0.0
+        for _ in range(40):
+            mid = (lo + hi) / 2
+            if mid * cycle(mid) < m:
+                lo = mid
+            else:
+                hi = mid
+        x = lo
+        tpot, u = self._tpot_and_share(x)
+        ttft = clients / x - (self.s_out - 1) * tpot if x > 0 else math.inf
+        n = self.in_flight(x, tpot)
+        q = QUANTILES.get(self._stat)
+        tpot_q = self._tpot_at(n, u, q)
+        waiting = max(0.0, clients - m)
         queue = waiting / x if x > 0 else math.inf
         return {
-            "clients": clients, "running": n, "waiting": waiting,
+            "clients": clients, "running": m, "waiting": waiting,
             "requests_per_s": x, "output_tokens_per_s": x * self.s_out,
-            "ttft_ms": 1e3 * (self.ttft0_s + queue), "tpot_ms": 1e3 * tpot,
+            "ttft_ms": 1e3 * ttft, "tpot_ms": 1e3 * tpot, "tpot_at_statistic_ms": 1e3 * tpot_q,
             "queue_ms": 1e3 * queue, "prefill_share": u,
-            "kv_cache_gb": n * (self.workload.input_tokens + self.s_out) * self.kv_tok / GB,
+            "kv_cache_gb": m * (self.s_in + self.s_out) * self.kv_tok / GB,
         }
 
+    def closed_point(self, clients: int) -> Point:
+        """The replica under N closed-loop clients, as a Point: TTFT is the cycle bound N / X less
+        the decode time (finite for any N), its tail the chunked-prefill queue's spread at X."""
+        cl = self.closed_loop(clients)
+        x, tpot = cl["requests_per_s"], cl["tpot_ms"] / 1e3
+        if not (x > 0 and math.isfinite(tpot)):
+            return _unstable(x, cl["prefill_share"], "no throughput at this batch", self._stat)
+        n = self.in_flight(x, tpot)
+        q = QUANTILES.get(self._stat)
+        ttft = cl["ttft_ms"] / 1e3
+
+        def spread(qq: float | None) -> float:
+            if qq is None:
+                return 0.0
+            mean = self._ttft_prefill(x, n, tpot, None)
+            return max(self._ttft_prefill(x, n, tpot, qq) - mean, 0.0) if math.isfinite(mean) else 0.0
+
+        return Point(
+            qps=x, prefill_share=cl["prefill_share"], ttft_ms=1e3 * ttft, ttft_p95_ms=1e3 * (ttft + spread(0.95)),
+            tpot_ms=1e3 * tpot, tpot_p95_ms=1e3 * self._tpot_at(n, cl["prefill_share"], 0.95),
+            in_flight=cl["running"], kv_cache_gb=cl["kv_cache_gb"], queue_ms=cl["queue_ms"], stable=True,
+            statistic=self._stat, ttft_at_statistic_ms=1e3 * (ttft + spread(q)),
+            tpot_at_statistic_ms=cl["tpot_at_statistic_ms"])
+
     def max_clients_within_slo(self) -> int:
-        """The most closed-loop clients one replica serves with mean TTFT and TPOT in SLO."""
+        """The most closed-loop clients one replica serves with TTFT and TPOT in SLO (mean TTFT,
+        the cycle bound; TPOT at the workload's statistic)."""
         w = self.workload
 
         def ok(c: int) -> bool:
             r = self.closed_loop(c)
-            return r["ttft_ms"] <= 1e3 * w.ttft_slo_s and r["tpot_ms"] <= 1e3 * w.tpot_slo_s
+            return r["ttft_ms"] <= 1e3 * w.ttft_slo_s and r["tpot_at_statistic_ms"] <= 1e3 * w.tpot_slo_s
 
         if not ok(1):
             return 0
@@ -282,22 +494,79 @@ class ReplicaModel:
         return lo
 
 
-def n_flops(p_active: float, layers: int, hidden: int, ctx: float) -> float:
-    """FLOPs one decode token costs: the matmuls plus attention over its context."""
-    return 2 * p_active + 4 * layers * hidden * ctx
+def _comm_part(shape, profile, s_in) -> float:
+    """The all-reduce part of one prompt's prefill (not scaled by real_factor in the seed)."""
+    comm0, comm1 = comm_terms(shape, profile, bytes_per_element("bf16") * shape.model.hidden)
+    return comm0 + comm1 * s_in
 
 
-def memory(shape: Shape, workload: Workload, profile: Profile) -> Memory:
+def _residual_quantile(tail: float, p_long: float, long: float, p_short: float, short: float) -> float:
+    """t with P(R > t) = tail, R uniform on [0, long] with probability p_long, on [0, short] with
+    p_short, else 0 (the replica idle)."""
+    if p_long + p_short <= tail:
+        return 0.0
+    if long > 0 and p_long > tail and long * (1 - tail / p_long) >= short:
+        return long * (1 - tail / p_long)
+    rate = (p_long / long if long > 0 else 0.0) + (p_short / short if short > 0 else 0.0)
+    return (p_long + p_short - tail) / rate if rate > 0 else 0.0
+
+
+def _largest(ok, top: float, iterations: int = 11) -> float:
+    """The largest load in (0, top] for which ok holds (ok true below, false above), to 0.05% of
+    top: the part of the range where it changes (above or below 70% of top), then halving."""
+    if not (math.isfinite(top) and top > 0):
+        return 0.0
+    if ok(top):
+        return top
+    lo, hi = (0.7 * top, top) if ok(0.7 * top) else (0.0, 0.7 * top)
+    for _ in range(iterations):
+        mid = (lo + hi) / 2
+        if ok(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def _unstable(qps, u, reason, stat, tpot=math.inf, n=math.inf) -> Point:
+    inf = math.inf
+    return Point(qps, u, inf, inf, 1e3 * tpot, inf, n, inf, inf, False, reason, stat, inf, inf)
+
+
+def activation_gb(model: Model, tp: int, batched_tokens: int, max_seqs: int) -> float:
+    """Per GPU, the activation peak of a step of `batched_tokens` tokens as vLLM's start-up
+    profiling run sees it: the MLP's gate/up output and the residual stream (BF16) plus the
+    sampler's FP32 logits for max_num_seqs sequences."""
+    tokens = batched_tokens * (2 * 2 * model.ffn / tp + 4 * model.hidden)
+    logits = max_seqs * model.vocab * 4 / tp
+    return (tokens + logits) / GB
+
+
+def memory(shape: Shape, workload: Workload, profile: Profile, batched_tokens: int | None = None) -> Memory:
+    """The replica's memory; `batched_tokens` (max_num_batched_tokens) sets the activation peak
+    (default: the smallest chunk beside the profile's max_num_seqs)."""
     m, gpu, tp = shape.model, shape.instance.gpu, shape.tp
+    batched_tokens = batched_tokens or CHUNK_MIN + profile.max_num_seqs
     w = m.weight_bytes(shape.weights)
     kv_tok = m.kv_bytes_per_token(shape.kv_dtype)
-    usable = gpu.memory_gb * profile.gpu_memory_utilization - profile.runtime_overhead_gb
+    max_len = workload.input_tokens + workload.output_tokens
+    vllm = profile.kv_accounting == "vllm"
+    act = activation_gb(m, tp, batched_tokens, profile.max_num_seqs) if vllm else 0.0
+    graphs = profile.cuda_graph_gb if vllm else 0.0
+    usable = gpu.memory_gb * profile.gpu_memory_utilization - profile.runtime_overhead_gb - act - graphs
     budget = tp * usable * GB - w
-    per_seq = (workload.input_tokens + workload.output_tokens) * kv_tok
-    seqs = max(0, int(budget // per_seq)) if budget > 0 else 0
+    if vllm:
+        block = profile.block_tokens
+        blocks = max(0, int(budget // (block * kv_tok))) if budget > 0 else 0
+        kv_tokens = blocks * block
+        seqs = blocks // math.ceil(max_len / block)
+    else:
+        kv_tokens = max(0, int(budget // kv_tok)) if budget > 0 else 0
+        seqs = max(0, int(budget // (max_len * kv_tok))) if budget > 0 else 0
     return Memory(
-        weights_gb=w / GB, weights_per_gpu_gb=w / tp / GB, usable_per_gpu_gb=usable,
-        kv_budget_gb=max(budget, 0) / GB, kv_bytes_per_token=kv_tok,
+        weights_gb=w / GB, weights_per_gpu_gb=w / tp / GB, usable_per_gpu_gb=usable, activation_gb=act,
+        cuda_graph_gb=graphs, kv_budget_gb=max(budget, 0) / GB, kv_bytes_per_token=kv_tok,
+        kv_tokens=kv_tokens, max_model_len=max_len,
         max_seqs_kv=seqs, max_seqs=min(seqs, profile.max_num_seqs), total_gb=tp * gpu.memory_gb,
     )
 
@@ -311,7 +580,7 @@ def check_shape(shape: Shape, workload: Workload, profile: Profile) -> None:
     if m.heads % tp:
         raise SizingError(f"tensor parallel {tp} does not divide the {m.heads} attention heads of {m.id}",
                           option="--tp")
-    mem = memory(shape, workload, profile)
+    mem = memory(shape, workload, profile, CHUNK_MIN + profile.max_num_seqs)
     if mem.weights_per_gpu_gb >= mem.usable_per_gpu_gb:
         raise SizingError(
             f"{shape.weights} weights of {m.id} need {mem.weights_per_gpu_gb:.1f} GB per GPU at TP={tp}, "
@@ -320,4 +589,4 @@ def check_shape(shape: Shape, workload: Workload, profile: Profile) -> None:
     if mem.max_seqs_kv < 1:
         raise SizingError(
             f"no room for one sequence's KV cache ({workload.input_tokens + workload.output_tokens} tokens) "
-            f"beside the weights at TP={tp} on {inst.gpu.id}")
+            f"beside the weights at TP={tp} on {inst.gpu.id}", "--input-tokens")

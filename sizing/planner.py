@@ -11,12 +11,13 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from .catalog import Instance, load_catalog
-from .model import Capacity, Point, ReplicaModel, Shape, SizingError, Workload, check_shape
+from .model import Capacity, Memory, Point, ReplicaModel, Shape, SizingError, Workload, check_shape
 from .profiles import Profile, get_profile
+from .queueing import QUANTILES
 
 BINDING_WORDS = {
-    "tpot": "mean TPOT reaches the {tpot:.0f} ms SLO (decode steps slow as the batch grows)",
-    "ttft": "mean TTFT, prefill plus its queue, reaches the {ttft:.2f} s SLO",
+    "tpot": "{stat} TPOT reaches the {tpot:.0f} ms SLO (decode steps slow as the batch grows)",
+    "ttft": "{stat} TTFT, chunked prefill plus its queue, reaches the {ttft:.2f} s SLO",
     "kv": "the KV cache (or the engine's max_num_seqs) holds no more sequences in flight",
     "prefill": "prefill alone saturates the replica",
 }
@@ -79,13 +80,32 @@ class Plan:
     real: Point
     closed_loop: dict | None
     max_clients_per_replica: int | None
+    replica_model: ReplicaModel          # the real model the figures come from (components read it)
     gpus_used: int
     gpus_total: int
     gpu_hour_price: float | None
     node_price: float | None
     binding_constraint: str
     notes: tuple[str, ...] = field(default_factory=tuple)
-    fill_idle: dict | None = None
+    fill_idle_gpus: dict | None = None
+    fleet: FleetView | None = None       # replicas fixed by the request: the whole fleet at the load
+
+    @property
+    def memory(self) -> Memory:
+        return self.replica_model.memory
+
+    @property
+    def weights_gb(self) -> float:
+        return self.replica_model.memory.weights_gb
+
+    @property
+    def prefill_ms(self) -> float:
+        """One prompt's prefill, alone on an idle replica."""
+        return 1e3 * self.replica_model.prefill_alone_s
+
+    @property
+    def prefill_saturation_qps(self) -> float:
+        return 1 / self.replica_model.share_per_request_s
 
     @property
     def replicas_carrying(self) -> int:
@@ -115,29 +135,35 @@ class Plan:
         return None if per_hour is None or tokens <= 0 else per_hour / (tokens / 1e6)
 
     @cached_property
-    def model_args(self) -> dict:
+    def engine_args(self) -> dict:
         """vLLM arguments from the plan (computed once; frozen dataclasses allow a cached property)."""
-        return engine_args(self)
+        return _engine_args(self)
 
 
-def engine_args(plan: Plan) -> dict:
-    """vLLM arguments derived from the plan (the serving component passes them as they are)."""
+@dataclass(frozen=True)
+class FleetView:
+    """A fixed fleet evaluated at the load given, every replica up (`--replicas N`)."""
+    replicas: int
+    load_per_replica_qps: float
+    real: Point
+    clients_per_replica: float | None = None
+    closed_loop: dict | None = None
+
+
+def _engine_args(plan: Plan) -> dict:
+    """vLLM arguments derived from the plan (the serving component passes them as they are).
+
+    max_num_batched_tokens is the replica model's step budget (`ReplicaModel._batched_tokens`):
+    the TTFT the plan promises assumes exactly these chunks."""
     req, w = plan.request, plan.request.workload
     model = load_catalog().model(req.model)
     profile = get_profile(req.profile)
-    rm = ReplicaModel(Shape(model, plan.instance, plan.tp, req.weights, req.kv_dtype), w, profile, True)
-    max_len = w.input_tokens + w.output_tokens
-    max_seqs = rm.memory.max_seqs
-    # The chunked-prefill budget keeps one step that carries a prefill chunk within the TPOT SLO
-    # at the planned batch: chunk tokens cost their share of the prefill time each.
-    per_token = rm.ttft0_s / w.input_tokens
-    step = rm.step_s(plan.real.in_flight if math.isfinite(plan.real.in_flight) else max_seqs)
-    chunk = max(512, int((w.tpot_slo_s - step) / per_token) // 256 * 256) if per_token > 0 else 2048
+    rm = plan.replica_model
     return {
         "tensor_parallel_size": plan.tp,
-        "max_model_len": max_len,
-        "max_num_seqs": max_seqs,
-        "max_num_batched_tokens": chunk + max_seqs,
+        "max_model_len": w.input_tokens + w.output_tokens,
+        "max_num_seqs": rm.memory.max_seqs,
+        "max_num_batched_tokens": rm.batched_tokens,
         "gpu_memory_utilization": profile.gpu_memory_utilization,
         "kv_cache_dtype": "fp8" if req.kv_dtype == "fp8" else "auto",
         "weights": req.weights,
@@ -206,6 +232,15 @@ def unloaded_reason(rm: ReplicaModel, w: Workload) -> str:
     if rm.step_s(1) >= w.tpot_slo_s:
         return (f"one decode step takes {rm.step_s(1) * 1e3:.1f} ms with a single sequence, "
                 f"above the {w.tpot_slo_s * 1e3:g} ms TPOT SLO")
+    light = 1e-3 * min(rm.qps_at_batch(rm.memory.max_seqs), 1 / rm.share_per_request_s)
+    ttft, tpot = rm.latencies_at(light, QUANTILES.get(w.slo_statistic))
+    if ttft >= w.ttft_slo_s:
+        return (f"at the lightest load the {w.slo_statistic} TTFT is {ttft:.2f} s (a {w.input_tokens:,}-token "
+                f"prompt in chunks of up to {rm.batched_tokens:,} tokens, each step shared with the decodes), "
+                f"above the {w.ttft_slo_s:g} s TTFT SLO")
+    if tpot >= w.tpot_slo_s:
+        return (f"at the lightest load the {w.slo_statistic} TPOT is {tpot * 1e3:.1f} ms, "
+                f"above the {w.tpot_slo_s * 1e3:g} ms TPOT SLO")
     return "the KV cache cannot hold the batch the SLOs need"
 
 
@@ -214,6 +249,11 @@ def candidate_tps(model, instance: Instance) -> list[int]:
 
 
 def plan(req: PlanRequest) -> Plan:
+    for option, value in (("--gpu-hour-price", req.gpu_hour_price), ("instancePrice", req.instance_price)):
+        if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+            raise SizingError(f"{option}: must be a finite number greater than 0 (got {value!r})", option)
+    if req.replicas is not None and not (isinstance(req.replicas, int) and req.replicas >= 1):
+        raise SizingError(f"--replicas: must be an integer of at least 1 (got {req.replicas!r})", "--replicas")
     catalog = load_catalog()
     model = catalog.model(req.model)
     profile = get_profile(req.profile)
@@ -246,6 +286,23 @@ def plan(req: PlanRequest) -> Plan:
     return best[1]
 
 
+@dataclass(frozen=True)
+class _Demand:
+    """What the load asks and what one replica carries: QPS (open loop) or clients (closed)."""
+    per_replica: float
+    demand: float
+    unit: str
+    survivors: int          # replicas that must be left after the worst loss
+
+
+@dataclass(frozen=True)
+class _Loss:
+    redundancy: str         # zone | node | none
+    lost: str
+    left: int               # replicas left after losing it
+    notes: tuple[str, ...]
+
+
 def plan_for_tp(req: PlanRequest, model, instance: Instance, profile: Profile, tp: int) -> Plan:
     w = req.workload
     shape = Shape(model, instance, tp, req.weights, req.kv_dtype)
@@ -253,29 +310,63 @@ def plan_for_tp(req: PlanRequest, model, instance: Instance, profile: Profile, t
     real = ReplicaModel(shape, w, profile, real=True)
     ideal = ReplicaModel(shape, w, profile, real=False)
     cap, cap_ideal = real.capacity(), ideal.capacity()
-    per_node = instance.gpus // tp
-    slots = zone_slots(req.pools, per_node)
-    total_slots = sum(slots.values())
-    slo_words = BINDING_WORDS[cap.binding].format(tpot=w.tpot_slo_s * 1e3, ttft=w.ttft_slo_s)
-
-    # What one replica can carry: QPS (open loop) or clients (closed loop).
+    slots = zone_slots(req.pools, instance.gpus // tp)
+    need = _demand(real, cap, w)
+    counts = _replica_counts(req, slots, need, tp)
+    nodes = place_on_nodes(counts, req.pools, tp, instance.gpus)
+    replicas = sum(counts.values())
+    loss = _worst_loss(slots, counts, nodes, replicas)
+    notes = list(loss.notes)
+    survives = loss.left >= need.survivors and loss.redundancy != "none"
+    if req.replicas is not None and not survives and loss.redundancy != "none":
+        notes.append(f"replicas overridden to {req.replicas}: N+1 does not hold "
+                     f"({loss.left} left after losing {loss.lost}, {need.survivors} needed)")
+    # The worst case that still serves: the replicas left after the loss, or all of them when a
+    # loss leaves none (no redundancy, or an override that broke N+1: the policies reject that).
+    carrying = loss.left if loss.left > 0 else replicas
+    closed, clients, qps_load = None, 0, need.demand / carrying
     if w.is_closed_loop:
-        per_replica = real.max_clients_within_slo()
-        demand, unit = float(w.concurrency), "clients"
+        clients = math.ceil(need.demand / carrying)
+        closed = real.closed_loop(clients)
+        qps_load = closed["requests_per_s"]
+    gpu_price, node_price = _prices(req, instance, notes)
+    gpus_used, gpus_total = replicas * tp, sum(p.nodes for p in req.pools) * instance.gpus
+    fill = _fill_idle_gpus(slots, loss, replicas, tp, gpus_used, gpus_total, cap.qps, notes)
+    return Plan(
+        request=req, instance=instance, tp=tp, replicas=replicas, replicas_by_zone=counts,
+        nodes=nodes, redundancy=loss.redundancy, survives_failure=survives, lost_domain=loss.lost,
+        capacity_per_replica=cap, capacity_per_replica_ideal=cap_ideal,
+        capacity_qps=replicas * cap.qps, capacity_after_zone_loss_qps=loss.left * cap.qps,
+        replicas_after_loss=loss.left, load_per_replica_qps=qps_load,
+        ideal=ideal.closed_point(clients) if w.is_closed_loop else ideal.at(qps_load),
+        real=real.closed_point(clients) if w.is_closed_loop else real.at(qps_load),
+        closed_loop=closed, max_clients_per_replica=int(need.per_replica) if w.is_closed_loop else None,
+        gpus_used=gpus_used, gpus_total=gpus_total, gpu_hour_price=gpu_price, node_price=node_price,
+        binding_constraint=_binding_words(cap, w, need, loss), notes=tuple(notes), fill_idle_gpus=fill,
+        replica_model=real, fleet=fleet_view(real, w, replicas) if req.replicas is not None else None,
+    )
+
+
+def _demand(real: ReplicaModel, cap: Capacity, w: Workload) -> _Demand:
+    if w.is_closed_loop:
+        per_replica, demand, unit = float(real.max_clients_within_slo()), float(w.concurrency), "clients"
     else:
-        per_replica = cap.qps
-        demand, unit = float(w.qps), "QPS"
+        per_replica, demand, unit = cap.qps, float(w.qps), "QPS"
     if per_replica <= 0:
         raise SizingError(f"one replica cannot meet the SLOs even unloaded: {unloaded_reason(real, w)}",
                           option="SLOs")
-    survivors = max(1, math.ceil(demand / per_replica - 1e-9))
+    return _Demand(per_replica, demand, unit, max(1, math.ceil(demand / per_replica - 1e-9)))
 
-    notes: list[str] = []
+
+def _replica_counts(req: PlanRequest, slots: dict[str, int], need: _Demand, tp: int) -> dict[str, int]:
+    """Replicas per zone: the request's fixed count, N+1 by zone, or (one zone) N+1 by node."""
+    total_slots = sum(slots.values())
     if req.replicas is not None:
-        counts = spread(min(req.replicas, total_slots), slots)
         if req.replicas > total_slots:
             raise PlanError(f"replicas {req.replicas} exceed the {total_slots} TP={tp} slots of the pools")
-    elif len(slots) >= 2:
+        return spread(req.replicas, slots)
+    unit, demand, per_replica, survivors = need.unit, need.demand, need.per_replica, need.survivors
+    if len(slots) >= 2:
         counts = replicas_for_n_plus_one(survivors, slots)
         if counts is None:
             worst = max(slots.values())
@@ -284,88 +375,74 @@ def plan_for_tp(req: PlanRequest, model, instance: Instance, profile: Profile, t
                 f"{'slot remains' if total_slots - worst == 1 else 'slots remain'}, "
                 f"carrying {(total_slots - worst) * per_replica:.1f} {unit}; {demand:g} {unit} needs {survivors} "
                 f"replicas of {per_replica:.1f} {unit} each (add nodes or zones, or lower the load)")
-    else:
-        # One zone: N+1 by node when there are two nodes or more (replicas round-robin over the
-        # nodes, so losing the fullest node loses ceil(total / nodes) of them).
-        node_count = sum(p.nodes for p in req.pools)
-        if survivors > total_slots:
-            raise PlanError(f"{demand:g} {unit} needs {survivors} TP={tp} replicas; the pool has {total_slots} slots")
-        total = survivors
-        if node_count > 1:
-            while total < total_slots and total - math.ceil(total / node_count) < survivors:
-                total += 1
-        counts = spread(total, slots)
-    nodes = place_on_nodes(counts, req.pools, tp, instance.gpus)
-    replicas = sum(counts.values())
+        return counts
+    # One zone: N+1 by node when there are two nodes or more (replicas round-robin over the
+    # nodes, so losing the fullest node loses ceil(total / nodes) of them).
+    node_count = sum(p.nodes for p in req.pools)
+    if survivors > total_slots:
+        raise PlanError(f"{demand:g} {unit} needs {survivors} TP={tp} replicas; the pool has {total_slots} slots")
+    total = survivors
+    if node_count > 1:
+        while total < total_slots and total - math.ceil(total / node_count) < survivors:
+            total += 1
+    return spread(total, slots)
 
+
+def _worst_loss(slots: dict[str, int], counts: dict[str, int], nodes, replicas: int) -> _Loss:
+    """The failure domain whose loss leaves the fewest replicas: a zone, else a node, else none."""
     if len(slots) >= 2:
-        redundancy = "zone"
         lost = max(counts, key=lambda z: (counts[z], z))
-        lost_replicas = counts[lost]
-    elif len(nodes) >= 2:
-        redundancy = "node"
+        return _Loss("zone", lost, replicas - counts[lost], ())
+    if len(nodes) >= 2:
         worst = max(nodes, key=lambda n: n.replicas)
-        lost, lost_replicas = f"{worst.pool}/node-{worst.node}", worst.replicas
-        notes.append("one zone only: the plan survives losing a node, not a zone")
-    else:
-        only = nodes[0]
-        redundancy, lost, lost_replicas = "none", f"{only.pool}/node-{only.node}", replicas
-        notes.append("one node only: no redundancy; losing it stops serving")
-    left = replicas - lost_replicas
-    survives = left >= survivors and redundancy != "none"
-    if req.replicas is not None and not survives and redundancy != "none":
-        notes.append(f"replicas overridden to {req.replicas}: N+1 does not hold "
-                     f"({left} left after losing {lost}, {survivors} needed)")
-    # The worst case that still serves: the replicas left after the loss, or all of them when a
-    # loss leaves none (no redundancy, or an override that broke N+1: the policies reject that).
-    carrying = left if left > 0 else replicas
-    load = demand / carrying
-    closed = None
-    if w.is_closed_loop:
-        clients = math.ceil(demand / carrying)
-        closed = real.closed_loop(clients)
-        qps_load = closed["requests_per_s"]
-    else:
-        qps_load = load
+        return _Loss("node", f"{worst.pool}/node-{worst.node}", replicas - worst.replicas,
+                     ("one zone only: the plan survives losing a node, not a zone",))
+    only = nodes[0]
+    return _Loss("none", f"{only.pool}/node-{only.node}", 0,
+                 ("one node only: no redundancy; losing it stops serving",))
+
+
+def _prices(req: PlanRequest, instance: Instance, notes: list[str]) -> tuple[float | None, float | None]:
     gpu_price = req.gpu_hour_price
     node_price = req.instance_price if req.instance_price is not None else instance.price_per_hour
     if gpu_price is None and node_price is not None:
         gpu_price = node_price / instance.gpus
     if node_price is None:
         notes.append(f"{instance.id} has no price in the catalog: costs need --gpu-hour-price")
+    return gpu_price, node_price
 
-    binding = (f"per replica, {slo_words} at {per_replica:.1f} {unit}; "
-               + (f"N+1 by {redundancy}: after losing {lost}, {left} replica(s) must carry "
-                  f"{demand:g} {unit}" if redundancy != "none" else "no failure domain to lose"))
-    gpus_used = replicas * tp
-    gpus_total = sum(p.nodes for p in req.pools) * instance.gpus
-    fill = None
-    if gpus_total - gpus_used >= tp:
-        all_counts = dict(slots)
-        fill_left = total_slots - max(all_counts.values()) if len(slots) >= 2 else total_slots
-        fill = {
-            "replicas": total_slots,
-            "capacity_qps": total_slots * cap.qps,
-            "capacity_after_zone_loss_qps": fill_left * cap.qps,
-            "idle_gpus": gpus_total - gpus_used,
-        }
-        after = f"after losing {lost}" if redundancy == "zone" else "in all"
-        if redundancy != "zone":
-            fill_left, shown_left = total_slots, replicas
-        else:
-            shown_left = left
-        fill["capacity_after_zone_loss_qps"] = fill_left * cap.qps
-        notes.append(
-            f"{gpus_total - gpus_used} of {gpus_total} GPUs stay idle on the nodes; filling them "
-            f"({total_slots} TP={tp} replicas) would carry {fill_left * cap.qps:.1f} QPS {after} "
-            f"instead of {shown_left * cap.qps:.1f}, at no extra node cost (burst headroom)")
-    return Plan(
-        request=req, instance=instance, tp=tp, replicas=replicas, replicas_by_zone=counts,
-        nodes=nodes, redundancy=redundancy, survives_failure=survives, lost_domain=lost,
-        capacity_per_replica=cap, capacity_per_replica_ideal=cap_ideal,
-        capacity_qps=replicas * cap.qps, capacity_after_zone_loss_qps=left * cap.qps, replicas_after_loss=left,
-        load_per_replica_qps=qps_load, ideal=ideal.at(qps_load), real=real.at(qps_load),
-        closed_loop=closed, max_clients_per_replica=per_replica if w.is_closed_loop else None,
-        gpus_used=gpus_used, gpus_total=gpus_total, gpu_hour_price=gpu_price, node_price=node_price,
-        binding_constraint=binding, notes=tuple(notes), fill_idle=fill,
-    )
+
+def _binding_words(cap: Capacity, w: Workload, need: _Demand, loss: _Loss) -> str:
+    slo_words = BINDING_WORDS[cap.binding].format(tpot=w.tpot_slo_s * 1e3, ttft=w.ttft_slo_s, stat=w.slo_statistic)
+    return (f"per replica, {slo_words} at {need.per_replica:.1f} {need.unit}; "
+            + (f"N+1 by {loss.redundancy}: after losing {loss.lost}, {loss.left} replica(s) must carry "
+               f"{need.demand:g} {need.unit}" if loss.redundancy != "none" else "no failure domain to lose"))
+
+
+def _fill_idle_gpus(slots: dict[str, int], loss: _Loss, replicas: int, tp: int, gpus_used: int,
+                    gpus_total: int, cap_qps: float, notes: list[str]) -> dict | None:
+    """What filling the nodes' idle GPUs with replicas would carry (burst headroom), or None."""
+    if gpus_total - gpus_used < tp:
+        return None
+    total_slots = sum(slots.values())
+    if loss.redundancy == "zone":
+        fill_left, shown_left, after = total_slots - max(slots.values()), loss.left, f"after losing {loss.lost}"
+    else:
+        fill_left, shown_left, after = total_slots, replicas, "in all"
+    notes.append(
+        f"{gpus_total - gpus_used} of {gpus_total} GPUs stay idle on the nodes; filling them "
+        f"({total_slots} TP={tp} replicas) would carry {fill_left * cap_qps:.1f} QPS {after} "
+        f"instead of {shown_left * cap_qps:.1f}, at no extra node cost (burst headroom)")
+    return {"replicas": total_slots, "capacity_qps": total_slots * cap_qps,
+            "capacity_after_zone_loss_qps": fill_left * cap_qps, "idle_gpus": gpus_total - gpus_used}
+
+
+def fleet_view(real: ReplicaModel, w: Workload, replicas: int) -> FleetView:
+    """Exactly `replicas` replicas, all up, sharing the load evenly (the router's aim)."""
+    if w.is_closed_loop:
+        share = w.concurrency / replicas
+        clients = max(1, math.ceil(share))
+        closed = real.closed_loop(clients)
+        return FleetView(replicas, closed["requests_per_s"], real.closed_point(clients), share, closed)
+    load = w.qps / replicas
+    return FleetView(replicas, load, real.at(load))

@@ -1,8 +1,13 @@
 """Efficiency profiles: the factors that turn datasheet peaks into what an engine delivers.
 
-`reference` keeps the seed's assumptions (50% MFU, steps 1.6x the ideal) so that the reference
-figures reproduce; `calibrated` is fitted to published measurements by `sizing.calibration`
-and written to `data/profiles.yaml` with its fit report.
+Two step models (`sizing.step`), one per profile:
+- `additive` (the `reference` profile): the seed's assumptions kept exactly, so the reference
+  figures reproduce: a step is the decode roofline times `real_factor` plus the prefill tokens
+  at `mfu`, the two never overlapping.
+- `mixed` (`calibrated`): one roofline over all the step's tokens, weights read once, plus each
+  part's attention (../shared/reference/h200-layer-measurements.md). Prefill efficiency (`mfu`)
+  and decode efficiency (`decode_bw_fraction` of HBM bandwidth) are separate parameters, each
+  fitted to its own measurements (`sizing.calibration`) and bounded by what an H200 measures.
 """
 from __future__ import annotations
 
@@ -13,17 +18,25 @@ import yaml
 
 from .catalog import DATA_DIR
 
+STEP_MODELS = ("additive", "mixed")
+KV_ACCOUNTING = ("fixed", "vllm")
+
 
 @dataclass(frozen=True)
 class Profile:
     name: str
     description: str
-    mfu: float                      # share of the dense peak that prefill reaches
-    real_factor: float              # real decode/prefill step time over the ideal step
+    mfu: float                      # prefill efficiency: share of the dense peak prefill reaches
     gpu_memory_utilization: float   # vLLM --gpu-memory-utilization: share of each GPU it may use
-    runtime_overhead_gb: float      # per GPU: activations, CUDA graphs, NCCL buffers
+    runtime_overhead_gb: float      # per GPU, fixed: non-torch memory (NCCL, cuBLAS workspaces, ...)
     max_num_seqs: int               # engine cap on running sequences
     comm_baseline_link: str         # link the factors were measured on (its all-reduce is inside them)
+    step_model: str = "additive"    # additive | mixed (see the module docstring)
+    real_factor: float = 1.0        # additive only: real decode step over the ideal roofline
+    decode_bw_fraction: float = 1.0  # mixed only: share of HBM bandwidth a decode step reaches
+    kv_accounting: str = "fixed"    # fixed: runtime_overhead_gb covers all; vllm: + activations + graphs
+    cuda_graph_gb: float = 0.0      # vllm accounting: per GPU, CUDA-graph capture memory
+    block_tokens: int = 16          # vllm accounting: KV blocks hold this many tokens
 
 
 @lru_cache(maxsize=1)

@@ -7,10 +7,7 @@ from __future__ import annotations
 
 import math
 
-from .catalog import load_catalog
-from .model import ReplicaModel, Shape
 from .planner import Plan
-from .profiles import get_profile
 
 
 def _num(x: float | None, nd: int = 4):
@@ -24,31 +21,39 @@ def _num(x: float | None, nd: int = 4):
 def plan_to_dict(plan: Plan) -> dict:
     req, w = plan.request, plan.request.workload
     ideal, real = plan.ideal, plan.real
-    rm = ReplicaModel(Shape(load_catalog().model(req.model), plan.instance, plan.tp, req.weights, req.kv_dtype),
-                      w, get_profile(req.profile), real=False)
-    mem = rm.memory
+    mem = plan.memory
     kv_gb = real.kv_cache_gb
     out = {
         "model": req.model, "instance_type": plan.instance.id, "gpu": plan.instance.gpu.id,
         "weights": req.weights, "kv_dtype": req.kv_dtype, "profile": req.profile, "tp": plan.tp,
         "workload": {"qps": w.qps, "concurrency": w.concurrency, "input_tokens": w.input_tokens,
-                     "output_tokens": w.output_tokens, "ttft_slo_s": w.ttft_slo_s, "tpot_slo_s": w.tpot_slo_s},
+                     "output_tokens": w.output_tokens, "ttft_slo_s": w.ttft_slo_s, "tpot_slo_s": w.tpot_slo_s,
+                     "slo_statistic": w.slo_statistic},
         "load_per_replica_qps": _num(plan.load_per_replica_qps),
-        "prefill_ms": _num(rm.prefill_s * 1e3 + rm.prefill_comm_s * 1e3),
+        "prefill_ms": _num(plan.prefill_ms),
         "prefill_share": _num(real.prefill_share),
-        "prefill_saturation_qps": _num(1 / rm.share_per_request_s),
-        "ttft_ms": {"ideal": _num(ideal.ttft_ms), "real": _num(real.ttft_ms), "p95": _num(real.ttft_p95_ms)},
-        "tpot_ms": {"ideal": _num(ideal.tpot_ms), "real": _num(real.tpot_ms), "p95": _num(real.tpot_p95_ms)},
+        "prefill_saturation_qps": _num(plan.prefill_saturation_qps),
+        "ttft_ms": {"ideal": _num(ideal.ttft_ms), "real": _num(real.ttft_ms), "p95": _num(real.ttft_p95_ms),
+                    "at_statistic": _num(real.ttft_at_statistic_ms)},
+        "tpot_ms": {"ideal": _num(ideal.tpot_ms), "real": _num(real.tpot_ms), "p95": _num(real.tpot_p95_ms),
+                    "at_statistic": _num(real.tpot_at_statistic_ms)},
+        "stable": real.stable,
+        "unstable_reason": real.unstable_reason or None,
         "queue_ms": _num(real.queue_ms),
         "in_flight": {"ideal": _num(ideal.in_flight, 2), "real": _num(real.in_flight, 2)},
         "kv_cache_gb": _num(kv_gb, 2),
         "kv_budget_gb": _num(mem.kv_budget_gb, 2),
         "max_seqs_kv": mem.max_seqs_kv,
+        "kv_cache_tokens": mem.kv_tokens,
+        "max_concurrency": _num(mem.max_concurrency, 2),
+        "activation_gb_per_gpu": _num(mem.activation_gb, 3),
+        "cuda_graph_gb_per_gpu": _num(mem.cuda_graph_gb, 3),
         "weights_gb": _num(mem.weights_gb, 2),
         "weights_per_gpu_gb": _num(mem.weights_per_gpu_gb, 2),
         "memory_used_gb": _num(mem.weights_gb + kv_gb, 2) if math.isfinite(kv_gb) else None,
         "memory_total_gb": _num(mem.total_gb, 2),
-        "capacity_qps": {"ideal": _num(plan.capacity_per_replica_ideal.qps), "real": _num(plan.capacity_per_replica.qps)},
+        "capacity_per_replica_qps": {"ideal": _num(plan.capacity_per_replica_ideal.qps),
+                                     "real": _num(plan.capacity_per_replica.qps)},
         "capacity_by_constraint_qps": {k: _num(v) for k, v in plan.capacity_per_replica.by_constraint.items()},
         "utilization": _num(plan.load_per_replica_qps / plan.capacity_per_replica.qps)
         if plan.capacity_per_replica.qps else None,
@@ -61,7 +66,7 @@ def plan_to_dict(plan: Plan) -> dict:
         "redundancy": plan.redundancy,
         "survives_failure": plan.survives_failure,
         "lost_domain": plan.lost_domain,
-        "total_capacity_qps": _num(plan.capacity_qps),
+        "capacity_qps": _num(plan.capacity_qps),
         "capacity_after_zone_loss_qps": _num(plan.capacity_after_zone_loss_qps),
         "gpu_hour_price": plan.gpu_hour_price,
         "cost_per_hour": _num(plan.cost_per_hour, 2),
@@ -70,8 +75,8 @@ def plan_to_dict(plan: Plan) -> dict:
         "node_cost_per_hour": _num(plan.node_cost_per_hour, 2),
         "node_cost_per_million_output_tokens": _num(plan.per_million(plan.node_cost_per_hour), 3),
         "binding_constraint": plan.binding_constraint,
-        "fill_idle_gpus": plan.fill_idle,
-        "engine_args": plan.model_args,
+        "fill_idle_gpus": plan.fill_idle_gpus,
+        "engine_args": plan.engine_args,
         "notes": list(plan.notes),
     }
     if plan.closed_loop is not None:
@@ -80,6 +85,23 @@ def plan_to_dict(plan: Plan) -> dict:
         out["output_tokens_per_s"] = _num(cl["output_tokens_per_s"] * plan.replicas_carrying, 1)
         out["requests_per_s"] = _num(cl["requests_per_s"] * plan.replicas_carrying)
         out["max_clients_per_replica"] = plan.max_clients_per_replica
+    if plan.fleet is not None:
+        out["fleet"] = fleet_to_dict(plan)
+    return out
+
+
+def fleet_to_dict(plan: Plan) -> dict:
+    f = plan.fleet
+    p = f.real
+    out = {"replicas": f.replicas, "load_per_replica_qps": _num(f.load_per_replica_qps),
+           "clients_per_replica": _num(f.clients_per_replica, 2),
+           "ttft_ms": {"mean": _num(p.ttft_ms), "p95": _num(p.ttft_p95_ms), "at_statistic": _num(p.ttft_at_statistic_ms)},
+           "tpot_ms": {"mean": _num(p.tpot_ms), "p95": _num(p.tpot_p95_ms), "at_statistic": _num(p.tpot_at_statistic_ms)},
+           "in_flight": _num(p.in_flight, 2), "stable": p.stable, "unstable_reason": p.unstable_reason or None,
+           "utilization": _num(f.load_per_replica_qps / plan.capacity_per_replica.qps)
+           if plan.capacity_per_replica.qps else None}
+    if f.closed_loop is not None:
+        out["closed_loop"] = {k: _num(v) if isinstance(v, float) else v for k, v in f.closed_loop.items()}
     return out
 
 
@@ -98,15 +120,17 @@ def table_rows(d: dict) -> list[tuple[str, str, str]]:
         ("TPOT mean", f(d["tpot_ms"]["ideal"], "{:.1f} ms"), f(d["tpot_ms"]["real"], "{:.1f} ms")),
         ("TPOT p95 (Poisson arrivals)", "", f(d["tpot_ms"]["p95"], "{:.1f} ms")),
         ("sequences in flight (Little's law)", f(d["in_flight"]["ideal"], "{:.0f}"), f(d["in_flight"]["real"], "{:.0f}")),
-        (f"KV cache at that point (of {d['kv_budget_gb']:.0f} GB, {d['max_seqs_kv']} sequences)", "", f(d["kv_cache_gb"], "{:.1f} GB")),
+        (f"KV cache at that point (of {d['kv_budget_gb']:.0f} GB: {d['kv_cache_tokens']:,} tokens, {d['max_seqs_kv']} sequences)",
+         "", f(d["kv_cache_gb"], "{:.1f} GB")),
         (f"memory used of the replica's {d['memory_total_gb']:.0f} GB (weights {d['weights_gb']:.1f} GB + KV)", "",
          f(d["memory_used_gb"], "{:.0f} GB")),
-        (f"capacity: QPS at the SLOs (binding: {_binding_key(d)})", f(d["capacity_qps"]["ideal"]), f(d["capacity_qps"]["real"])),
+        (f"capacity per replica: QPS at the {d['workload']['slo_statistic']} SLOs (binding: {_binding_key(d)})",
+         f(d["capacity_per_replica_qps"]["ideal"]), f(d["capacity_per_replica_qps"]["real"])),
         (f"utilisation of one replica at {d['load_per_replica_qps']:.3g} QPS", "",
          f(100 * d["utilization"], "{:.0f}%") if d["utilization"] is not None else "n/a"),
         (f"replicas (N+1 by {d['redundancy']}), TP={d['tp']}", "", str(d["replicas"])),
         ("capacity with all replicas / after losing " + (d["lost_domain"] or "nothing"), "",
-         f"{d['total_capacity_qps']:.1f} / {d['capacity_after_zone_loss_qps']:.1f} QPS"),
+         f"{d['capacity_qps']:.1f} / {d['capacity_after_zone_loss_qps']:.1f} QPS"),
         (f"cost at ${d['gpu_hour_price']:.2f} per GPU-hour ({d['gpus']} GPUs)" if d["gpu_hour_price"] else "cost (GPUs used)",
          "", "n/a" if cost is None else f"${cost:,.2f}/h"),
         ("cost per 1M output tokens (GPUs used)", "", "n/a" if d["cost_per_million_output_tokens"] is None

@@ -11,10 +11,12 @@ from dataclasses import dataclass
 
 from .catalog import Instance, load_catalog
 from .model import ReplicaModel, Shape, SizingError, Workload, check_shape
-from .planner import candidate_tps
+from .planner import candidate_tps, unloaded_reason
 from .profiles import Profile, get_profile
 
 SWEEP_WEIGHTS = ("fp8", "bf16")
+SWEEP_ITERATIONS = 5    # capacity to 1% of its range: enough to count replicas, and 10,000+ configs/s
+USEFUL_SHARE = 0.01     # a replica that carries less than this share of the load is refused, with why
 
 
 @dataclass(frozen=True)
@@ -46,15 +48,20 @@ def evaluate(model, instance: Instance, tp: int, weights: str, kv_dtype: str, wo
     except SizingError as exc:
         return Option(feasible=False, reason=str(exc), **ident)
     rm = ReplicaModel(shape, workload, profile, real=True)
+    cap = rm.capacity(detail=False, iterations=SWEEP_ITERATIONS)
     if workload.is_closed_loop:
         per_replica, demand = rm.max_clients_within_slo(), workload.concurrency
-        cap = rm.capacity()
     else:
-        cap = rm.capacity()
         per_replica, demand = cap.qps, workload.qps
     if per_replica <= 0:
-        return Option(feasible=False, reason="cannot meet the SLOs even unloaded", **ident)
+        return Option(feasible=False, reason=f"cannot meet the SLOs even unloaded: {unloaded_reason(rm, workload)}",
+                      **ident)
     survivors = math.ceil(demand / per_replica - 1e-9)
+    if per_replica < USEFUL_SHARE * demand:
+        unit = "clients" if workload.is_closed_loop else "QPS"
+        return Option(feasible=False, capacity_qps=cap.qps, binding=cap.binding, reason=(
+            f"a replica carries {per_replica:.3g} {unit}, under {USEFUL_SHARE:.0%} of the {demand:g} {unit} asked "
+            f"({survivors:,} replicas before N+1): not a useful option"), **ident)
     slots = instance.gpus // tp
     if zones >= 2:
         per_zone = math.ceil(survivors / (zones - 1))

@@ -169,8 +169,8 @@ def test_circuit_breaking_holds_what_the_engines_can(recorded):
     recording = recorded("prod")
     breaker = one(recording, TRAFFIC)["spec"]["circuitBreaker"]
     proxies = proxy_replicas(2)
-    assert int(breaker["maxParallelRequests"]) * proxies >= plan.replicas * plan.model_args["max_num_seqs"]
-    assert int(breaker["maxParallelRequests"]) * proxies < (plan.replicas * plan.model_args["max_num_seqs"]) + proxies
+    assert int(breaker["maxParallelRequests"]) * proxies >= plan.replicas * plan.engine_args["max_num_seqs"]
+    assert int(breaker["maxParallelRequests"]) * proxies < (plan.replicas * plan.engine_args["max_num_seqs"]) + proxies
 
 
 # -- load-aware routing --------------------------------------------------------------------

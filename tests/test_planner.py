@@ -100,7 +100,17 @@ def test_plan_satisfies_n_plus_one_or_says_why(qps, layout, tp):
 
 @pytest.mark.parametrize("nodes,qps,expected_replicas", [(2, 10, 2), (3, 30, 3), (2, 30, 4)])
 def test_single_zone_n_plus_one_by_node_survives_losing_the_fullest_node(nodes, qps, expected_replicas):
-    p = plan(PlanRequest(Workload(qps=qps), pools=pools(nodes), tp=4))
+    p = plan(PlanRequest(Workload(qps=qps, slo_statistic="mean"), pools=pools(nodes), tp=4))
     fullest = max(n.replicas for n in p.nodes)
     assert p.replicas == expected_replicas
     assert (p.replicas - fullest) * p.capacity_per_replica.qps >= qps
+
+
+def test_a_fixed_replica_count_is_evaluated_as_that_fleet_all_up():
+    """A stack's `replicas: N` (or `size --replicas N`): the figures of exactly that fleet at the load."""
+    p = plan(PlanRequest(Workload(qps=12), replicas=3, pools=(Pool("us-east-1a", "p5.48xlarge", 1),
+                                                               Pool("us-east-1b", "p5.48xlarge", 1)), tp=4))
+    assert p.replicas == 3 and p.fleet.replicas == 3
+    assert p.fleet.load_per_replica_qps == pytest.approx(4.0)
+    assert p.fleet.real.ttft_ms == pytest.approx(p.replica_model.at(4.0).ttft_ms)
+    assert plan(PlanRequest(Workload(qps=12), tp=4)).fleet is None       # planned: no fixed fleet

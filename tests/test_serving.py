@@ -12,7 +12,6 @@ from components.serving import (
 )
 from offline.engine import is_secret
 from tests.k8s_schema import validate
-from sizing.report import plan_to_dict
 from tests.stacks import plan_for
 
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
@@ -99,8 +98,8 @@ def test_every_vllm_argument_is_the_plans(recorded, stack, overrides):
     for d in serving_deployments(recorded(stack, overrides)).values():
         f = flags(d)
         for arg, flag in FLAG_FOR_ARG.items():
-            assert f[flag] == str(plan.model_args[arg]), flag
-        assert f["--model"] == plan.model_args["checkpoint"]
+            assert f[flag] == str(plan.engine_args[arg]), flag
+        assert f["--model"] == plan.engine_args["checkpoint"]
         assert "--enable-chunked-prefill" in f
         assert f["--shutdown-timeout"] == str(drain_timing(longest_request_s(plan)).shutdown_timeout_s)
         assert vllm_container(d)["resources"]["limits"]["nvidia.com/gpu"] == str(plan.tp)
@@ -132,7 +131,7 @@ def test_probes_use_health_and_the_startup_budget_fits_a_cold_70b_load(recorded)
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
             assert c[probe]["httpGet"]["path"] == "/health"
         budget = c["startupProbe"]["periodSeconds"] * c["startupProbe"]["failureThreshold"]
-        assert budget >= startup_budget_s(plan_to_dict(plan)["weights_gb"])
+        assert budget >= startup_budget_s(plan.weights_gb)
         assert budget >= 600        # a cold 70B start: download, load, graph capture
 
 

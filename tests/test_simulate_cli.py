@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 from llmserve.cli import app
 
 LATENCY_KEYS = ("ttft_ms", "tpot_ms", "queue_ms", "e2e_ms")
-STAT_KEYS = {"mean", "p50", "p95", "p99"}
+STAT_KEYS = {"mean", "p50", "p90", "p95", "p99"}
 
 
 def run(*args: str):
@@ -62,8 +62,18 @@ def test_the_text_report_names_the_windows_and_the_analytic_figures():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--duration", "0"], "error: --duration: must be greater than 0 (got 0)"),
-    (["--qps", "-2"], "error: --qps: must be greater than 0 (got -2)"),
+    (["--duration", "0"], "error: --duration: must be a finite number greater than 0 (got 0)"),
+    (["--qps", "-2"], "error: --qps: must be a finite number greater than 0 (got -2)"),
+    # the work is bounded up front: these are refused at once, with the number and the limit
+    (["--duration", "inf"], "error: --duration: must be a finite number greater than 0 (got inf)"),
+    (["--qps", "inf"], "error: --qps: must be a finite number greater than 0 (got inf)"),
+    (["--qps", "nan"], "error: --qps: must be a finite number greater than 0 (got nan)"),
+    (["--burstiness", "nan"], "error: --burstiness: must be a finite number greater than 0 (got nan)"),
+    (["--burstiness", "inf"], "error: --burstiness: must be a finite number greater than 0 (got inf)"),
+    (["--burstiness", "50"], "error: --burstiness: 50 is above the limit of 10"),
+    (["--qps", "1e6"], "error: --qps: 1e+06 QPS for 600 s is 6e+08 requests, above the limit of 1,000,000 "
+                       "(lower --qps or --duration)"),
+    (["--duration", "1e9"], "error: --duration: 1e+09 s is above the limit of 604,800 s (a week)"),
     (["--router", "random"], "error: --router: unknown value 'random'; choose one of: round-robin, "
                              "least-outstanding, least-pending-tokens"),
     (["--arrivals", "uniform"], "error: --arrivals: unknown value 'uniform'; choose one of: poisson, gamma"),

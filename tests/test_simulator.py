@@ -33,7 +33,7 @@ def tight_cache_config(**changes) -> SimConfig:
         workload=WorkloadSpec(qps=12, duration_s=120, input_tokens=1000, output_tokens=300, max_model_len=1300,
                               lengths="lognormal", seed=3),
         replicas=(ReplicaSpec("a", "z1"), ReplicaSpec("b", "z2")),
-        cost=StepCost(((0.008, 5e-5), (0.0, 6e-5)), 3.6e-5),
+        cost=StepCost.additive(((0.008, 5e-5), (0.0, 6e-5)), 3.6e-5),
         max_num_batched_tokens=1024, max_num_seqs=256, kv_capacity_tokens=20_000,
         ttft_slo_s=1.0, tpot_slo_s=0.040, router="least-pending-tokens")
     return replace(cfg, **changes)
@@ -227,5 +227,5 @@ def test_drawn_lengths_never_exceed_the_model_length():
 
 def test_a_budget_below_max_num_seqs_is_refused():
     with pytest.raises(ValueError) as exc:
-        Replica("a", "z", StepCost(((0.01, 1e-5),), 1e-5), 100, 256, 10_000, lambda r: None)
+        Replica("a", "z", StepCost.additive(((0.01, 1e-5),), 1e-5), 100, 256, 10_000, lambda r: None)
     assert str(exc.value) == "max_num_batched_tokens (100) must be at least max_num_seqs (256)"

@@ -16,7 +16,8 @@ def run(capsys, *args: str) -> tuple[int, str, str]:
 
 REQUIRED_KEYS = [
     "prefill_ms", "prefill_share", "prefill_saturation_qps", "ttft_ms", "tpot_ms", "in_flight", "kv_cache_gb",
-    "weights_gb", "weights_per_gpu_gb", "memory_used_gb", "memory_total_gb", "capacity_qps", "utilization",
+    "weights_gb", "weights_per_gpu_gb", "memory_used_gb", "memory_total_gb", "capacity_qps", "capacity_per_replica_qps",
+    "kv_cache_tokens", "max_concurrency", "utilization",
     "replicas", "gpus", "cost_per_hour", "cost_per_million_output_tokens", "node_cost_per_hour",
     "node_cost_per_million_output_tokens", "binding_constraint",
 ]
@@ -27,8 +28,10 @@ def test_json_has_every_documented_key(capsys):
     assert code == 0
     d = json.loads(out)
     assert [k for k in REQUIRED_KEYS if k not in d] == []
-    assert set(d["ttft_ms"]) == {"ideal", "real", "p95"} and set(d["tpot_ms"]) == {"ideal", "real", "p95"}
-    assert set(d["in_flight"]) == {"ideal", "real"} and set(d["capacity_qps"]) == {"ideal", "real"}
+    figures = {"ideal", "real", "p95", "at_statistic"}
+    assert set(d["ttft_ms"]) == figures and set(d["tpot_ms"]) == figures
+    assert set(d["in_flight"]) == {"ideal", "real"} and set(d["capacity_per_replica_qps"]) == {"ideal", "real"}
+    assert d["capacity_qps"] == pytest.approx(d["replicas"] * d["capacity_per_replica_qps"]["real"], rel=1e-3)
     assert d["cost_per_hour"] == 20.0
 
 
@@ -38,8 +41,8 @@ def test_concurrency_adds_throughput_keys(capsys):
     assert code == 0 and d["requests_per_s"] > 0 and d["output_tokens_per_s"] > 0
 
 
-def test_default_output_is_the_reference_table(capsys):
-    code, out, _ = run(capsys, "size", "--gpu-hour-price", "2.5")
+def test_mean_slos_give_the_reference_table(capsys):
+    code, out, _ = run(capsys, "size", "--gpu-hour-price", "2.5", "--slo-statistic", "mean")
     assert code == 0
     assert "prefill time per 1,000-token prompt" in out and "36 ms" in out
     assert "Binding constraint: per replica, mean TPOT reaches the 40 ms SLO" in out
@@ -67,10 +70,16 @@ BAD_INPUT = [
     (["--tp", "3"], "error: --tp: tensor parallel 3 does not divide the 64 attention heads of llama-3-70b"),
     (["--model", "llama-3.1-405b", "--weights", "bf16", "--tp", "8"],
      "error: --weights: bf16 weights of llama-3.1-405b need 101.5 GB per GPU at TP=8, more than the 68.0 GB usable on a h100-sxm (raise TP, use fp8 weights or a larger GPU)"),
-    (["--qps", "0"], "error: --qps: must be greater than 0 (got 0)"),
+    (["--qps", "0"], "error: --qps: must be a finite number greater than 0 (got 0)"),
+    (["--qps", "nan"], "error: --qps: must be a finite number greater than 0 (got nan)"),
+    (["--qps", "inf"], "error: --qps: must be a finite number greater than 0 (got inf)"),
+    (["--ttft-slo", "inf"], "error: --ttft-slo: must be a finite number greater than 0 (got inf)"),
+    (["--gpu-hour-price", "nan"], "error: --gpu-hour-price: must be a finite number greater than 0 (got nan)"),
+    (["--replicas", "0"], "error: --replicas: must be a finite number greater than 0 (got 0)"),
+    (["--slo-statistic", "p42"], "error: --slo-statistic: unknown statistic 'p42'; choose one of: mean, p50, p90, p95, p99"),
     (["--qps", "5", "--concurrency", "5"], "error: --qps and --concurrency: give one (open loop) or the other (closed loop), not both"),
     (["--tpot-slo", "0.004"], "error: SLOs: no TP degree works; at TP=8, the most capable: one replica cannot meet the SLOs even unloaded: one decode step takes 4.2 ms with a single sequence, above the 4 ms TPOT SLO"),
-    (["--qps", "40", "--tp", "4"], "error: after losing us-east-1a, 2 TP=4 replica slots remain, carrying 31.9 QPS; 40 QPS needs 3 replicas of 15.9 QPS each (add nodes or zones, or lower the load)"),
+    (["--qps", "40", "--tp", "4", "--slo-statistic", "mean"], "error: after losing us-east-1a, 2 TP=4 replica slots remain, carrying 31.9 QPS; 40 QPS needs 3 replicas of 15.9 QPS each (add nodes or zones, or lower the load)"),
     (["--stack", "nope"], None),
     (["--qps", "abc"], "error: Invalid value for '--qps': 'abc' is not a valid float. (see `llmserve size --help`)"),
 ]
@@ -131,5 +140,77 @@ def test_ttft_that_no_configuration_meets_names_the_prefill(capsys):
 
 
 def test_one_slot_left_reads_in_the_singular(capsys):
-    code, _, err = run(capsys, "size", "--qps", "40")
-    assert code == 2 and "after losing us-east-1a, 1 TP=8 replica slot remains, carrying 36.2 QPS" in err
+    code, _, err = run(capsys, "size", "--qps", "40", "--slo-statistic", "mean")
+    assert code == 2 and "after losing us-east-1a, 1 TP=8 replica slot remains, carrying 34.3 QPS" in err
+
+
+# -- a given fleet (--replicas) --------------------------------------------------------------------
+def test_replicas_evaluates_exactly_that_fleet_at_the_load(capsys):
+    code, out, _ = run(capsys, "size", "--replicas", "3", "--qps", "12", "--tp", "4", "--zones", "3", "--json")
+    d = json.loads(out)
+    assert code == 0 and d["replicas"] == 3
+    assert d["fleet"]["replicas"] == 3 and d["fleet"]["load_per_replica_qps"] == pytest.approx(4.0)
+    assert d["fleet"]["stable"] and d["fleet"]["ttft_ms"]["at_statistic"] >= d["fleet"]["ttft_ms"]["mean"]
+
+
+def test_replicas_with_concurrency_report_each_replicas_share_of_the_clients(capsys):
+    code, out, _ = run(capsys, "size", "--replicas", "2", "--concurrency", "100", "--tp", "4", "--json")
+    fleet = json.loads(out)["fleet"]
+    assert code == 0 and fleet["clients_per_replica"] == 50 and fleet["closed_loop"]["clients"] == 50
+
+
+def test_a_fleet_past_its_capacity_is_unstable_and_says_why(capsys):
+    code, out, _ = run(capsys, "size", "--replicas", "1", "--qps", "100", "--tp", "4", "--zones", "1")
+    assert code == 0
+    assert "Fleet of 1 replicas, all up: 100 QPS per replica: unstable (" in out.replace("\n", "")
+
+
+def test_replicas_line_in_the_table_output(capsys):
+    code, out, _ = run(capsys, "size", "--replicas", "4", "--qps", "20", "--tp", "4", "--slo-statistic", "mean")
+    assert code == 0 and "Fleet of 4 replicas, all up: 5 QPS per replica" in out.replace("\n", "")
+
+
+@pytest.mark.parametrize("statistic", ["mean", "p50", "p90", "p95", "p99"])
+def test_slo_statistic_is_the_capacitys(capsys, statistic):
+    code, out, _ = run(capsys, "size", "--slo-statistic", statistic, "--json")
+    d = json.loads(out)
+    assert code == 0 and d["workload"]["slo_statistic"] == statistic
+    assert d["binding_constraint"].startswith(f"per replica, {statistic} ")
+
+
+def test_a_tighter_statistic_never_raises_the_capacity(capsys):
+    caps = []
+    for statistic in ("p50", "p90", "p95", "p99"):
+        _, out, _ = run(capsys, "size", "--slo-statistic", statistic, "--tp", "4", "--json")
+        caps.append(json.loads(out)["capacity_per_replica_qps"]["real"])
+    assert caps == sorted(caps, reverse=True)
+
+
+def test_closed_loop_ttft_past_the_kv_cache_is_finite_and_grows_with_the_clients(capsys):
+    """The issue's case: 100 clients of 5,000-token prompts on TP=2 H100s (was 6.04e17 ms)."""
+    ttfts = []
+    for clients in ("50", "100", "200"):
+        code, out, _ = run(capsys, "size", "--model", "llama-3-70b", "--gpu", "h100-sxm", "--weights", "fp8",
+                           "--kv-dtype", "fp8", "--tp", "2", "--concurrency", clients, "--input-tokens", "5000",
+                           "--output-tokens", "500", "--zones", "1", "--ttft-slo", "1000", "--tpot-slo", "10",
+                           "--json")
+        assert code == 0
+        ttfts.append(json.loads(out)["ttft_ms"]["real"])
+    assert all(t is not None and 0 < t < 1e6 for t in ttfts) and ttfts == sorted(ttfts)
+
+
+def test_a_ttft_slo_below_the_idle_chunked_prefill_names_the_chunks(capsys):
+    code, _, err = run(capsys, "size", "--profile", "calibrated", "--ttft-slo", "0.05", "--tp", "4")
+    assert code == 2
+    assert err.strip() == ("error: SLOs: one replica cannot meet the SLOs even unloaded: at the lightest load the p95 "
+                           "TTFT is 0.06 s (a 1,000-token prompt in chunks of up to 997 tokens, each step shared "
+                           "with the decodes), above the 0.05 s TTFT SLO")
+
+
+def test_a_load_without_a_steady_state_says_unstable_and_why(capsys):
+    code, out, _ = run(capsys, "size", "--qps", "30", "--replicas", "2", "--tp", "4", "--json")
+    d = json.loads(out)
+    assert code == 0 and d["stable"] is False and d["ttft_ms"]["real"] is None
+    assert d["unstable_reason"] == "prefill alone needs 108% of the replica"
+    code, out, _ = run(capsys, "size", "--qps", "30", "--replicas", "2", "--tp", "4")
+    assert "Unstable at 30 QPS per replica: prefill alone needs 108% of the replica." in out

@@ -15,9 +15,10 @@ CAT = load_catalog()
 REF = get_profile("reference")
 
 
-def rm(model="llama-3-70b", instance="p5.48xlarge", tp=4, weights="fp8", kv="bf16", real=True, **w):
+def rm(model="llama-3-70b", instance="p5.48xlarge", tp=4, weights="fp8", kv="bf16", real=True, profile=REF, **w):
+    """A replica under the reference profile with mean SLOs (the seed's mechanics) unless told."""
     shape = Shape(CAT.model(model), CAT.instance(instance), tp, weights, kv)
-    return ReplicaModel(shape, Workload(**w), REF, real=real)
+    return ReplicaModel(shape, Workload(**{"slo_statistic": "mean", **w}), profile, real=real)
 
 
 def test_fixed_point_is_exact():
@@ -156,3 +157,92 @@ def test_capacity_rises_with_a_looser_tpot_slo(slo1, slo2):
 def test_closed_loop_throughput_never_exceeds_the_open_loop_kv_capacity(clients):
     r = rm(qps=None, concurrency=clients)
     assert r.closed_loop(clients)["requests_per_s"] <= r.qps_at_batch(r.memory.max_seqs) + 1e-9
+
+
+# -- properties of the one step model, open and closed loop, both profiles ------------------------
+PROFILES = ("reference", "calibrated")
+shapes = st.sampled_from([("llama-3-70b", "p5.48xlarge", 4), ("llama-3-70b", "p5.48xlarge", 2),
+                          ("llama-3-8b", "p5.48xlarge", 1), ("llama-3-70b", "p5e.48xlarge", 1)])
+lengths = st.tuples(st.integers(100, 8000), st.integers(20, 2000))
+statistics = st.sampled_from(["mean", "p50", "p90", "p95", "p99"])
+
+
+def model_for(shape, length, statistic, profile):
+    model, instance, tp = shape
+    return rm(model=model, instance=instance, tp=tp, profile=get_profile(profile), input_tokens=length[0],
+              output_tokens=length[1], slo_statistic=statistic)
+
+
+@settings(max_examples=80, deadline=None)
+@given(shape=shapes, length=lengths, statistic=statistics, profile=st.sampled_from(PROFILES),
+       f1=st.floats(0.01, 1.2), f2=st.floats(0.01, 1.2))
+def test_ttft_and_tpot_rise_with_the_load_and_stay_finite_while_stable(shape, length, statistic, profile, f1, f2):
+    r = model_for(shape, length, statistic, profile)
+    top = r.qps_at_batch(r.memory.max_seqs)
+    lo, hi = (r.at(f * top) for f in sorted((f1, f2)))
+    for p in (lo, hi):
+        if p.stable:
+            figures = (p.ttft_ms, p.ttft_p95_ms, p.tpot_ms, p.tpot_p95_ms, p.ttft_at_statistic_ms, p.tpot_at_statistic_ms)
+            assert all(math.isfinite(x) and x > 0 for x in figures)
+        else:
+            assert p.unstable_reason
+    if lo.stable and hi.stable:
+        assert lo.ttft_at_statistic_ms <= hi.ttft_at_statistic_ms * (1 + 1e-9)
+        assert lo.tpot_at_statistic_ms <= hi.tpot_at_statistic_ms * (1 + 1e-9)
+        assert lo.ttft_ms <= hi.ttft_ms * (1 + 1e-9) and lo.tpot_ms <= hi.tpot_ms * (1 + 1e-9)
+    if hi.stable:
+        assert lo.stable                      # stability never returns at a higher load
+
+
+@settings(max_examples=60, deadline=None)
+@given(shape=shapes, length=lengths, profile=st.sampled_from(PROFILES),
+       c1=st.integers(1, 3000), c2=st.integers(1, 3000))
+def test_closed_loop_ttft_and_tpot_rise_with_the_clients_and_stay_finite(shape, length, profile, c1, c2):
+    r = model_for(shape, length, "p95", profile)
+    lo, hi = (r.closed_point(c) for c in sorted((c1, c2)))
+    for p in (lo, hi):
+        assert p.stable and all(math.isfinite(x) and x > 0 for x in (p.ttft_ms, p.ttft_p95_ms, p.tpot_ms))
+    assert lo.ttft_ms <= hi.ttft_ms * (1 + 1e-6) and lo.tpot_ms <= hi.tpot_ms * (1 + 1e-6)
+
+
+@settings(max_examples=40, deadline=None)
+@given(shape=shapes, length=lengths, profile=st.sampled_from(PROFILES))
+def test_capacity_at_a_percentile_is_at_most_the_mean_capacity(shape, length, profile):
+    r = model_for(shape, length, "mean", profile)
+    assert r.capacity("p95").qps <= r.capacity("mean").qps * (1 + 1e-3)
+
+
+def test_the_mixed_step_reads_the_weights_once():
+    """A decode batch rides along a prompt chunk: the mixed step is less than the sum of its parts
+    (the H200 measurements: 0.64-1.0 x the sum)."""
+    step = rm(profile=get_profile("calibrated")).step
+    for n, c in ((8, 256), (32, 512), (64, 984), (128, 2048)):
+        ratio = step.step_s(n, c) / (step.decode_s(n) + step.prefill_s(c))
+        assert 0.5 <= ratio < 1.0
+
+
+def test_the_reference_step_is_the_seeds_sum():
+    step = rm().step
+    assert step.step_s(51, 512) == pytest.approx(step.decode_s(51) + 512 * step.e, rel=1e-12)
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("qps", math.nan, "--qps: must be a finite number greater than 0 (got nan)"),
+    ("qps", math.inf, "--qps: must be a finite number greater than 0 (got inf)"),
+    ("ttft_slo_s", -1.0, "--ttft-slo: must be a finite number greater than 0 (got -1.0)"),
+    ("input_tokens", math.inf, "--input-tokens: must be a finite number greater than 0 (got inf)"),
+    ("slo_statistic", "p42", "--slo-statistic: unknown statistic 'p42'; choose one of: mean, p50, p90, p95, p99"),
+])
+def test_non_finite_sizing_inputs_are_refused_naming_the_option(field, value, message):
+    with pytest.raises(SizingError) as exc:
+        Workload(**{field: value})
+    assert str(exc.value) == message and exc.value.option == message.split(":")[0]
+
+
+def test_kv_capacity_is_counted_the_way_vllm_counts_it():
+    r = rm(profile=get_profile("calibrated"))
+    mem = r.memory
+    assert mem.kv_tokens % 16 == 0                                   # whole blocks of 16 tokens
+    assert mem.max_seqs_kv == mem.kv_tokens // 16 // math.ceil(1300 / 16)
+    assert mem.activation_gb > 0 and mem.cuda_graph_gb == 1.0
+    assert mem.max_concurrency == pytest.approx(mem.kv_tokens / 1300)

@@ -1,0 +1,185 @@
+"""Accuracy benchmark: the engine against every measured row it can express.
+
+    .venv/bin/python bench/bench_accuracy.py                    # the rows in sizing/data (offline runs)
+    .venv/bin/python bench/bench_accuracy.py --csv OTHER.csv    # held-out rows, same columns as
+                                                                # ../shared/reference/calibration_measurements.csv
+
+A row is expressible when its model, GPU and precisions are in the catalog and its prompt and
+output lengths are fixed numbers. Its load is read as: offline / max throughput -> the closed
+loop with every KV slot busy; a concurrency (closed loop, `load_type` naming clients or
+concurrency) -> that many clients per replica; a Poisson or QPS load -> the open loop at that
+rate per replica. Predicted: mean TTFT, mean TPOT (ITL when only that is given), output tokens/s
+of the TP group. Prints a Markdown table of per-row errors and the median absolute error per
+figure (targets: TPOT and tokens/s <= 5%, TTFT <= 15%).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import re
+import statistics
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from sizing.catalog import load_catalog  # noqa: E402
+from sizing.model import ReplicaModel, Shape, Workload  # noqa: E402
+from sizing.profiles import get_profile  # noqa: E402
+
+FIGURES = ("ttft_ms", "tpot_ms", "output_tok_s")
+
+
+@dataclass(frozen=True)
+class Row:
+    id: str
+    model: str
+    gpu: str
+    weights: str
+    kv_dtype: str
+    tp: int
+    input_tokens: int
+    output_tokens: int
+    load: str               # offline | clients | qps
+    load_value: float
+    measured: dict          # figure -> value (absent when not measured)
+    engine: str = ""
+
+
+def _model(text: str) -> str | None:
+    t = text.lower()
+    for key, ident in (("405b", "llama-3.1-405b"), ("70b", "llama-3-70b"), ("8x7b", "mixtral-8x7b"), ("8b", "llama-3-8b")):
+        if key in t:
+            return ident
+    return None
+
+
+def _gpu(text: str) -> str | None:
+    t = text.lower()
+    return next((g for g in ("h100-sxm", "h200", "b200", "a100-40gb", "l40s") if g.split("-")[0] in t), None)
+
+
+def _int(text: str) -> int | None:
+    return int(text) if text and text.strip().isdigit() else None
+
+
+def _float(text: str) -> float | None:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def read_shared_format(path: Path) -> tuple[list[Row], list[str]]:
+    """Rows in the shared file's columns; returns (expressible rows, why the others are not)."""
+    rows, skipped = [], []
+    with path.open() as fh:
+        for r in csv.DictReader(fh):
+            rid = r.get("id", "?")
+            model, gpu = _model(r.get("model", "")), _gpu(r.get("gpu", ""))
+            tp, s_in, s_out = _int(r.get("tp", "")), _int(r.get("input_tokens", "")), _int(r.get("output_tokens", ""))
+            if not (model and gpu and tp and s_in and s_out):
+                skipped.append(f"{rid}: model, GPU, TP or fixed lengths not expressible")
+                continue
+            weights = "fp8" if "fp8" in r.get("precision_weights", "").lower() else "bf16"
+            kv_text = r.get("precision_kv", "").lower()
+            kv = "fp8" if "fp8" in kv_text else "bf16" if ("bf16" in kv_text or "fp16" in kv_text) else weights
+            load_type, load_value = r.get("load_type", "").lower(), r.get("load_value", "")
+            per_gpu = "per-gpu" in r.get("notes", "").lower()
+            measured = {}
+            for fig, cols in (("ttft_ms", ("ttft_mean_ms",)), ("tpot_ms", ("tpot_mean_ms", "itl_mean_ms")),
+                              ("output_tok_s", ("output_tok_s",))):
+                value = next((v for v in (_float(r.get(c, "")) for c in cols) if v is not None), None)
+                if value is not None:
+                    measured[fig] = value * (tp if fig == "output_tok_s" and per_gpu else 1)
+            replicas = _int(r.get("replicas", "")) or 1
+            number = _float(re.sub(r"[^0-9.]", "", load_value.split(";")[0]) or "x")
+            if "offline" in load_type or "max throughput" in load_type:
+                load, value = "offline", 0.0
+            elif ("concurren" in load_type or "client" in load_type or "closed" in load_type) and number:
+                load, value = "clients", number / replicas
+            elif ("poisson" in load_type or "qps" in load_type) and number:
+                load, value = "qps", number / replicas
+            else:
+                skipped.append(f"{rid}: load '{load_type}' not expressible")
+                continue
+            if replicas > 1 and "output_tok_s" in measured:
+                measured["output_tok_s"] /= replicas
+            rows.append(Row(rid, model, gpu, weights, kv, tp, s_in, s_out, load, value, measured,
+                            r.get("engine", "").lower()))
+    return rows, skipped
+
+
+def read_project_rows() -> list[Row]:
+    """The offline rows the calibration uses (sizing/data/calibration_measurements.csv)."""
+    from sizing.calibration import load_measurements
+    return [Row(str(m.id), m.model, m.gpu, m.weights, m.kv_dtype, m.tp, m.input_tokens, m.output_tokens,
+                "offline", 0.0, {"output_tok_s": m.output_tok_s}) for m in load_measurements()]
+
+
+def vllm_defaults(gpu) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) a vLLM OpenAI server picks when not told:
+    vllm/engine/arg_utils.py EngineArgs.get_batch_defaults (8192 and 1024 on GPUs of 70 GiB or
+    more other than the A100, else 2048 and 256)."""
+    big = gpu.memory_gb * 1e9 >= 70 * 2**30 and not gpu.id.startswith("a100")
+    return (8192, 1024) if big else (2048, 256)
+
+
+def predict(row: Row, profile_name: str) -> dict:
+    catalog = load_catalog()
+    shape = Shape(catalog.model(row.model), catalog.node_for_gpu(row.gpu), row.tp, row.weights, row.kv_dtype)
+    w = Workload(input_tokens=row.input_tokens, output_tokens=row.output_tokens, qps=None, concurrency=1,
+                 slo_statistic="mean")
+    profile, batched = get_profile(profile_name), None
+    if "vllm" in row.engine:       # the measured server ran with vLLM's defaults, not our plan's budget
+        batched, seqs = vllm_defaults(shape.instance.gpu)
+        profile = replace(profile, max_num_seqs=seqs)
+    rm = ReplicaModel(shape, w, profile, real=True, batched_tokens=batched)
+    if row.load == "qps":
+        p = rm.at(row.load_value)
+        return {"ttft_ms": p.ttft_ms, "tpot_ms": p.tpot_ms, "output_tok_s": row.load_value * row.output_tokens}
+    clients = rm.memory.max_seqs if row.load == "offline" else max(1, round(row.load_value))
+    p = rm.closed_point(clients)
+    return {"ttft_ms": p.ttft_ms, "tpot_ms": p.tpot_ms, "output_tok_s": p.qps * row.output_tokens}
+
+
+def report(rows: list[Row], profile_name: str) -> str:
+    lines = [f"| row | model | GPU | TP | in/out | load | {' | '.join(f'{f} measured / predicted (error)' for f in FIGURES)} |",
+             "| --- | --- | --- | --- | --- | --- | " + " | ".join("---:" for _ in FIGURES) + " |"]
+    errors: dict[str, list[float]] = {f: [] for f in FIGURES}
+    for row in rows:
+        pred = predict(row, profile_name)
+        cells = []
+        for f in FIGURES:
+            if f not in row.measured:
+                cells.append("not measured")
+                continue
+            err = pred[f] / row.measured[f] - 1
+            errors[f].append(abs(err))
+            cells.append(f"{row.measured[f]:,.1f} / {pred[f]:,.1f} ({err:+.1%})")
+        load = row.load if row.load == "offline" else f"{row.load_value:g} {row.load}"
+        lines.append(f"| {row.id} | {row.model} | {row.gpu} | {row.tp} | {row.input_tokens}/{row.output_tokens} | "
+                     f"{load} | {' | '.join(cells)} |")
+    medians = ", ".join(f"{f} {statistics.median(v):.1%} over {len(v)} rows" if v else f"{f}: no measured rows"
+                        for f, v in errors.items())
+    return "\n".join(lines) + f"\n\nMedian absolute error (profile {profile_name}): {medians}."
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--csv", type=Path, help="Rows in the shared file's columns (held-out measurements).")
+    parser.add_argument("--profile", default="calibrated")
+    args = parser.parse_args()
+    if args.csv:
+        rows, skipped = read_shared_format(args.csv)
+        if skipped:
+            print(f"{len(skipped)} rows not expressible: " + "; ".join(skipped), file=sys.stderr)
+    else:
+        rows = read_project_rows()
+    print(report(rows, args.profile))
+
+
+if __name__ == "__main__":
+    main()

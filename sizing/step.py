@@ -1,0 +1,107 @@
+"""The one step model: what a step that decodes n sequences and prefills c prompt tokens costs.
+
+Used by the analytic engine (`sizing.model`), the simulator (`simulator.cost`) and the plot.
+
+    t(n, c) = gate(n) x max(a1 + b1 n + g1 c, a2 + b2 n + g2 c) + k n + e c
+
+- `mixed` profiles: one roofline over all the step's tokens. Branch 1 reads the weights once
+  (a1 = weight bytes / B); branch 2 computes the matmuls of all n + c tokens (b2 = g2 = 2 P / F).
+  Each part's attention comes on top: decode reads its KV cache (k = context x KV bytes / B),
+  prefill computes its causal attention (e per token). gate(n) = 1. This reproduces the H200
+  mixed-step measurements (a mixed step 0.64-1.0 x the sum of its parts), where the sum of a
+  decode step and a prefill over-counts the weight read.
+- `additive` profiles (the seed's formulas, kept for the reference table): the decode roofline
+  times real_factor, max(a1 + b1 n, a2 + b2 n), plus e = prefill seconds per prompt token; a
+  step with nothing to decode costs only its prefill (gate(0) = 0).
+
+B = tp x HBM bandwidth (x decode_bw_fraction), F = tp x peak x mfu. Two ring all-reduces per
+layer are added (`comm_terms`): in full when the profile's `comm_baseline_link` is `none`, else
+only what a slower link costs beyond the one the profile was measured on.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .catalog import bytes_per_element, load_catalog
+
+GB = 1e9
+
+
+@dataclass(frozen=True)
+class StepModel:
+    a1: float
+    b1: float
+    g1: float
+    a2: float
+    b2: float
+    g2: float
+    k: float           # per decoding sequence, outside the max (its attention)
+    e: float           # per prefill token, outside the max (its attention, or all of it when additive)
+    gated: bool        # additive: no decode part without a decode batch
+
+    @classmethod
+    def additive(cls, branches, prefill_s_per_token: float) -> "StepModel":
+        """The seed's step from its decode branches [(a, b), ...] and a prefill cost per token."""
+        (a1, b1), (a2, b2) = (branches[0], branches[1]) if len(branches) > 1 else (branches[0], branches[0])
+        return cls(a1, b1, 0.0, a2, b2, 0.0, 0.0, prefill_s_per_token, True)
+
+    def decode_s(self, n: float) -> float:
+        """A step with n decodes and no prefill."""
+        if n <= 0 and self.gated:
+            return 0.0
+        return max(self.a1 + self.b1 * n, self.a2 + self.b2 * n) + self.k * n
+
+    def step_s(self, n: float, c: float) -> float:
+        if n <= 0 and self.gated:
+            return self.e * c
+        return max(self.a1 + self.b1 * n + self.g1 * c, self.a2 + self.b2 * n + self.g2 * c) + self.k * n + self.e * c
+
+    def decode_branches(self) -> tuple[tuple[float, float], tuple[float, float]]:
+        """decode_s(n) = max(A + B n) over these two lines (n >= 1)."""
+        return ((self.a1, self.b1 + self.k), (self.a2, self.b2 + self.k))
+
+    def prefill_s(self, tokens: float) -> float:
+        """A whole prompt alone in one step (no decodes): its prefill time."""
+        return self.step_s(0, tokens)
+
+
+def comm_terms(shape, profile, tokens_per_step_bytes: float) -> tuple[float, float]:
+    """(fixed s, s per token) of two ring all-reduces per layer, beyond the profile's baseline link."""
+    m, inst, tp = shape.model, shape.instance, shape.tp
+    if tp <= 1:
+        return 0.0, 0.0
+    link = inst.link
+    ring = 2 * (tp - 1)
+    if profile.comm_baseline_link == "none":       # every all-reduce charged in full
+        d_lat, d_inv_bw = link.latency_us * 1e-6, 1 / (link.bandwidth_gbps * GB)
+    else:
+        base = load_catalog().links[profile.comm_baseline_link]
+        d_lat = max(0.0, link.latency_us - base.latency_us) * 1e-6
+        d_inv_bw = max(0.0, 1 / (link.bandwidth_gbps * GB) - 1 / (base.bandwidth_gbps * GB))
+    calls = 2 * m.layers
+    return calls * ring * d_lat, calls * (ring / tp) * tokens_per_step_bytes * d_inv_bw
+
+
+def build_step(shape, workload, profile, real: bool = True) -> StepModel:
+    """The step model of one replica for one workload (mean contexts) under one profile."""
+    m, gpu, tp = shape.model, shape.instance.gpu, shape.tp
+    s_in, s_out = workload.input_tokens, workload.output_tokens
+    ctx = s_in + s_out / 2                     # a decoding sequence's mean context
+    p_active = m.active_params_b * 1e9
+    weight_bytes = m.weight_bytes(shape.weights)
+    kv_tok = m.kv_bytes_per_token(shape.kv_dtype)
+    comm0, comm1 = comm_terms(shape, profile, bytes_per_element("bf16") * m.hidden)
+    flops_f = tp * gpu.peak_tflops(shape.weights) * 1e12 * profile.mfu
+    attn_prefill = 2 * m.layers * s_in * m.hidden    # causal attention FLOPs per prompt token (seed)
+    if profile.step_model == "additive":
+        rf = profile.real_factor if real else 1.0
+        bw = tp * gpu.hbm_tbps * 1e12
+        decode_flops = 2 * p_active + 4 * m.layers * m.hidden * ctx
+        e = (2 * p_active + attn_prefill) / flops_f + comm1 + comm0 / s_in
+        return StepModel(a1=rf * weight_bytes / bw + comm0, b1=rf * ctx * kv_tok / bw + comm1, g1=0.0,
+                         a2=comm0, b2=rf * decode_flops / flops_f + comm1, g2=0.0, k=0.0, e=e, gated=True)
+    frac = profile.decode_bw_fraction if real else 1.0
+    bw = tp * gpu.hbm_tbps * 1e12 * frac
+    per_token = 2 * p_active / flops_f + comm1
+    return StepModel(a1=weight_bytes / bw + comm0, b1=0.0, g1=0.0, a2=comm0, b2=per_token, g2=per_token,
+                     k=ctx * kv_tok / bw, e=attn_prefill / flops_f, gated=False)
