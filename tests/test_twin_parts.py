@@ -257,3 +257,15 @@ def test_an_unreachable_prometheus_is_one_line_and_exit_1(command):
     code, out, err = run_cli(*command, "--prometheus", f"http://127.0.0.1:{free_port()}", "--window", "1m")
     assert code == 1
     assert err.startswith("error: cannot reach Prometheus at http://127.0.0.1:") and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("profile, field", [("reference", "real_factor"), ("calibrated", "decode_bw_fraction")])
+def test_the_decode_step_factor_round_trips_through_either_step_model(profile, field):
+    from sizing.profiles import get_profile
+    from twin import efficiency
+
+    base = get_profile(profile)
+    changed = efficiency.with_efficiencies(base, 0.4, 1.25 * efficiency.decode_factor(base))
+    assert efficiency.decode_field(base) == field
+    assert efficiency.decode_factor(changed) == pytest.approx(1.25 * efficiency.decode_factor(base), rel=1e-3)
+    assert efficiency.prefill_efficiency(changed) == 0.4

@@ -212,7 +212,5 @@ def selectable(profile: Profile):
 def plan_under(request: PlanRequest, profile: Profile) -> Plan:
     with selectable(profile):
         p = make_plan(replace(request, profile=profile.name))
-        for name in ("engine_args", "model_args"):      # the planner's name for vLLM's arguments
-            if hasattr(type(p), name):
-                getattr(p, name)                          # computed (and cached) while selectable
+        p.engine_args           # computed (and cached) while the profile is selectable
         return p
