@@ -102,8 +102,10 @@ class Twin:
             self._servers = Servers(Path(self._tmp.name), groups, self._exporters.targets, self.scale).__enter__()
             if not self._exporters.wait_scraped(FIRST_SCRAPE_TIMEOUT_S):
                 raise TwinError(f"Prometheus did not scrape every target within {FIRST_SCRAPE_TIMEOUT_S:g} s")
+            self._servers.wait_alertmanager_discovered()
+            # The reload makes Prometheus rediscover Alertmanager (about 5 s); an alert firing in
+            # that gap is dropped and sent again a resend delay later, with its own startsAt.
             self._servers.load_rules()
-            self._servers.wait_alertmanager_discovered()    # a reload (SIGHUP) rediscovers it too
         except BaseException:
             self.close()
             raise
