@@ -269,3 +269,11 @@ def test_the_decode_step_factor_round_trips_through_either_step_model(profile, f
     assert efficiency.decode_field(base) == field
     assert efficiency.decode_factor(changed) == pytest.approx(1.25 * efficiency.decode_factor(base), rel=1e-3)
     assert efficiency.prefill_efficiency(changed) == 0.4
+
+
+def test_a_run_too_short_for_an_alerts_for_expects_nothing_of_it(prod):
+    from observability.rules import AlertPolicy
+    from simulator import parse_fail_zone
+    required, _ = expectations(prod, 1.25 * prod.capacity_qps, 600, parse_fail_zone("us-east-1b@300", 600),
+                               AlertPolicy(), NAMESPACE)
+    assert required == []        # 10m latency and 15m load alerts, and a 5-minute outage to the end

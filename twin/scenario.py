@@ -190,8 +190,9 @@ def expectations(plan: Plan, qps: float, duration_s: float, failure: ZoneFailure
         forbidden |= set(LATENCY_ALERTS) | set(LOAD_ALERTS)
         if failure is None:
             forbidden = set(names)
-    if qps > t.capacity_qps:
-        name = LATENCY_BY_BINDING[plan.capacity_per_replica.binding]
+    latency = LATENCY_BY_BINDING[plan.capacity_per_replica.binding]
+    if qps > t.capacity_qps and duration_s >= _for_s(groups, latency) + 2 * DETECTION_LAG_S:
+        name = latency
         required.append(Expectation(name, reason=f"{qps:g} QPS is past the sized {t.capacity_qps:g} QPS "
                                                  f"(binding: {plan.capacity_per_replica.binding})"))
     for name, threshold in (("LLMServingLoadNearCapacity", policy.capacity_share * t.capacity_qps),
@@ -206,7 +207,7 @@ def expectations(plan: Plan, qps: float, duration_s: float, failure: ZoneFailure
 
 def _zone_expectations(groups, names, failure: ZoneFailure, duration_s: float) -> list[Expectation]:
     out = []
-    back = failure.end_s if failure.end_s is not None else duration_s
+    back = min(failure.end_s if failure.end_s is not None else duration_s, duration_s)
     outage = back - failure.start_s
     resolve_by = failure.end_s if failure.end_s is not None and failure.end_s + DETECTION_LAG_S <= duration_s else None
     for name in ZONE_ALERTS:
