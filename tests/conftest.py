@@ -11,13 +11,32 @@ import pytest
 from tests.stacks import stack_config, with_overrides  # noqa: F401 (stack_config: re-exported for older imports)
 
 ROOT = Path(__file__).resolve().parent.parent
+# Upstream CRDs and captured samples, fetched (pinned URL + SHA-256) by scripts/fetch-upstream.
+UPSTREAM = Path(os.environ.get("LLM_SERVING_UPSTREAM", ROOT / ".upstream"))
+
+
+def upstream_path(relative: str) -> Path:
+    """A fetched upstream file, or a failed test naming the script that fetches it."""
+    path = UPSTREAM / relative
+    if not path.is_file():
+        pytest.fail(f"{path} missing: run scripts/fetch-upstream", pytrace=False)
+    return path
+
+
+@pytest.fixture
+def upstream_file():
+    return upstream_path
+
+
+# The shared reference folder (../shared/reference: measurements the calibration tests compare
+# with); not an upstream file, so not fetched. tests/test_calibration.py reads it.
 SHARED = Path(os.environ.get("LLM_SERVING_SHARED", ROOT.parent / "shared"))
 
 
 @pytest.fixture
 def shared_dir() -> Path:
     if not SHARED.exists():
-        pytest.fail(f"shared reference folder not found at {SHARED}; set LLM_SERVING_SHARED")
+        pytest.fail(f"shared reference folder not found at {SHARED}; set LLM_SERVING_SHARED", pytrace=False)
     return SHARED
 
 

@@ -1,7 +1,8 @@
 """The emulated replicas' /metrics against a real vLLM 0.29.0 capture, and the timeline behind it.
 
-The capture (../shared/samples/vllm-metrics-0.29.0-inferstack.txt) is read here only: the twin
-carries its own family table (twin/vllm_metrics.py), and these tests hold the two equal.
+The capture (`samples/vllm-metrics-0.29.0-inferstack.txt`, fetched by scripts/fetch-upstream) is
+read here only: the twin carries its own family table (twin/vllm_metrics.py), and these tests hold
+the two equal.
 """
 from __future__ import annotations
 
@@ -53,8 +54,8 @@ def parse(text: str) -> dict:
 
 
 @pytest.fixture
-def sample(shared_dir) -> dict:
-    return parse((shared_dir / SAMPLE).read_text())
+def sample(upstream_file) -> dict:
+    return parse(upstream_file(SAMPLE).read_text())
 
 
 @pytest.fixture
@@ -106,7 +107,7 @@ def test_counters_and_histograms_carry_a_created_gauge(sample, emulated, family)
     assert emulated[created]["type"] == sample[created]["type"] == "gauge"
 
 
-def test_promtool_finds_nothing_in_the_exposition_it_does_not_find_in_vllms(shared_dir):
+def test_promtool_finds_nothing_in_the_exposition_it_does_not_find_in_vllms(upstream_file):
     promtool = shutil.which("promtool")
     if promtool is None:
         pytest.fail("promtool not found: install Debian's 'prometheus' package (scripts/test does)")
@@ -115,7 +116,7 @@ def test_promtool_finds_nothing_in_the_exposition_it_does_not_find_in_vllms(shar
         done = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
         return {line for line in (done.stdout + done.stderr).splitlines() if line.strip()}
     ours = lints(vm.render("llama-3-70b", {}, 1.7e9))
-    theirs = lints((shared_dir / SAMPLE).read_text())
+    theirs = lints(upstream_file(SAMPLE).read_text())
     assert ours and ours <= theirs
 
 
