@@ -13,7 +13,7 @@ from typing import Optional
 import typer
 
 from . import options
-from .errors import fail
+from .errors import check_output_file, fail
 
 
 def simulate(
@@ -36,6 +36,9 @@ def simulate(
     from simulator import ARRIVALS, LENGTHS, ROUTERS, config_from_plan, parse_fail_zone, simulate as run, to_dict
 
     from simulator.workload import WorkLimitError, check_work
+
+    if plot is not None:
+        check_output_file("--plot", plot)
 
     for name, value in (("--duration", duration), ("--qps", qps), ("--burstiness", burstiness),
                         ("--length-cv", length_cv), ("--max-num-batched-tokens", max_num_batched_tokens),
