@@ -5,16 +5,19 @@ Only wiring lives here; every number a component needs comes from the plan.
 import pulumi
 
 from components.accuracy_gate import AccuracyGate, AccuracyGateArgs
+from components.cert_manager import CertManager, CertManagerArgs, GatewayCertificate, GatewayCertificateArgs
 from components.cluster import Cluster, ClusterArgs
+from components.external_dns import ExternalDns, ExternalDnsArgs
 from components.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
 from components.gateway import CONTROLLER_NAMESPACE, Gateway, GatewayArgs
 from components.gpu_plugin import GpuPlugin, GpuPluginArgs
+from components.load_balancer_controller import LoadBalancerController, LoadBalancerControllerArgs
 from components.loadtest import LoadTest, LoadTestArgs
 from components.monitoring import Monitoring, MonitoringArgs
 from components.network import Network, NetworkArgs, network_zones
 from components.serving import Serving, ServingArgs
 from settings import SettingsError
-from settings.pulumi_config import secret, settings_from_pulumi
+from settings.pulumi_config import require_secrets, secret, settings_from_pulumi
 from sizing.model import SizingError
 from sizing.planner import plan as make_plan
 
@@ -25,6 +28,7 @@ except SettingsError as exc:       # one line per problem, each naming the key; 
     raise pulumi.RunError(f"invalid stack config:\n{exc}") from None
 except SizingError as exc:
     raise pulumi.RunError(f"no plan for this stack config: {exc}") from None
+require_secrets(settings)          # one line naming `pulumi config set --secret` when one is missing
 
 # -- AWS: network -> cluster -> one GPU node pool per (zone, pool) ---------------------------------
 network = Network("llm", NetworkArgs(
@@ -35,11 +39,27 @@ network = Network("llm", NetworkArgs(
     tags=settings.tags,
 ))
 cluster = Cluster("llm", ClusterArgs(settings=settings, network=network))
-gpu_pools = [
-    GpuNodePool(f"gpu-{pool.label}", GpuNodePoolArgs(
-        settings=settings, plan=plan, pool=pool, pool_settings=pool_settings, cluster=cluster, network=network))
-    for pool, pool_settings in zip(plan.request.pools, settings.gpuPools)
-]
+gpu_pools: list[GpuNodePool] = []
+for pool, pool_settings in zip(plan.request.pools, settings.gpuPools):     # each updates after the one before
+    gpu_pools.append(GpuNodePool(f"gpu-{pool.label}", GpuNodePoolArgs(
+        settings=settings, plan=plan, pool=pool, pool_settings=pool_settings, cluster=cluster, network=network,
+        update_after=tuple(p.node_group for p in gpu_pools[-1:]))))
+
+# -- controllers the gateway needs: load balancer, certificate, DNS (each through Pod Identity) ---
+gw_settings = settings.gateway
+controller_base = dict(cluster_name=cluster.cluster_name, region=settings.region, provider=cluster.k8s_provider,
+                       depends_on=(cluster.pod_identity_agent,), tags=settings.tags)
+load_balancer_controller = LoadBalancerController("aws-lb-controller", LoadBalancerControllerArgs(
+    vpc_id=network.vpc.id, **controller_base))
+gateway_controllers = [load_balancer_controller.release]
+cert_manager = None
+if gw_settings.certificate == "acme":
+    cert_manager = CertManager("cert-manager", CertManagerArgs(
+        hosted_zone_id=gw_settings.hostedZoneId, acme_server=gw_settings.acmeServer,
+        acme_email=gw_settings.acmeEmail, **controller_base))
+if gw_settings.manages_dns:
+    gateway_controllers.append(ExternalDns("external-dns", ExternalDnsArgs(
+        hosted_zone_id=gw_settings.hostedZoneId, **controller_base)).release)
 
 # -- Kubernetes: GPU plugin -> vLLM replicas (per zone) -> gateway (auth, quotas, routing) --------
 gpu_plugin = GpuPlugin("gpu-plugin", GpuPluginArgs(provider=cluster.k8s_provider),
@@ -47,9 +67,17 @@ gpu_plugin = GpuPlugin("gpu-plugin", GpuPluginArgs(provider=cluster.k8s_provider
 serving = Serving("serving", ServingArgs(
     plan=plan, settings=settings, provider=cluster.k8s_provider, hub_token=secret("hubToken"),
     gateway_namespace=CONTROLLER_NAMESPACE), opts=pulumi.ResourceOptions(depends_on=[gpu_plugin]))
+certificate = GatewayCertificate("gateway-certificate", GatewayCertificateArgs(
+    hostname=gw_settings.hostname, namespace=serving.namespace_name, secret_name=gw_settings.tlsSecretName,
+    provider=cluster.k8s_provider,
+    issuer_name=cert_manager.issuer_name if cert_manager else None,
+    certificate_pem=secret("tlsCertificate") if cert_manager is None else None,
+    private_key_pem=secret("tlsPrivateKey") if cert_manager is None else None,
+    depends_on=(serving.namespace, *((cert_manager.release, cert_manager.issuer) if cert_manager else ()))))
 gateway = Gateway("llm-gateway", GatewayArgs(
     plan=plan, settings=settings, provider=cluster.k8s_provider, api_keys=secret("apiKeys"),
-    namespace=serving.namespace_name, service_name=serving.service_name, depends_on=(serving,)))
+    namespace=serving.namespace_name, service_name=serving.service_name, tls_secret_name=certificate.secret_name,
+    controllers=(*gateway_controllers, certificate), depends_on=(serving,)))
 
 # -- proving the rollout: the FP8 accuracy gate (awaited: a failed gate fails `pulumi up`; on by
 # default in staging and prod), then the load test against the plan (opt-in: loadTest.enabled)
@@ -72,7 +100,7 @@ monitoring = Monitoring("monitoring", MonitoringArgs(
 # -- outputs --------------------------------------------------------------------------------------
 pulumi.export("clusterName", cluster.cluster_name)
 pulumi.export("kubeconfig", cluster.kubeconfig)
-pulumi.export("gatewayHostname", settings.gateway.hostname)     # the name clients use (point its DNS at the address)
+pulumi.export("gatewayHostname", settings.gateway.hostname)     # the name clients use (external-dns publishes it when the stack has its hosted zone)
 pulumi.export("gatewayAddress", gateway.address)                 # the load balancer, once it exists
 pulumi.export("plan", {
     "replicas": plan.replicas,

@@ -85,10 +85,29 @@ def rollout_digest(plan: Plan, settings: StackSettings) -> str:
     return hashlib.sha256(json.dumps(judged, sort_keys=True).encode()).hexdigest()[:16]
 
 
+# Before judging: wait until the gateway answers with its real certificate (issued by
+# cert-manager a few minutes after `pulumi up` creates it) and the API key is accepted.
+READY_WAIT_S = 1800
+WAIT_FOR_GATEWAY = """\
+import os, sys, time, urllib.request
+url, deadline = sys.argv[1] + "/v1/models", time.time() + float(sys.argv[2])
+request = urllib.request.Request(url, headers={"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"]})
+while True:
+    try:
+        urllib.request.urlopen(request, timeout=10).read()
+        break
+    except Exception as exc:
+        if time.time() > deadline:
+            sys.exit("gateway not ready at " + url + ": " + str(exc))
+        time.sleep(10)
+"""
+
+
 def shell_script(plan: Plan, settings: StackSettings) -> str:
     quoted = " ".join(f"'{a}'" for a in lm_eval_command(plan, settings))
     return "\n".join([
         "set -eu",
+        f"python /gate/wait_for_gateway.py '{gateway_url(settings)}' {READY_WAIT_S}",
         f"pip install --no-cache-dir --quiet --target {WORK}/py '{LM_EVAL}'",
         f"export PYTHONPATH={WORK}/py PATH={WORK}/py/bin:$PATH",
         quoted,
@@ -125,6 +144,7 @@ class AccuracyGate(pulumi.ComponentResource):
             f"{name}-check", metadata={"namespace": ns, "labels": LABELS},
             data={"gate.json": json.dumps(self.gate, indent=2),
                   "accuracy_check.py": Path(accuracy_check.__file__).read_text(),
+                  "wait_for_gateway.py": WAIT_FOR_GATEWAY,
                   "run.sh": shell_script(plan, settings)},
             opts=child)
         container = {
@@ -151,7 +171,7 @@ class AccuracyGate(pulumi.ComponentResource):
                     "spec": one_shot_pod_spec(container, [
                         {"name": "gate", "configMap": {"name": self.config.metadata.apply(lambda m: m["name"])}},
                         {"name": "work", "emptyDir": {}},
-                    ]),
+                    ], settings.gateway.hostname),
                 },
             },
             opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(

@@ -29,11 +29,19 @@ ADMIN_POLICY = ":eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"   #
 EBS_CSI_SERVICE_ACCOUNT = "ebs-csi-controller-sa"
 
 
+IMDS_HOP_LIMIT = 1      # a pod (one hop more, through its veth) cannot reach the node role's credentials
+# The cluster's Service CIDR, fixed (not EKS's pick) so the gateway can take a known in-cluster
+# address that the run-once Jobs map its hostname to (components/gateway.py).
+SERVICE_CIDR = "172.20.0.0/16"
+
+
 def imdsv2_required() -> aws.ec2.LaunchTemplateMetadataOptionsArgs:
-    """IMDSv2 only. Hop limit 2 so host-network agents in containers still reach it; pods get
-    AWS credentials from EKS Pod Identity, not from the node's role."""
+    """IMDSv2 only, hop limit 1: processes on the node (and host-network agents such as the VPC
+    CNI and the pod identity agent) reach it; pods, one hop further, do not, so vLLM (root) or a
+    Job that pip-installs cannot read the node role's credentials. Pods that need AWS get it
+    from EKS Pod Identity; controllers get region and VPC from their values, not from IMDS."""
     return aws.ec2.LaunchTemplateMetadataOptionsArgs(
-        http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=2,
+        http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=IMDS_HOP_LIMIT,
         instance_metadata_tags="disabled")
 
 
@@ -85,6 +93,7 @@ class Cluster(pulumi.ComponentResource):
     k8s_provider: k8s.Provider
     kubeconfig: pulumi.Output[str]
     node_dependencies: list[pulumi.Resource]   # what a node group waits for (CNI, kube-proxy)
+    pod_identity_agent: aws.eks.Addon
 
     def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llm-serving:cluster:Cluster", name, None, opts)
@@ -149,6 +158,7 @@ class Cluster(pulumi.ComponentResource):
                 provider=aws.eks.ClusterEncryptionConfigProviderArgs(key_arn=secrets_key.arn),
                 resources=["secrets"],
             ),
+            kubernetes_network_config=aws.eks.ClusterKubernetesNetworkConfigArgs(service_ipv4_cidr=SERVICE_CIDR),
             enabled_cluster_log_types=CONTROL_PLANE_LOG_TYPES,
             bootstrap_self_managed_addons=False,
             # Lets an operator (or ARC autoshift) move traffic off an impaired zone: the failure
@@ -183,6 +193,7 @@ class Cluster(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(parent=cluster, depends_on=list(depends_on)), **kwargs)
 
         pod_identity_agent = addon("eks-pod-identity-agent")
+        self.pod_identity_agent = pod_identity_agent      # what every Pod Identity association waits for
         vpc_cni = addon("vpc-cni", configuration_values=json.dumps({
             # NetworkPolicy enforcement: the serving namespace's policies rely on it.
             "enableNetworkPolicy": "true",

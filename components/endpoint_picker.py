@@ -4,8 +4,15 @@ Envoy asks the picker (ext_proc, gRPC) which pod should take each request; the p
 every vLLM pod's `/metrics` and scores queue depth (`vllm:num_requests_waiting`) and KV-cache
 usage. It runs active-active (no leader election): with only those two scorers it keeps no
 per-replica state (the prefix-cache scorer, which does, is left out), so any replica answers
-alike and a PodDisruptionBudget can keep one up while a node drains. `FailOpen`: if no picker
-answers, Envoy still routes to a pool endpoint rather than failing the request.
+alike and a PodDisruptionBudget can keep one up while a node drains.
+
+Fail-closed, stated as it is: Envoy AI Gateway v1.0.0 (the extension server that builds the
+picker's ext_proc filter) sets `FailureModeAllow: false` and never reads the pool's
+`failureMode` (`internal/extensionserver/inferencepool.go`). Without a picker's answer the
+request fails; and fail-open could not route anyway, since the pool's cluster sends each request
+to the endpoint the picker names. So the pool declares `FailClose`, the picker runs one replica
+per zone (two at least) with a PDB, and `LLMServingEndpointPickerDown` (critical) /
+`...Degraded` (warning) watch its readiness (observability/rules.py).
 """
 from __future__ import annotations
 
@@ -27,6 +34,7 @@ PICKER_IMAGE = ENDPOINT_PICKER_IMAGE
 POOL_API = "inference.networking.k8s.io/v1"
 GRPC_PORT, HEALTH_PORT = PICKER_GRPC_PORT, PICKER_HEALTH_PORT   # the picker's defaults
 MIN_PICKER_REPLICAS = 2
+FAILURE_MODE = "FailClose"      # what the proxy does (AI Gateway v1.0.0): see the module docstring
 PICKER_LABELS = {"app.kubernetes.io/name": "endpoint-picker", "llm-serving.io/role": "gateway"}
 CONFIG_FILE = "scorers.yaml"
 PICKER_CONFIG = """\
@@ -138,7 +146,7 @@ class EndpointPicker(pulumi.ComponentResource):
             spec={"selector": {"matchLabels": dict(APP_LABELS)},
                   "targetPorts": [{"number": API_PORT}],
                   "endpointPickerRef": {"name": picker_name, "port": {"number": GRPC_PORT},
-                                        "failureMode": "FailOpen"}},
+                                        "failureMode": FAILURE_MODE}},
             opts=o)
 
         def from_namespace(n: str) -> dict:

@@ -14,6 +14,7 @@ fast 429, bounds time and retries by the SLOs, and routes by load.
 """
 from __future__ import annotations
 
+import ipaddress
 import json
 import math
 from dataclasses import dataclass
@@ -29,7 +30,9 @@ from conventions import (
 from settings import StackSettings
 from sizing.planner import Plan
 
-from .cluster import SYSTEM_ROLE_LABEL
+from .cluster import SERVICE_CIDR, SYSTEM_ROLE_LABEL
+from .external_dns import HOSTNAME_ANNOTATION
+from .load_balancer_controller import LB_TYPE_ANNOTATION, LB_TYPE_VALUE
 from .endpoint_picker import POOL_API, EndpointPicker, EndpointPickerArgs
 from .drain import longest_request_s
 from .serving import API_PORT
@@ -50,6 +53,9 @@ MAX_LOCAL_RULES = 16                    # the CRD's limit on local rate-limit ru
 RATE_UNITS = (("Second", 1), ("Minute", 60), ("Hour", 3600))
 ROUNDING_KEPT = 0.95                    # a unit is fine enough when flooring keeps 95% of the share
 RETRY_STATUS = 503
+# In the static band of the Service CIDR (the first 256 addresses of a /16, which the API server
+# hands out only when asked for by name, KEP-3070), clear of kubernetes (.1) and kube-dns (.10).
+GATEWAY_CLUSTER_IP = str(ipaddress.ip_network(SERVICE_CIDR)[100])
 
 
 class StatusCustomResource(k8s.apiextensions.CustomResource):
@@ -144,6 +150,77 @@ def check_key_names(keys: dict, names: tuple[str, ...]) -> dict:
     return {name: str(value) for name, value in keys.items()}
 
 
+def envoy_gateway_values(zones: int, inference_extension: bool) -> dict:
+    """Envoy Gateway's controller: two replicas or more (leader election is on in the chart) on
+    the system nodes, spread over zones, a PDB; with the inference extension, the AI Gateway
+    controller as its extension server for the InferencePool backend."""
+    spread = [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway",
+               "labelSelector": {"matchLabels": {"control-plane": "envoy-gateway"}}}]
+    config: dict = {"envoyGateway": {"gateway": {"controllerName": "gateway.envoyproxy.io/gatewayclass-controller"},
+                                     "provider": {"type": "Kubernetes"}}}
+    if inference_extension:
+        config["envoyGateway"]["extensionApis"] = {"enableBackend": True}
+        config["envoyGateway"]["extensionManager"] = {
+            "backendResources": [{"group": "inference.networking.k8s.io", "kind": "InferencePool", "version": "v1"}],
+            "hooks": {"xdsTranslator": {"translation": {k: {"includeAll": True} for k in
+                                                        ("listener", "route", "cluster", "secret")},
+                                        "post": ["Translation", "Cluster", "Route"]}},
+            "service": {"fqdn": {"hostname": f"ai-gateway-controller.{AIGW_NAMESPACE}.svc.cluster.local",
+                                 "port": 1063}}}
+    return {"deployment": {"replicas": proxy_replicas(zones), "pod": {
+                "nodeSelector": dict(SYSTEM_ROLE_LABEL), "topologySpreadConstraints": spread}},
+            "podDisruptionBudget": {"minAvailable": 1},
+            "config": config}
+
+
+AIGW_CONTROLLER_REPLICAS = 2
+AIGW_CONTROLLER_LABELS = {"app.kubernetes.io/name": "ai-gateway-helm", "app.kubernetes.io/instance": "ai-gateway"}
+
+
+def ai_gateway_values() -> dict:
+    """The AI Gateway controller (v1.0.0 chart): its admission webhook is `failurePolicy: Fail`
+    for Envoy proxy pods, so with one replica a lost zone stops any new proxy pod from
+    starting. Two replicas (leader election is on in the chart), preferring different zones
+    (the chart takes `affinity`, not spread constraints; preferred so a rolling update's extra
+    pod still schedules with two zones)."""
+    return {"controller": {
+        "replicaCount": AIGW_CONTROLLER_REPLICAS,
+        "nodeSelector": dict(SYSTEM_ROLE_LABEL),
+        "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+            "weight": 100, "podAffinityTerm": {"topologyKey": "topology.kubernetes.io/zone",
+                                               "labelSelector": {"matchLabels": dict(AIGW_CONTROLLER_LABELS)}}}]}},
+    }}
+
+
+def envoy_proxy_spec(gateway_name: str, proxies: int, allowed_cidrs: tuple[str, ...],
+                     dns_hostname: str | None) -> dict:
+    """The proxies: on the system nodes, spread over zones and nodes; their Service an
+    internet-facing NLB with IP targets (the AWS Load Balancer Controller's annotations), open to
+    `allowed_cidrs` only, at a fixed in-cluster address, and published in DNS when the stack
+    manages it (external-dns reads the hostname annotation)."""
+    spread = [{"maxSkew": 1, "topologyKey": key, "whenUnsatisfiable": "DoNotSchedule",
+               "labelSelector": {"matchLabels": {"app.kubernetes.io/component": "proxy",
+                                                 "gateway.envoyproxy.io/owning-gateway-name": gateway_name}}}
+              for key in ("topology.kubernetes.io/zone", "kubernetes.io/hostname")]
+    annotations = {LB_TYPE_ANNOTATION: LB_TYPE_VALUE,
+                   "service.beta.kubernetes.io/aws-load-balancer-nlb-target-type": "ip",
+                   "service.beta.kubernetes.io/aws-load-balancer-scheme": "internet-facing"}
+    if dns_hostname:
+        annotations[HOSTNAME_ANNOTATION] = dns_hostname
+    return {"provider": {"type": "Kubernetes", "kubernetes": {
+        "envoyDeployment": {"replicas": proxies, "pod": {
+            "nodeSelector": dict(SYSTEM_ROLE_LABEL), "topologySpreadConstraints": spread}},
+        "envoyPDB": {"minAvailable": 1},
+        "envoyService": {
+            "type": "LoadBalancer", "externalTrafficPolicy": "Local",
+            "loadBalancerSourceRanges": list(allowed_cidrs),
+            "annotations": annotations,
+            # The in-cluster address the accuracy gate and the load test reach the gateway at
+            # (with the public hostname as Host and SNI), so they need no public DNS.
+            "patch": {"type": "StrategicMerge", "value": {"spec": {"clusterIP": GATEWAY_CLUSTER_IP}}}},
+    }}}
+
+
 # -- the component ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class GatewayArgs:
@@ -153,7 +230,9 @@ class GatewayArgs:
     api_keys: pulumi.Input[str]            # a Pulumi secret: JSON {name: key}
     namespace: str                         # the serving namespace (routes, policies, pool live there)
     service_name: str                      # the vLLM Service (the fallback backend)
+    tls_secret_name: str                   # the listener's certificate (components.cert_manager.GatewayCertificate)
     monitoring_namespace: str = MONITORING_NAMESPACE
+    controllers: tuple = ()                # load balancer and DNS controllers, the certificate
     depends_on: tuple = ()                 # the serving component
 
 
@@ -173,11 +252,11 @@ class Gateway(pulumi.ComponentResource):
         self.proxy_replicas = proxies
         child = pulumi.ResourceOptions(parent=self, provider=args.provider)
 
-        releases = self._controllers(name, args, child)
-        crds = list(releases)
-        if gw.inferenceExtension:
-            crds.append(k8s.yaml.v2.ConfigFile(f"{name}-inference-crds", file=INFERENCE_CRDS_URL, opts=child))
-        cr_opts = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=crds + list(args.depends_on))
+        crds = self._controllers(name, args, child)
+        # The proxies' Service needs its load balancer (and DNS) controllers, the listener its
+        # certificate: installed first, removed last (the NLB is deleted before its controller).
+        cr_opts = pulumi.ResourceOptions(parent=self, provider=args.provider,
+                                         depends_on=crds + list(args.controllers) + list(args.depends_on))
 
         def cr(suffix: str, api: str, kind: str, metadata: dict, spec: dict, deps=(), with_status=False):
             cls = StatusCustomResource if with_status else k8s.apiextensions.CustomResource
@@ -185,30 +264,17 @@ class Gateway(pulumi.ComponentResource):
                 f"{name}-{suffix}", api_version=api, kind=kind, metadata=metadata, spec=spec,
                 opts=pulumi.ResourceOptions.merge(cr_opts, pulumi.ResourceOptions(depends_on=list(deps))))
 
-        spread = [{"maxSkew": 1, "topologyKey": key, "whenUnsatisfiable": "DoNotSchedule",
-                   "labelSelector": {"matchLabels": {"app.kubernetes.io/component": "proxy",
-                                                     "gateway.envoyproxy.io/owning-gateway-name": name}}}
-                  for key in ("topology.kubernetes.io/zone", "kubernetes.io/hostname")]
-        proxy_config = cr("envoyproxy", EG_API, "EnvoyProxy", {"name": name, "namespace": CONTROLLER_NAMESPACE}, {
-            "provider": {"type": "Kubernetes", "kubernetes": {
-                "envoyDeployment": {"replicas": proxies, "pod": {
-                    "nodeSelector": dict(SYSTEM_ROLE_LABEL), "topologySpreadConstraints": spread}},
-                "envoyPDB": {"minAvailable": 1},
-                "envoyService": {
-                    "type": "LoadBalancer", "externalTrafficPolicy": "Local",
-                    "loadBalancerSourceRanges": list(settings.gatewayAllowedCidrs),
-                    "annotations": {"service.beta.kubernetes.io/aws-load-balancer-type": "external",
-                                    "service.beta.kubernetes.io/aws-load-balancer-nlb-target-type": "ip",
-                                    "service.beta.kubernetes.io/aws-load-balancer-scheme": "internet-facing"}},
-            }}})
+        proxy_config = cr("envoyproxy", EG_API, "EnvoyProxy", {"name": name, "namespace": CONTROLLER_NAMESPACE},
+                          envoy_proxy_spec(name, proxies, settings.gatewayAllowedCidrs,
+                                           gw.hostname if gw.manages_dns else None))
         self.gateway_class = cr("class", GATEWAY_API, "GatewayClass", {"name": name}, {
             "controllerName": "gateway.envoyproxy.io/gatewayclass-controller",
             "parametersRef": {"group": "gateway.envoyproxy.io", "kind": "EnvoyProxy", "name": name,
                               "namespace": CONTROLLER_NAMESPACE}}, deps=[proxy_config])
 
-        tls_secret, annotations = self._certificate(name, settings)
+        tls_secret = args.tls_secret_name
         self.gateway = cr("gateway", GATEWAY_API, "Gateway",
-                          {"name": name, "namespace": ns, "annotations": annotations}, with_status=True, spec={
+                          {"name": name, "namespace": ns}, with_status=True, spec={
             "gatewayClassName": name,
             "listeners": [{"name": "https", "protocol": "HTTPS", "port": 443, "hostname": gw.hostname,
                            "tls": {"mode": "Terminate", "certificateRefs": [{"kind": "Secret", "name": tls_secret}]},
@@ -254,50 +320,29 @@ class Gateway(pulumi.ComponentResource):
 
     # -- pieces --------------------------------------------------------------------------------
     def _controllers(self, name: str, args: GatewayArgs, opts: pulumi.ResourceOptions) -> list:
-        zones = len(args.settings.zones)
-        spread = [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway",
-                   "labelSelector": {"matchLabels": {"control-plane": "envoy-gateway"}}}]
-        config: dict = {"envoyGateway": {"gateway": {"controllerName": "gateway.envoyproxy.io/gatewayclass-controller"},
-                                         "provider": {"type": "Kubernetes"}}}
-        if args.settings.gateway.inferenceExtension:
-            # Envoy AI Gateway's controller is the extension server for the InferencePool backend.
-            config["envoyGateway"]["extensionApis"] = {"enableBackend": True}
-            config["envoyGateway"]["extensionManager"] = {
-                "backendResources": [{"group": "inference.networking.k8s.io", "kind": "InferencePool", "version": "v1"}],
-                "hooks": {"xdsTranslator": {"translation": {k: {"includeAll": True} for k in
-                                                            ("listener", "route", "cluster", "secret")},
-                                            "post": ["Translation", "Cluster", "Route"]}},
-                "service": {"fqdn": {"hostname": f"ai-gateway-controller.{AIGW_NAMESPACE}.svc.cluster.local",
-                                     "port": 1063}}}
+        """Envoy Gateway (and, with the inference extension, the InferencePool CRD and the AI
+        Gateway), each after the CRDs it watches: both controllers look for the InferencePool
+        CRD once at start-up and never again (AI Gateway v1.0.0
+        `internal/controller/controller.go` skips its InferencePool controller for good).
+        Returns what custom resources must wait for."""
+        inference = args.settings.gateway.inferenceExtension
+        pool_crd = [k8s.yaml.v2.ConfigFile(f"{name}-inference-crds", file=INFERENCE_CRDS_URL, opts=opts)] \
+            if inference else []
         eg = k8s.helm.v3.Release(
             f"{name}-envoy-gateway", name="envoy-gateway", chart=EG_CHART, version=EG_VERSION,
             namespace=CONTROLLER_NAMESPACE, create_namespace=True,
-            values={"deployment": {"replicas": proxy_replicas(zones), "pod": {
-                        "nodeSelector": dict(SYSTEM_ROLE_LABEL), "topologySpreadConstraints": spread}},
-                    "podDisruptionBudget": {"minAvailable": 1},
-                    "config": config},
-            opts=opts)
-        if not args.settings.gateway.inferenceExtension:
+            values=envoy_gateway_values(len(args.settings.zones), inference),
+            opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=pool_crd)))
+        if not inference:
             return [eg]
         aigw_crds = k8s.helm.v3.Release(
             f"{name}-ai-gateway-crds", name="ai-gateway-crds", chart=AIGW_CRDS_CHART, version=AIGW_VERSION,
             namespace=AIGW_NAMESPACE, create_namespace=True, opts=opts)
         aigw = k8s.helm.v3.Release(
             f"{name}-ai-gateway", name="ai-gateway", chart=AIGW_CHART, version=AIGW_VERSION,
-            namespace=AIGW_NAMESPACE, create_namespace=True,
-            values={"controller": {"nodeSelector": dict(SYSTEM_ROLE_LABEL)}},
-            opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[aigw_crds, eg])))
-        return [eg, aigw_crds, aigw]
-
-    @staticmethod
-    def _certificate(name: str, settings: StackSettings) -> tuple[str, dict]:
-        gw = settings.gateway
-        if gw.certManagerIssuer:
-            # cert-manager's gateway shim issues the certificate into the listener's secret.
-            return gw.tlsSecretName or f"{name}-tls", {"cert-manager.io/cluster-issuer": gw.certManagerIssuer}
-        if gw.tlsSecretName:
-            return gw.tlsSecretName, {}
-        raise ValueError("llm-serving:gateway: set tlsSecretName or certManagerIssuer; the gateway serves HTTPS only")
+            namespace=AIGW_NAMESPACE, create_namespace=True, values=ai_gateway_values(),
+            opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[*pool_crd, aigw_crds, eg])))
+        return [*pool_crd, eg, aigw_crds, aigw]
 
     def _traffic_spec(self, plan: Plan, key_names: tuple[str, ...], proxies: int) -> dict:
         limits = {key: self.rate_limit for key in key_names}

@@ -90,6 +90,20 @@ def user_data(plan: Plan) -> str:
     return base64.b64encode(body.encode()).decode()
 
 
+# How EKS replaces GPU nodes on an update (AMI, launch template, Kubernetes version). Its
+# DEFAULT strategy launches the new instances before terminating the old ones: a surge p5 that a
+# capacity block or reservation sized to the pool cannot supply, so the update stalls. MINIMAL
+# (EKS API NodegroupUpdateConfig.updateStrategy) drains and terminates first, then launches; one
+# node at a time (maxUnavailable 1). Serving rides on the other zone meanwhile: N+1 by zone is
+# sized for exactly that. EKS has no maxSurge knob; the strategy is the mechanism.
+GPU_UPDATE_STRATEGY = "MINIMAL"
+GPU_MAX_UNAVAILABLE = 1
+
+
+def gpu_update_config() -> aws.eks.NodeGroupUpdateConfigArgs:
+    return aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=GPU_MAX_UNAVAILABLE, update_strategy=GPU_UPDATE_STRATEGY)
+
+
 @dataclass(frozen=True)
 class GpuNodePoolArgs:
     settings: StackSettings
@@ -98,6 +112,9 @@ class GpuNodePoolArgs:
     pool_settings: GpuPoolSettings   # capacity reservation / block, EFA
     cluster: Cluster
     network: Network
+    # Node groups updated before this one: pools update one after another, so a launch template
+    # change never drains two zones at once (MINIMAL takes the node down before replacing it).
+    update_after: tuple = ()
 
 
 class GpuNodePool(pulumi.ComponentResource):
@@ -176,13 +193,13 @@ class GpuNodePool(pulumi.ComponentResource):
             instance_types=None if uses_block else [pool.instance_type],
             scaling_config=aws.eks.NodeGroupScalingConfigArgs(
                 desired_size=pool.nodes, min_size=pool.nodes, max_size=pool.nodes),
-            update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1),
+            update_config=gpu_update_config(),
             launch_template=aws.eks.NodeGroupLaunchTemplateArgs(
                 id=self.launch_template.id, version=self.launch_template.latest_version.apply(str)),
             labels={LABEL_POOL: pool.label, LABEL_ROLE: "gpu", LABEL_ZONE: pool.zone},
             taints=[GPU_TAINT],
             tags=tags,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=cluster.node_dependencies),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[*cluster.node_dependencies, *args.update_after]),
         )
         self.register_outputs({
             "nodeGroupName": self.node_group.node_group_name,

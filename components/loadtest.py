@@ -27,6 +27,7 @@ from settings import StackSettings
 from sizing.planner import Plan
 
 from .cluster import SYSTEM_ROLE_LABEL
+from .gateway import GATEWAY_CLUSTER_IP
 
 # GuideLLM 0.8.1 writes report schema version 2, the one `llmserve loadtest-report` reads.
 GUIDELLM_IMAGE = conventions.GUIDELLM_IMAGE
@@ -41,10 +42,14 @@ NON_ROOT = {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000, "fsGrou
 NO_PRIVILEGES = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 
-def one_shot_pod_spec(container: dict, volumes: list[dict]) -> dict:
+def one_shot_pod_spec(container: dict, volumes: list[dict], hostname: str) -> dict:
     """The pod of a run-once Job (load test, accuracy gate): on the system nodes, non-root,
-    never restarted in place (a failure is read, not retried over its own results)."""
+    never restarted in place (a failure is read, not retried over its own results). The
+    gateway's public hostname resolves, inside the pod only, to the gateway's in-cluster
+    address: the client sends that name as Host and SNI (so TLS, the route and auth are the
+    real ones) without waiting for public DNS or going out through the load balancer."""
     return {"restartPolicy": "Never", "nodeSelector": dict(SYSTEM_ROLE_LABEL), "securityContext": NON_ROOT,
+            "hostAliases": [{"ip": GATEWAY_CLUSTER_IP, "hostnames": [hostname]}],
             "containers": [container], "volumes": volumes}
 
 
@@ -59,7 +64,8 @@ def loadtest_rates(plan: Plan, steps: int) -> list[float]:
 
 
 def gateway_url(settings: StackSettings) -> str:
-    """The public hostname: the test goes through TLS, auth, quotas and routing like a client."""
+    """The public hostname (resolved in the pod to the gateway's in-cluster address, see
+    one_shot_pod_spec): the test goes through TLS, auth, quotas and routing like a client."""
     return f"https://{settings.gateway.hostname}"
 
 
@@ -165,7 +171,7 @@ class LoadTest(pulumi.ComponentResource):
                         {"name": "scenario", "configMap": {"name": self.config.metadata.apply(lambda m: m["name"])}},
                         {"name": "results", "persistentVolumeClaim": {
                             "claimName": self.results.metadata.apply(lambda m: m["name"])}},
-                    ]),
+                    ], settings.gateway.hostname),
                 },
             },
             opts=child)

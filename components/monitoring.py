@@ -31,7 +31,7 @@ from settings import StackSettings
 from sizing.planner import Plan
 
 from .cluster import SYSTEM_ROLE_LABEL
-from .endpoint_picker import PICKER_LABELS, PICKER_METRICS_PORT
+from .endpoint_picker import PICKER_LABELS, PICKER_METRICS_PORT, picker_replicas
 from .gateway import CONTROLLER_NAMESPACE
 from .gpu_node_pool import LABEL_ROLE
 from .gpu_plugin import GPU_TAINT_TOLERATION
@@ -98,10 +98,25 @@ def kube_prometheus_values(args: MonitoringArgs, admin_secret: str, storage_clas
             "sidecar": {"dashboards": {"enabled": True, "label": next(iter(DASHBOARD_LABEL)),
                                        "labelValue": DASHBOARD_LABEL["grafana_dashboard"]}},
         },
+        # EKS runs the controller manager, scheduler and etcd itself and exposes none of them, and
+        # its kube-proxy add-on binds metrics to 127.0.0.1:10249 (eksctl#4081, containers-roadmap#657):
+        # scraping them would only fire KubeControllerManagerDown/KubeSchedulerDown/... forever.
+        **eks_hidden_components(),
         # The readiness rules join pod readiness with these pod labels (observability/rules.py).
         "kube-state-metrics": {**on_system, "metricLabelsAllowlist": [
             "pods=[app.kubernetes.io/name,llm-serving.io/role,llm-serving.io/zone]"]},
     }
+
+
+# kube-prometheus-stack components that scrape what EKS does not expose, and their rule groups.
+EKS_HIDDEN_COMPONENTS = ("kubeControllerManager", "kubeScheduler", "kubeEtcd", "kubeProxy")
+EKS_HIDDEN_RULE_GROUPS = ("kubeControllerManager", "kubeSchedulerAlerting", "kubeSchedulerRecording", "etcd",
+                          "kubeProxy")
+
+
+def eks_hidden_components() -> dict:
+    return {**{component: {"enabled": False} for component in EKS_HIDDEN_COMPONENTS},
+            "defaultRules": {"rules": {group: False for group in EKS_HIDDEN_RULE_GROUPS}}}
 
 
 def dcgm_values() -> dict:
@@ -191,7 +206,8 @@ class Monitoring(pulumi.ComponentResource):
                 metadata={"name": suffix, "namespace": ns}, spec=spec, opts=with_crds)
             for suffix, kind, spec in scrape_targets(args)
         }
-        groups = rule_groups(plan, settings.serving.namespace, args.policy)
+        pickers = picker_replicas(len(settings.zones)) if settings.gateway.inferenceExtension else 0
+        groups = rule_groups(plan, settings.serving.namespace, args.policy, endpoint_picker_replicas=pickers)
         self.rules = k8s.apiextensions.CustomResource(
             f"{name}-rules", api_version=MONITORING_API, kind="PrometheusRule",
             metadata={"name": "llm-serving", "namespace": ns}, spec={"groups": groups}, opts=with_crds)

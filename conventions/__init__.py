@@ -54,3 +54,7 @@ KEDA_CHART_VERSION = "2.20.2"
 NVIDIA_DEVICE_PLUGIN_CHART_VERSION = "0.19.3"
 GUIDELLM_IMAGE = "ghcr.io/vllm-project/guidellm:v0.8.1"
 PYTHON_IMAGE = "python:3.12.8-slim-bookworm"     # the accuracy gate's lm-eval runner
+# The controllers the gateway needs (each through EKS Pod Identity): components/*.py cite their sources.
+AWS_LOAD_BALANCER_CONTROLLER_CHART_VERSION = "3.5.0"   # aws/eks-charts; app v3.5.0 (its IAM policy: components/data)
+CERT_MANAGER_CHART_VERSION = "v1.21.1"                 # jetstack, with its CRDs
+EXTERNAL_DNS_CHART_VERSION = "1.21.1"                  # kubernetes-sigs; app 0.21.0

@@ -23,13 +23,15 @@ KEY_INPUTS: dict[str, tuple[str, ...]] = {
                                 "encryptionConfig.resources"),
     "aws:eks/addon:Addon": ("addonName", "addonVersion", "configurationValues"),
     "aws:eks/nodeGroup:NodeGroup": ("amiType", "instanceTypes", "capacityType", "subnetIds",
-                                    "scalingConfig.desiredSize", "labels", "taints"),
-    "aws:ec2/launchTemplate:LaunchTemplate": ("metadataOptions.httpTokens", "blockDeviceMappings",
+                                    "scalingConfig.desiredSize", "updateConfig", "labels", "taints"),
+    "aws:ec2/launchTemplate:LaunchTemplate": ("metadataOptions.httpTokens", "metadataOptions.httpPutResponseHopLimit",
+                                              "blockDeviceMappings",
                                               "capacityReservationSpecification", "instanceMarketOptions"),
     "aws:ec2/capacityBlockReservation:CapacityBlockReservation": ("capacityBlockOfferingId",),
     "aws:eks/accessEntry:AccessEntry": ("principalArn",),
     "aws:eks/accessPolicyAssociation:AccessPolicyAssociation": ("policyArn",),
     "aws:iam/rolePolicyAttachment:RolePolicyAttachment": ("policyArn",),
+    "aws:eks/podIdentityAssociation:PodIdentityAssociation": ("namespace", "serviceAccount"),
     "aws:cloudwatch/logGroup:LogGroup": ("name", "retentionInDays"),
     "kubernetes:helm.sh/v3:Release": ("chart", "version", "namespace"),
 }
@@ -41,7 +43,8 @@ def preview(
     stack: str = options.STACK,
     config: Optional[Path] = options.CONFIG,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object: stack, plan, resources, "
-                                                       "violations, outputs."),
+                                                       "violations, outputs, placeholderSecrets; each resource lists its "
+                                                       "dependencies (URNs)."),
 ) -> None:
     from offline.preview import preview_stack
     from offline.stack import StackError
@@ -54,8 +57,16 @@ def preview(
         print(json.dumps(result.as_dict(), indent=2, default=str))
     else:
         _print_text(result)
+        print(placeholder_note(result.placeholder_secrets))
     if result.mandatory_violations:
         raise typer.Exit(1)
+
+
+def placeholder_note(keys: list[str]) -> str:
+    """What the preview stood in for: no secret is decrypted offline."""
+    names = ", ".join(k.partition(":")[2] for k in keys)
+    return (f"Secrets: offline placeholders for {names} (a real `pulumi up` needs each set with "
+            "`pulumi config set --secret <key> <value>`).")
 
 
 # -- text output -------------------------------------------------------------------------------

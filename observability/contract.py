@@ -29,7 +29,21 @@ class Series:
     source: str        # a key of JOBS
     unit: str          # what one unit of the value is
     meaning: str
+    labels: tuple[str, ...] = ()   # the exporter's own labels (pinned; () = not pinned yet)
 
+
+# Labels the exporters put on their series, pinned to the versions above. vLLM 0.29.0: checked
+# against a real /metrics capture (tests/test_metric_contract.py). DCGM exporter 4.8.x renders
+# `gpu, UUID, pci_bus_id, device, modelName, hostname` (+ MIG `GPU_I_PROFILE, GPU_I_ID`):
+# NVIDIA/dcgm-exporter PR #655 (merged 2026-05-12, in 4.5.1-4.8.0 and later) renamed `Hostname`
+# to `hostname` in `internal/pkg/rendermetrics`; a query grouping by `Hostname` collapses every
+# GPU into one series. In Kubernetes mode it adds the owning pod's `namespace, pod, container`.
+VLLM_LABELS = ("model_name", "engine")
+DCGM_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "hostname", "GPU_I_PROFILE", "GPU_I_ID",
+               "DCGM_FI_DRIVER_VERSION", "container", "namespace", "pod")
+# Labels every scraped series gets from Prometheus and the monitors' relabelings
+# (components/monitoring.py): `zone` on vLLM series only.
+SCRAPE_LABELS = ("job", "instance", "namespace", "pod", "container", "service", "endpoint")
 
 # The `job` label each scrape sets, by source (relabelled in components/monitoring.py).
 JOBS = {
@@ -43,18 +57,19 @@ JOBS = {
 
 SERIES: tuple[Series, ...] = (
     # vLLM (V1 engine), labels model_name, engine
-    Series("vllm:time_to_first_token_seconds", "histogram", "vllm", "s", "time to first token"),
+    Series("vllm:time_to_first_token_seconds", "histogram", "vllm", "s", "time to first token", VLLM_LABELS),
     Series("vllm:request_time_per_output_token_seconds", "histogram", "vllm", "s",
-           "time per output token, per request (the TPOT SLO)"),
-    Series("vllm:inter_token_latency_seconds", "histogram", "vllm", "s", "inter-token latency"),
-    Series("vllm:e2e_request_latency_seconds", "histogram", "vllm", "s", "end-to-end request latency"),
-    Series("vllm:request_queue_time_seconds", "histogram", "vllm", "s", "time waiting before scheduling"),
-    Series("vllm:num_requests_running", "gauge", "vllm", "requests", "requests in the running batch"),
-    Series("vllm:num_requests_waiting", "gauge", "vllm", "requests", "requests waiting to be scheduled"),
-    Series("vllm:kv_cache_usage_perc", "gauge", "vllm", "ratio 0..1", "KV-cache blocks in use"),
-    Series("vllm:prompt_tokens_total", "counter", "vllm", "tokens", "prefill tokens processed"),
-    Series("vllm:generation_tokens_total", "counter", "vllm", "tokens", "tokens generated"),
-    Series("vllm:request_success_total", "counter", "vllm", "requests", "finished requests (finished_reason)"),
+           "time per output token, per request (the TPOT SLO)", VLLM_LABELS),
+    Series("vllm:inter_token_latency_seconds", "histogram", "vllm", "s", "inter-token latency", VLLM_LABELS),
+    Series("vllm:e2e_request_latency_seconds", "histogram", "vllm", "s", "end-to-end request latency", VLLM_LABELS),
+    Series("vllm:request_queue_time_seconds", "histogram", "vllm", "s", "time waiting before scheduling", VLLM_LABELS),
+    Series("vllm:num_requests_running", "gauge", "vllm", "requests", "requests in the running batch", VLLM_LABELS),
+    Series("vllm:num_requests_waiting", "gauge", "vllm", "requests", "requests waiting to be scheduled", VLLM_LABELS),
+    Series("vllm:kv_cache_usage_perc", "gauge", "vllm", "ratio 0..1", "KV-cache blocks in use", VLLM_LABELS),
+    Series("vllm:prompt_tokens_total", "counter", "vllm", "tokens", "prefill tokens processed", VLLM_LABELS),
+    Series("vllm:generation_tokens_total", "counter", "vllm", "tokens", "tokens generated", VLLM_LABELS),
+    Series("vllm:request_success_total", "counter", "vllm", "requests", "finished requests (finished_reason)",
+           VLLM_LABELS + ("finished_reason",)),
     # Envoy proxies (Envoy Gateway data plane), /stats/prometheus on port 19001
     Series("envoy_http_downstream_rq_total", "counter", "envoy", "requests",
            "requests received, per HTTP connection manager (envoy_http_conn_manager_prefix)"),
@@ -65,11 +80,11 @@ SERIES: tuple[Series, ...] = (
            "requests answered 429 by the per-key local rate limit"),
     # Endpoint picker (Gateway API Inference Extension)
     Series("inference_pool_ready_pods", "gauge", "epp", "pods", "ready model-server pods in the pool"),
-    # DCGM exporter, labels gpu, UUID, Hostname, modelName
-    Series("DCGM_FI_DEV_GPU_UTIL", "gauge", "dcgm", "percent", "GPU utilisation"),
-    Series("DCGM_FI_DEV_FB_USED", "gauge", "dcgm", "MiB", "framebuffer memory used"),
-    Series("DCGM_FI_DEV_FB_FREE", "gauge", "dcgm", "MiB", "framebuffer memory free"),
-    Series("DCGM_FI_DEV_GPU_TEMP", "gauge", "dcgm", "celsius", "GPU temperature"),
+    # DCGM exporter (labels: DCGM_LABELS)
+    Series("DCGM_FI_DEV_GPU_UTIL", "gauge", "dcgm", "percent", "GPU utilisation", DCGM_LABELS),
+    Series("DCGM_FI_DEV_FB_USED", "gauge", "dcgm", "MiB", "framebuffer memory used", DCGM_LABELS),
+    Series("DCGM_FI_DEV_FB_FREE", "gauge", "dcgm", "MiB", "framebuffer memory free", DCGM_LABELS),
+    Series("DCGM_FI_DEV_GPU_TEMP", "gauge", "dcgm", "celsius", "GPU temperature", DCGM_LABELS),
     # kube-state-metrics (bundled with kube-prometheus-stack); pod labels allow-listed in the chart
     Series("kube_pod_status_ready", "gauge", "kube-state-metrics", "bool", "pod readiness, by condition"),
     Series("kube_pod_labels", "gauge", "kube-state-metrics", "info",
@@ -148,6 +163,47 @@ def deprecated_reason(name: str) -> str | None:
 
 class ContractError(ValueError):
     pass
+
+
+_GROUP_LABELS = re.compile(r"\b(?:by|without)\s*\(([^)]*)\)")
+_MATCHER_LABELS = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*(?:=~|!~|!=|=)")
+_LEGEND_LABELS = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+
+
+def labels_in(expr: str, legend: str = "") -> set[str]:
+    """Labels an expression groups by or matches on, and a legend shows."""
+    found = {label.strip() for group in _GROUP_LABELS.findall(expr) for label in group.split(",") if label.strip()}
+    for braces in _BRACES.findall(_STRING.sub('""', expr)):
+        found.update(_MATCHER_LABELS.findall(braces))
+    found.update(_LEGEND_LABELS.findall(legend))
+    return found
+
+
+def check_labels(expr: str, legend: str = "", where: str = "expression") -> None:
+    """Raise ContractError when an expression over pinned exporter series groups by, matches on
+    or shows a label those series do not carry (a renamed label fails as silently as a renamed
+    series: every series collapses into one)."""
+    series = [_series_by_name().get(_family(n)) for n in series_in(expr)]
+    pinned = [s for s in series if s is not None and s.labels]
+    if not pinned or len(pinned) != len(series):
+        return                                  # recorded series or unpinned ones: not judged here
+    allowed = set(SCRAPE_LABELS) | {"le", "zone"} | {label for s in pinned for label in s.labels}
+    unknown = sorted(labels_in(expr, legend) - allowed)
+    if unknown:
+        exporters = ", ".join(sorted({s.source for s in pinned}))
+        raise ContractError(f"{where}: label {', '.join(unknown)} is not on the {exporters} series it reads "
+                            f"(observability/contract.py pins their labels)")
+
+
+def _series_by_name() -> dict[str, Series]:
+    return {s.name: s for s in SERIES}
+
+
+def _family(name: str) -> str:
+    for suffix in HISTOGRAM_SUFFIXES:
+        if name.endswith(suffix) and name[: -len(suffix)] in _series_by_name():
+            return name[: -len(suffix)]
+    return name
 
 
 def check_expr(expr: str, recorded: set[str] = frozenset(), where: str = "expression") -> None:

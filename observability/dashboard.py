@@ -98,14 +98,14 @@ def panel_specs(plan: Plan, policy: AlertPolicy = AlertPolicy(), inference_exten
                   f"Orange line: the {t.replicas} replicas the plan runs, "
                   + ", ".join(f"{n} in {z}" for z, n in plan.replicas_by_zone.items() if n) + ".",
                   lines=((float(t.replicas), PLAN_ORANGE),)),
-        PanelSpec("GPU utilisation", "percent", (Query("avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL)", "{{Hostname}}"),),
+        PanelSpec("GPU utilisation", "percent", (Query("avg by (hostname) (DCGM_FI_DEV_GPU_UTIL)", "{{hostname}}"),),
                   "Mean over the GPUs of each node (DCGM exporter).", maximum=100),
         PanelSpec("GPU memory used", "percentunit",
-                  (Query("sum by (Hostname) (DCGM_FI_DEV_FB_USED) / (sum by (Hostname) (DCGM_FI_DEV_FB_USED) "
-                         "+ sum by (Hostname) (DCGM_FI_DEV_FB_FREE))", "{{Hostname}}"),),
+                  (Query("sum by (hostname) (DCGM_FI_DEV_FB_USED) / (sum by (hostname) (DCGM_FI_DEV_FB_USED) "
+                         "+ sum by (hostname) (DCGM_FI_DEV_FB_FREE))", "{{hostname}}"),),
                   "Framebuffer memory in use per node; vLLM reserves most of it for the KV cache at start.",
                   maximum=1),
-        PanelSpec("GPU temperature", "celsius", (Query("max by (Hostname) (DCGM_FI_DEV_GPU_TEMP)", "{{Hostname}}"),),
+        PanelSpec("GPU temperature", "celsius", (Query("max by (hostname) (DCGM_FI_DEV_GPU_TEMP)", "{{hostname}}"),),
                   "Hottest GPU per node."),
         PanelSpec("gateway 429 and 5xx share", "percentunit",
                   (Query(GATEWAY_429_RATIO, "429 rate limited"), Query(GATEWAY_5XX_RATIO, "5xx")),
@@ -146,6 +146,7 @@ def build_dashboard(plan: Plan, stack: str, recorded: set[str], policy: AlertPol
     for spec in specs:
         for q in spec.queries:
             contract.check_expr(q.expr, recorded, where=f"panel '{spec.title}'")
+            contract.check_labels(q.expr, q.legend, where=f"panel '{spec.title}'")
         board = board.with_panel(_panel(spec))
     return json.loads(json.dumps(board.build(), cls=JSONEncoder))
 

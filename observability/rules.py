@@ -105,6 +105,8 @@ KV_ZONE = "zone:vllm_kv_cache_usage:avg"
 KV_SERVICE = "service:vllm_kv_cache_usage:avg"
 READY_ZONE = "zone:llm_serving_ready_replicas:sum"
 READY_SERVICE = "service:llm_serving_ready_replicas:sum"
+READY_PICKERS = "service:llm_serving_ready_endpoint_pickers:sum"
+PICKER_APP = "endpoint-picker"       # components/endpoint_picker.py PICKER_LABELS app.kubernetes.io/name
 OFFERED_LOAD = f"service:envoy_downstream_requests:rate{RATE_WINDOW}"
 GATEWAY_5XX = f"service:envoy_downstream_5xx:rate{RATE_WINDOW}"
 GATEWAY_429 = f"service:envoy_rate_limited:rate{RATE_WINDOW}"
@@ -226,11 +228,37 @@ def alert_rules(t: Thresholds, policy: AlertPolicy) -> list[dict]:
 
 
 # -- the file -----------------------------------------------------------------------------------
-def rule_groups(plan: Plan, serving_namespace: str, policy: AlertPolicy = AlertPolicy()) -> list[dict]:
+def endpoint_picker_rules(serving_namespace: str, replicas: int) -> list[dict]:
+    """The endpoint picker is in every request's path and fails closed: Envoy AI Gateway v1.0.0
+    builds its ext_proc filter with `failure_mode_allow: false` and never reads the pool's
+    failureMode (`internal/extensionserver/inferencepool.go`). No ready picker, no service."""
+    ready = (f'sum (kube_pod_status_ready{{condition="true", namespace="{serving_namespace}"}}'
+             ' * on (namespace, pod) group_left () '
+             f'kube_pod_labels{{namespace="{serving_namespace}", label_app_kubernetes_io_name="{PICKER_APP}"}})')
+    return [
+        {"record": READY_PICKERS, "expr": ready},
+        _alert("LLMServingEndpointPickerDown", f"({READY_PICKERS} or vector(0)) < 1", "1m", "critical",
+               "no endpoint picker is ready: every request through the gateway fails",
+               "The gateway's endpoint picker fails closed (Envoy AI Gateway v1.0.0 sets failure_mode_allow: "
+               "false on its ext_proc filter), so with no ready picker Envoy answers every request with an "
+               "error. Check the picker pods in the serving namespace."),
+        _alert("LLMServingEndpointPickerDegraded", f"{READY_PICKERS} < {replicas} and {READY_PICKERS} >= 1",
+               "10m", "warning", f"fewer endpoint pickers ready than the {replicas} deployed",
+               f"Fewer than {replicas} endpoint picker replicas have been ready for 10m; one more loss (a node "
+               "or a zone) stops all traffic, since the picker fails closed."),
+    ]
+
+
+def rule_groups(plan: Plan, serving_namespace: str, policy: AlertPolicy = AlertPolicy(),
+                endpoint_picker_replicas: int = 0) -> list[dict]:
+    """Recording rules and alerts; the endpoint-picker group only when the gateway runs one."""
     groups = [
         {"name": "llm-serving.recording", "rules": recording_rules(serving_namespace)},
         {"name": "llm-serving.alerts", "rules": alert_rules(Thresholds.from_plan(plan), policy)},
     ]
+    if endpoint_picker_replicas:
+        groups.append({"name": "llm-serving.endpoint-picker",
+                       "rules": endpoint_picker_rules(serving_namespace, endpoint_picker_replicas)})
     check_groups(groups)
     return groups
 
@@ -242,6 +270,7 @@ def check_groups(groups: list[dict]) -> None:
         for rule in group["rules"]:
             label = rule.get("record") or rule.get("alert")
             contract.check_expr(rule["expr"], recorded, where=f"rule {label}")
+            contract.check_labels(rule["expr"], where=f"rule {label}")
             if "record" in rule:
                 recorded.add(rule["record"])
 

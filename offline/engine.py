@@ -52,6 +52,7 @@ class Recording:
     resources: list[Registration] = field(default_factory=list)
     outputs: dict = field(default_factory=dict)
     invokes: list[tuple[str, dict]] = field(default_factory=list)
+    placeholder_secrets: list[str] = field(default_factory=list)   # secret keys given offline placeholders
     settings: Any = None      # the StackSettings the program built (settings.StackSettings)
     plan: Any = None          # the sizing plan the program built from them (sizing.planner.Plan)
 
@@ -195,7 +196,10 @@ def _make_monitor(mocks, recording: Recording):
 # -- config ------------------------------------------------------------------------------------
 def offline_config(raw: dict) -> tuple[dict[str, str], list[str]]:
     """Stack-file config as the engine hands it to the program: strings (JSON for objects),
-    `secure:` values replaced by placeholders that stay marked secret."""
+    `secure:` values (which cannot be decrypted offline) and every secret the program may read
+    that the file does not set replaced by placeholders that stay marked secret."""
+    from settings.schema import ALL_SECRET_KEYS, NAMESPACE
+
     config, secrets = {}, []
     for key, value in raw.items():
         if isinstance(value, dict) and "secure" in value:
@@ -205,6 +209,10 @@ def offline_config(raw: dict) -> tuple[dict[str, str], list[str]]:
             config[key] = value
         else:
             config[key] = json.dumps(value)
+    for key in (f"{NAMESPACE}:{name}" for name in ALL_SECRET_KEYS):
+        if key not in config:
+            secrets.append(key)
+            config[key] = placeholder_secret(key, raw)
     return config, secrets
 
 
@@ -228,6 +236,7 @@ def run_program(stack: str, raw_config: dict, program: Path = PROGRAM) -> Record
     region = str(raw_config.get("aws:region", "us-east-1"))
     recording = Recording(stack=stack)
     config, secret_keys = offline_config(raw_config)
+    recording.placeholder_secrets = sorted(secret_keys)
     set_all_config(config, secret_keys)
     mocks = _make_mocks(region, recording)
     monitor = _make_monitor(mocks, recording)

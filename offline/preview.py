@@ -22,13 +22,15 @@ class Preview:
     stack: str
     settings: Any           # settings.StackSettings, as the program built them
     plan: dict              # sizing.report.plan_to_dict of the program's plan
-    resources: list[dict]   # urn, type, name, id, parent, inputs (redacted)
+    resources: list[dict]   # urn, type, name, id, parent, dependencies (URNs), inputs (redacted)
     violations: list[dict]  # policy, level, urn, message
     outputs: dict           # stack outputs (redacted)
+    placeholder_secrets: list[str]   # the secret keys the program read as offline placeholders
 
     def as_dict(self) -> dict:
         return {"stack": self.stack, "plan": self.plan, "resources": self.resources,
-                "violations": self.violations, "outputs": self.outputs}
+                "violations": self.violations, "outputs": self.outputs,
+                "placeholderSecrets": self.placeholder_secrets}
 
     @property
     def mandatory_violations(self) -> int:
@@ -51,11 +53,13 @@ def preview_stack(stack: str, config: Path | None = None) -> Preview:
     recording = record_stack(stack, config)
     violations = [dict(v) for v in evaluate(recording, recording.settings.environment)]
     resources = [{"urn": r.urn, "type": r.type, "name": r.name, "id": r.id, "parent": r.parent,
-                  "inputs": redacted(r.inputs)} for r in recording.resources]
+                  "dependencies": list(r.dependencies), "inputs": redacted(r.inputs)} for r in recording.resources]
     for res in resources:
         if PLACEHOLDER_PREFIX in json.dumps(res["inputs"], default=str):
             res["inputs"] = scrubbed(res["inputs"], PLACEHOLDER_PREFIX)
             violations.append(_leaked_secret(res["urn"]))
     return Preview(stack=stack, settings=recording.settings, plan=plan_to_dict(recording.plan),
                    resources=resources, violations=violations,
-                   outputs=scrubbed(redacted(recording.outputs), PLACEHOLDER_PREFIX))
+                   outputs=scrubbed(redacted(recording.outputs), PLACEHOLDER_PREFIX),
+                   placeholder_secrets=[k for k in recording.placeholder_secrets
+                                        if k.partition(":")[2] in recording.settings.required_secrets])

@@ -277,11 +277,14 @@ def _picker_workloads(pool, resources) -> list[WorkloadView]:
 
 @stack_rule(
     RULES, "endpoint-picker-redundant",
-    description="The inference endpoint picker, when used, runs at least two replicas across zones and the "
-                "pool fails open.",
+    description="The inference endpoint picker, when used, runs at least two replicas across zones, and the "
+                "pool declares what the proxy does: FailClose (Envoy AI Gateway v1.0.0 builds the picker's "
+                "ext_proc filter with failure_mode_allow: false and never reads failureMode), so a picker "
+                "outage is a gateway outage.",
     severity=Severity.HIGH,
-    remediation="Set the InferencePool's endpointPickerRef.failureMode to FailOpen and run the picker with "
-                "2 replicas and a topology spread on topology.kubernetes.io/zone (DoNotSchedule).",
+    remediation="Set the InferencePool's endpointPickerRef.failureMode to FailClose (FailOpen is not honoured "
+                "by AI Gateway v1.0.0) and run the picker with 2 replicas and a topology spread on "
+                "topology.kubernetes.io/zone (DoNotSchedule).",
     tags=("failure-domains", "gateway"))
 def endpoint_picker_redundant(args, report_violation):
     groups = node_groups(args.resources)
@@ -289,10 +292,10 @@ def endpoint_picker_redundant(args, report_violation):
         name = get(pool.props, "metadata", "name", default=pool.name)
         ref = get(pool.props, "spec", "endpointPickerRef", default={})
         mode = get(ref, "failureMode", default="FailClose")
-        if mode != "FailOpen":
-            report_violation(f"InferencePool {name} fails {'closed' if mode == 'FailClose' else mode}: when its "
-                             "endpoint picker is down every request fails; set endpointPickerRef.failureMode: "
-                             "FailOpen", pool.urn)
+        if mode != "FailClose":
+            report_violation(f"InferencePool {name} declares failureMode {mode}, which Envoy AI Gateway v1.0.0 does "
+                             "not honour (its ext_proc filter fails closed); declare FailClose and keep the "
+                             "picker redundant", pool.urn)
         pickers = _picker_workloads(pool, args.resources)
         if not pickers:
             report_violation(f"the endpoint picker {get(ref, 'name')} of InferencePool {name} is not among the "

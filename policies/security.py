@@ -45,10 +45,11 @@ def eks_api_endpoint_restricted(args, report_violation):
 
 @resource_rule(
     RULES, "launch-template-imdsv2",
-    description="Every node launches from a launch template that requires IMDSv2 (httpTokens: required).",
+    description="Every node launches from a launch template that requires IMDSv2 (httpTokens: required) with a "
+                "hop limit of 1, so pods cannot reach the node role's credentials.",
     severity=Severity.HIGH,
-    remediation="Give every node group a launch template with metadataOptions.httpTokens: required "
-                "(and a hop limit of 1 or 2).",
+    remediation="Give every node group a launch template with metadataOptions.httpTokens: required and "
+                "httpPutResponseHopLimit: 1; give pods AWS access through EKS Pod Identity.",
     tags=("security", "nodes"))
 def launch_template_imdsv2(args, report_violation):
     if args.resource_type == NODE_GROUP:
@@ -63,6 +64,11 @@ def launch_template_imdsv2(args, report_violation):
     tokens = get(options, "httpTokens", default="optional")
     if tokens != "required":
         report_violation(f"launch template {args.name} allows IMDSv1 (metadataOptions.httpTokens: {tokens})")
+    hops = get(options, "httpPutResponseHopLimit")
+    if hops != 1:
+        shown = "unset (the AMI's default applies; EKS's own templates use 2)" if hops is None else f"{hops:g}"
+        report_violation(f"launch template {args.name} lets pods reach the instance metadata "
+                         f"(httpPutResponseHopLimit {shown}); set it to 1")
 
 
 @resource_rule(

@@ -16,7 +16,7 @@ from sizing.model import Shape, SizingError, check_shape
 from sizing.planner import candidate_tps
 from sizing.profiles import get_profile
 
-from .schema import NAMESPACE, SECRET_KEYS, StackSettings
+from .schema import ALL_SECRET_KEYS, NAMESPACE, StackSettings
 
 STACKS_DIR = Path(__file__).resolve().parent.parent / "stacks"
 REGION_KEY = "aws:region"
@@ -55,7 +55,7 @@ def settings_from_config(stack: str, config: dict) -> StackSettings:
         if key == REGION_KEY:
             body["region"] = value
         elif ns == NAMESPACE:
-            if name in SECRET_KEYS:
+            if name in ALL_SECRET_KEYS:
                 if not (isinstance(value, dict) and "secure" in value):
                     problems.append(f"{key}: must be a secret; set it with "
                                     f"`pulumi config set --secret {name} ...`")

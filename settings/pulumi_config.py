@@ -6,7 +6,7 @@ import json
 import pulumi
 
 from .load import REGION_KEY, settings_from_config
-from .schema import NAMESPACE, SECRET_KEYS, StackSettings
+from .schema import ALL_SECRET_KEYS, NAMESPACE, StackSettings
 
 
 def settings_from_pulumi() -> StackSettings:
@@ -33,10 +33,26 @@ def settings_from_pulumi() -> StackSettings:
         if name in ("environment", "kubernetesVersion"):
             value = text
         raw[f"{NAMESPACE}:{name}"] = value
-    for name in SECRET_KEYS:
+    for name in ALL_SECRET_KEYS:
         if cfg.get(name) is not None:
             raw[f"{NAMESPACE}:{name}"] = {"secure": "(from pulumi config)"}
     return settings_from_config(pulumi.get_stack(), raw)
+
+
+def missing_secrets_message(stack: str, missing: list[str]) -> str:
+    """One line: which secrets are not set and the command that sets each."""
+    keys = ", ".join(f"{NAMESPACE}:{k}" for k in missing)
+    return (f"secret config not set: {keys}; set each with `pulumi config set --secret <key> <value> "
+            f"--stack {stack}` (e.g. `pulumi config set --secret {missing[0]} ... --stack {stack}`)")
+
+
+def require_secrets(settings: StackSettings) -> None:
+    """Fail before anything is registered when a secret the program reads is not set, with one
+    line naming the command, instead of Pulumi's multi-line error at the first use."""
+    cfg = pulumi.Config(NAMESPACE)
+    missing = [k for k in settings.required_secrets if cfg.get_secret(k) is None]
+    if missing:
+        raise pulumi.RunError(missing_secrets_message(settings.stack, missing))
 
 
 def secret(name: str) -> pulumi.Output[str]:

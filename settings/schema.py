@@ -19,6 +19,13 @@ from sizing.profiles import load_profiles
 
 NAMESPACE = PROJECT    # the config namespace (llm-serving:<key>) and the cluster name prefix
 SECRET_KEYS = ("hubToken", "apiKeys", "grafanaAdminPassword")
+# Only with `gateway.certificate: provided`: the certificate chain and key (PEM) the gateway serves.
+TLS_SECRET_KEYS = ("tlsCertificate", "tlsPrivateKey")
+ALL_SECRET_KEYS = SECRET_KEYS + TLS_SECRET_KEYS
+LETS_ENCRYPT = "https://acme-v02.api.letsencrypt.org/directory"
+# EKS versions the stack accepts: in EKS standard support on the prices' date (2026-11) and in
+# Envoy Gateway v1.9's compatibility matrix (v1.33-v1.36). See the README to move to the next.
+KUBERNETES_VERSIONS = ("1.34", "1.35")     # 1.34: standard support to 2026-12-02; 1.35: to 2027-03-27
 
 
 class _Strict(BaseModel):
@@ -114,11 +121,28 @@ class SystemNodeSettings(_Strict):
 
 class GatewaySettings(_Strict):
     hostname: str = "llm.example.com"
-    tlsSecretName: str | None = "llm-gateway-tls"
-    certManagerIssuer: str | None = None
+    # acme: cert-manager issues the certificate over Route 53 DNS-01 and external-dns publishes
+    # the name, both in `hostedZoneId`; provided: the tlsCertificate/tlsPrivateKey secrets.
+    certificate: Literal["acme", "provided"] = "acme"
+    hostedZoneId: str | None = Field(None, pattern=r"^Z[A-Z0-9]{1,31}$")
+    acmeEmail: str | None = Field(None, pattern=r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+    acmeServer: str = LETS_ENCRYPT
+    tlsSecretName: str = Field("llm-gateway-tls", pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
     inferenceExtension: bool = True
     apiKeyNames: tuple[str, ...] = ("default",)   # one rate-limit share per key; values are secrets
     rateLimitShare: float = Field(0.9, gt=0, le=1)  # of the capacity after a zone loss
+
+    @model_validator(mode="after")
+    def _certificate_source(self):
+        if self.certificate == "acme" and not (self.hostedZoneId and self.acmeEmail):
+            raise ValueError("certificate: acme needs hostedZoneId (the Route 53 zone holding hostname) and "
+                             "acmeEmail; or set certificate: provided and the tlsCertificate and tlsPrivateKey secrets")
+        return self
+
+    @property
+    def manages_dns(self) -> bool:
+        """external-dns publishes the hostname when the stack knows its hosted zone."""
+        return self.hostedZoneId is not None
 
 
 class ServingSettings(_Strict):
@@ -157,13 +181,13 @@ class StackSettings(_Strict):
     gpuPools: tuple[GpuPoolSettings, ...] = Field(min_length=1)
     replicas: int | Literal["auto"] = "auto"
     sizing: SizingSettings = SizingSettings()
-    kubernetesVersion: Literal["1.31", "1.32", "1.33", "1.34"] = "1.33"
+    kubernetesVersion: Literal[KUBERNETES_VERSIONS] = "1.35"
     apiAllowedCidrs: tuple[str, ...] = Field(min_length=1)
     gatewayAllowedCidrs: tuple[str, ...] = ("0.0.0.0/0",)
     tags: dict[str, str] = Field(default_factory=dict)
     network: NetworkSettings = NetworkSettings()
     systemNodes: SystemNodeSettings = SystemNodeSettings()
-    gateway: GatewaySettings = GatewaySettings()
+    gateway: GatewaySettings
     serving: ServingSettings = ServingSettings()
     accuracyGate: AccuracyGateSettings = AccuracyGateSettings()
     loadTest: LoadTestSettings = LoadTestSettings()
@@ -191,6 +215,11 @@ class StackSettings(_Strict):
     @property
     def nat_per_zone(self) -> bool:
         return self.network.natPerZone if self.network.natPerZone is not None else self.environment == "prod"
+
+    @property
+    def required_secrets(self) -> tuple[str, ...]:
+        """The secret keys this stack's program reads."""
+        return SECRET_KEYS + (TLS_SECRET_KEYS if self.gateway.certificate == "provided" else ())
 
     @property
     def accuracy_gate_enabled(self) -> bool:

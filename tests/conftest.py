@@ -11,14 +11,21 @@ import pytest
 from tests.stacks import stack_config, with_overrides  # noqa: F401 (stack_config: re-exported for older imports)
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = Path(os.environ.get("LLM_SERVING_SHARED", ROOT.parent / "shared"))
+# Upstream CRDs and captured samples, fetched (pinned URL + SHA-256) by scripts/fetch-upstream.
+UPSTREAM = Path(os.environ.get("LLM_SERVING_UPSTREAM", ROOT / ".upstream"))
+
+
+def upstream_path(relative: str) -> Path:
+    """A fetched upstream file, or a failed test naming the script that fetches it."""
+    path = UPSTREAM / relative
+    if not path.is_file():
+        pytest.fail(f"{path} missing: run scripts/fetch-upstream", pytrace=False)
+    return path
 
 
 @pytest.fixture
-def shared_dir() -> Path:
-    if not SHARED.exists():
-        pytest.fail(f"shared reference folder not found at {SHARED}; set LLM_SERVING_SHARED")
-    return SHARED
+def upstream_file():
+    return upstream_path
 
 
 def _record(stack: str, overrides: dict | None = None, config: dict | None = None):

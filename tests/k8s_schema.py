@@ -1,9 +1,10 @@
 """Validate rendered Kubernetes objects offline, strictly.
 
 - Built-in kinds: `kubernetes-validate` against the schema of the cluster's Kubernetes version.
-- CRD-backed kinds: the `openAPIV3Schema` of the upstream CRD in `../shared/crds/` (or
-  `$LLM_SERVING_CRDS`), with `additionalProperties: false` added in memory to every object node
-  that lists `properties` and does not preserve unknown fields, so a misspelt field fails.
+- CRD-backed kinds: the `openAPIV3Schema` of the upstream CRD that `scripts/fetch-upstream` put
+  in `.upstream/crds/` (or `$LLM_SERVING_CRDS`), with `additionalProperties: false` added in
+  memory to every object node that lists `properties` and does not preserve unknown fields, so
+  a misspelt field fails.
 """
 from __future__ import annotations
 
@@ -15,18 +16,22 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-CRD_DIR = Path(os.environ.get("LLM_SERVING_CRDS", ROOT.parent / "shared" / "crds"))
+CRD_DIR = Path(os.environ.get("LLM_SERVING_CRDS", ROOT / ".upstream" / "crds"))
 
 
 class ValidationFailed(ValueError):
     pass
 
 
+class CrdMissing(ValidationFailed):
+    """A kind that is neither built in nor backed by a fetched CRD."""
+
+
 @lru_cache(maxsize=1)
 def crd_index() -> dict[tuple[str, str], dict]:
     """(apiVersion, kind) -> strict openAPIV3Schema, for every CRD file under CRD_DIR."""
     if not CRD_DIR.exists():
-        raise FileNotFoundError(f"CRD folder not found at {CRD_DIR}; set LLM_SERVING_CRDS")
+        raise FileNotFoundError(f"CRD folder not found at {CRD_DIR}; run scripts/fetch-upstream")
     index = {}
     for path in sorted(CRD_DIR.rglob("*.yaml")):
         doc = yaml.load(path.read_text(), Loader=yaml.CSafeLoader)
@@ -83,6 +88,9 @@ def validate_builtin(obj: dict, kubernetes_version: str) -> None:
 
     try:
         kubernetes_validate.validate(obj, kubernetes_version, strict=True)
+    except kubernetes_validate.SchemaNotFoundError:
+        raise CrdMissing(f"{obj.get('apiVersion')} {obj.get('kind')}: not a built-in kind and no CRD under "
+                         f"{CRD_DIR}; run scripts/fetch-upstream") from None
     except kubernetes_validate.ValidationError as exc:
         name = (obj.get("metadata") or {}).get("name", "?")
         raise ValidationFailed(f"{obj.get('kind')}/{name}: {exc.message} at {'.'.join(map(str, exc.path))}") from None

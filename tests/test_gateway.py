@@ -7,7 +7,7 @@ import pytest
 
 from components.endpoint_picker import picker_replicas
 from components.gateway import (
-    CLIENT_ID_HEADER, Gateway, check_key_names, per_key_rate_limit, proxy_replicas, quota_capacity_qps, route_timeouts,
+    CLIENT_ID_HEADER, check_key_names, per_key_rate_limit, proxy_replicas, quota_capacity_qps, route_timeouts,
 )
 from components.drain import drain_timing, longest_request_s
 from offline.engine import is_secret
@@ -65,25 +65,13 @@ def test_gateway_listens_on_https_only(recorded):
     assert [(l["protocol"], int(l["port"]), l["tls"]["mode"]) for l in listeners] == [("HTTPS", 443, "Terminate")]
 
 
-@pytest.mark.parametrize("gateway,secret,annotations", [
-    ({"tlsSecretName": "my-tls"}, "my-tls", {}),
-    ({"tlsSecretName": None, "certManagerIssuer": "letsencrypt"}, "gw-tls", {"cert-manager.io/cluster-issuer": "letsencrypt"}),
-])
-def test_certificate_from_a_secret_or_cert_manager(gateway, secret, annotations):
-    from settings.schema import GatewaySettings
-
-    settings, _ = plan_for("prod")
-    settings = settings.model_copy(update={"gateway": GatewaySettings(**gateway)})
-    assert Gateway._certificate("gw", settings) == (secret, annotations)
-
-
-def test_no_certificate_is_an_error():
-    from settings.schema import GatewaySettings
-
-    settings, _ = plan_for("prod")
-    settings = settings.model_copy(update={"gateway": GatewaySettings(tlsSecretName=None)})
-    with pytest.raises(ValueError, match="set tlsSecretName or certManagerIssuer"):
-        Gateway._certificate("gw", settings)
+def test_the_listener_serves_the_certificate_the_stack_issues(recorded):
+    recording = recorded("prod")
+    listener = one(recording, GATEWAY)["spec"]["listeners"][0]
+    certificate = one(recording, CR.format("cert-manager.io/v1:Certificate"))
+    assert listener["tls"]["certificateRefs"] == [{"kind": "Secret", "name": certificate["spec"]["secretName"]}]
+    assert certificate["spec"]["dnsNames"] == [listener["hostname"]]
+    assert certificate["metadata"]["namespace"] == one(recording, GATEWAY)["metadata"]["namespace"]
 
 
 # -- quotas --------------------------------------------------------------------------------
@@ -110,7 +98,8 @@ def test_key_count_limits(keys, message):
 
 @pytest.mark.parametrize("stack,gateway", [
     ("prod", None), ("staging", None), ("dev", None),
-    ("prod", {"hostname": "llm.example.com", "apiKeyNames": ["a", "b", "c", "d", "e"], "rateLimitShare": 0.5}),
+    ("prod", {"hostname": "llm.example.com", "hostedZoneId": "Z0EXAMPLE00000000000", "acmeEmail": "ops@example.com",
+              "apiKeyNames": ["a", "b", "c", "d", "e"], "rateLimitShare": 0.5}),
 ])
 def test_recorded_quotas_fit_the_capacity_after_a_zone_loss(recorded, stack, gateway):
     overrides = {"gateway": gateway} if gateway else None
@@ -174,13 +163,13 @@ def test_circuit_breaking_holds_what_the_engines_can(recorded):
 
 
 # -- load-aware routing --------------------------------------------------------------------
-def test_the_route_goes_to_the_inference_pool_with_a_fail_open_picker(recorded):
+def test_the_route_goes_to_the_inference_pool_whose_picker_fails_closed_as_the_proxy_does(recorded):
     recording = recorded("prod")
     (backend,) = one(recording, ROUTE)["spec"]["rules"][0]["backendRefs"]
     pool = one(recording, POOL)
     assert (backend["group"], backend["kind"], backend["name"]) == \
         ("inference.networking.k8s.io", "InferencePool", pool["metadata"]["name"])
-    assert pool["spec"]["endpointPickerRef"]["failureMode"] == "FailOpen"
+    assert pool["spec"]["endpointPickerRef"]["failureMode"] == "FailClose"
     assert pool["spec"]["selector"]["matchLabels"] == {"app.kubernetes.io/name": "vllm", "llm-serving.io/role": "serving"}
     assert "loadBalancer" not in one(recording, TRAFFIC)["spec"]
 

@@ -1,5 +1,5 @@
 """The load test: the GuideLLM Job follows the plan, and `llmserve loadtest-report` reads GuideLLM's
-report (the real 0.8.0.dev18 capture in ../shared/samples) and judges the plan with it."""
+report (the real 0.8.0.dev18 capture, fetched by scripts/fetch-upstream) and judges the plan with it."""
 from __future__ import annotations
 
 import json
@@ -23,8 +23,8 @@ JOB = "kubernetes:batch/v1:Job"
 ENABLED = {"loadTest": {"enabled": True}}
 
 @pytest.fixture
-def sample(shared_dir):
-    return shared_dir / SAMPLE
+def sample(upstream_file):
+    return upstream_file(SAMPLE)
 
 
 @pytest.fixture(scope="module")

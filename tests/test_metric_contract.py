@@ -101,8 +101,8 @@ VLLM_SERIES = [s for s in contract.SERIES if s.source == "vllm"]
 
 
 @pytest.mark.parametrize("series", VLLM_SERIES, ids=lambda s: s.name)
-def test_vllm_series_is_exposed_by_the_pinned_vllm(series, shared_dir):
-    text = (shared_dir / "samples" / CAPTURE_NEW).read_text()
+def test_vllm_series_is_exposed_by_the_pinned_vllm(series, upstream_file):
+    text = upstream_file(f"samples/{CAPTURE_NEW}").read_text()
     types = exposition_types(text)     # a counter's TYPE line may name it with or without _total
     assert types.get(series.name, types.get(series.name.removesuffix("_total"))) == series.kind
     expected = {series.name + s for s in contract.HISTOGRAM_SUFFIXES} if series.kind == "histogram" else {series.name}
@@ -120,15 +120,15 @@ def test_the_serving_component_deploys_the_pinned_vllm():
 
 
 @pytest.mark.parametrize("deprecated", sorted(contract.DEPRECATED))
-def test_the_pinned_vllm_no_longer_exposes_deprecated_names(deprecated, shared_dir):
-    text = (shared_dir / "samples" / CAPTURE_NEW).read_text()
+def test_the_pinned_vllm_no_longer_exposes_deprecated_names(deprecated, upstream_file):
+    text = upstream_file(f"samples/{CAPTURE_NEW}").read_text()
     assert not any(n.startswith(deprecated) for n in sample_names(text))
 
 
-def test_the_older_capture_still_has_the_deprecated_tpot_name(shared_dir):
+def test_the_older_capture_still_has_the_deprecated_tpot_name(upstream_file):
     """Why the refusal matters: on 0.11.x a panel on the old name still shows data; on the pinned
     version it would show "No data"."""
-    text = (shared_dir / "samples" / CAPTURE_OLD).read_text()
+    text = upstream_file(f"samples/{CAPTURE_OLD}").read_text()
     assert exposition_types(text).get("vllm:time_per_output_token_seconds") == "histogram"
     assert "vllm:time_per_output_token_seconds_bucket" in sample_names(text)
     assert contract.deprecated_reason("vllm:time_per_output_token_seconds") is not None
@@ -141,3 +141,45 @@ def test_burst_scaling_queries_read_contract_series(build_program):
     assert queries
     for query in queries:
         check_expr(query, where="ScaledObject")
+
+
+# -- label names: pinned per exporter, like the series --------------------------------------------
+def series_labels(text: str, family: str) -> set[str]:
+    """Label names on the samples of `family` (and its _bucket/_sum/_count) in an exposition."""
+    found: set[str] = set()
+    for line in text.splitlines():
+        name, brace, rest = line.partition("{")
+        if brace and name in {family, *(family + s for s in contract.HISTOGRAM_SUFFIXES)}:
+            found.update(part.split("=", 1)[0] for part in rest.split("}", 1)[0].split(",") if "=" in part)
+    return found
+
+
+@pytest.mark.parametrize("series", VLLM_SERIES, ids=lambda s: s.name)
+def test_vllm_labels_are_the_pinned_ones(series, upstream_file):
+    text = upstream_file(f"samples/{CAPTURE_NEW}").read_text()
+    assert series_labels(text, series.name) - {"le"} == set(series.labels)
+
+
+@pytest.mark.parametrize("expr, legend, refused", [
+    ("avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL)", "{{Hostname}}", True),      # before dcgm-exporter PR #655
+    ("avg by (hostname) (DCGM_FI_DEV_GPU_UTIL)", "{{hostname}}", False),
+    ("max by (gpu, UUID) (DCGM_FI_DEV_GPU_TEMP)", "GPU {{gpu}}", False),
+    ('sum by (zone) (vllm:num_requests_running{model_name="m"})', "{{zone}}", False),
+    ("sum by (model) (vllm:num_requests_running)", "", True),
+])
+def test_a_label_the_exporter_does_not_emit_is_refused(expr, legend, refused):
+    if refused:
+        with pytest.raises(contract.ContractError, match="is not on the"):
+            contract.check_labels(expr, legend)
+    else:
+        assert contract.check_labels(expr, legend) is None
+
+
+def test_gpu_panels_group_by_the_exporters_hostname_label():
+    from observability.dashboard import panel_specs
+    from sizing.planner import plan
+    from settings import load_stack
+
+    specs = panel_specs(plan(load_stack("prod").plan_request()))
+    gpu = [q for s in specs for q in s.queries if "DCGM_" in q.expr]
+    assert gpu and all("by (hostname)" in q.expr and q.legend == "{{hostname}}" for q in gpu)

@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from components.endpoint_picker import picker_replicas
 from offline.engine import PLACEHOLDER_PREFIX, is_secret, unwrap
 from offline.manifests import kubernetes_objects
 from tests.k8s_schema import validate
@@ -175,8 +176,27 @@ def test_no_endpoint_picker_monitor_without_the_inference_extension(recorded):
 def test_deployed_rules_are_the_ones_built_from_the_plan(recorded, stack):
     settings, plan = plan_for(stack)
     deployed = named(recorded(stack), "PrometheusRule", "llm-serving")["spec"]["groups"]
+    pickers = picker_replicas(len(settings.zones)) if settings.gateway.inferenceExtension else 0
     assert json.loads(json.dumps(deployed, sort_keys=True)) == json.loads(
-        json.dumps(rule_groups(plan, settings.serving.namespace), sort_keys=True))
+        json.dumps(rule_groups(plan, settings.serving.namespace, endpoint_picker_replicas=pickers), sort_keys=True))
+
+
+@pytest.mark.parametrize("stack, alerts", [
+    ("prod", {"LLMServingEndpointPickerDown", "LLMServingEndpointPickerDegraded"}),
+    ("dev", set()),          # no inference extension, no picker in the request path
+])
+def test_endpoint_picker_availability_is_alerted_where_it_serves(recorded, stack, alerts):
+    deployed = named(recorded(stack), "PrometheusRule", "llm-serving")["spec"]["groups"]
+    names = {r["alert"] for g in deployed for r in g["rules"] if "EndpointPicker" in r.get("alert", "")}
+    assert names == alerts
+
+
+@pytest.mark.parametrize("stack", ["prod", "dev"])
+def test_kube_prometheus_stack_scrapes_nothing_eks_hides(recorded, stack):
+    values = releases(recorded(stack))["kube-prometheus-stack"]["values"]
+    assert {c: values[c]["enabled"] for c in ("kubeControllerManager", "kubeScheduler", "kubeEtcd", "kubeProxy")} \
+        == {"kubeControllerManager": False, "kubeScheduler": False, "kubeEtcd": False, "kubeProxy": False}
+    assert not any(values["defaultRules"]["rules"].values())
 
 
 @pytest.mark.parametrize("stack", ["prod", "dev"])

@@ -109,15 +109,21 @@ class Layout:
     def __init__(self) -> None:
         self.resources: list[Registration] = []
 
-    def add(self, type_: str, name: str, inputs: dict, prop_deps: dict | None = None, rid: str = "") -> str:
+    def add(self, type_: str, name: str, inputs: dict, prop_deps: dict | None = None, rid: str = "",
+            deps: tuple[str, ...] = ()) -> str:
         urn = f"urn:pulumi:prod::llm-serving::{type_}::{name}"
         prop_deps = prop_deps or {}
         self.resources.append(Registration(
             urn=urn, type=type_, name=name, id=rid or f"{name}-id", inputs=inputs,
             outputs={**inputs, "id": rid or f"{name}-id"}, parent="",
-            dependencies=sorted({u for us in prop_deps.values() for u in us}), property_dependencies=prop_deps,
-            provider="", custom=True))
+            dependencies=sorted({u for us in prop_deps.values() for u in us} | set(deps)),
+            property_dependencies=prop_deps, provider="", custom=True))
         return urn
+
+    def cut(self, name: str, dependency: str) -> None:
+        """Drop `name`'s dependency on the resource named `dependency` (a broken depends_on)."""
+        urn = self.find(dependency).urn
+        self.find(name).dependencies = [u for u in self.find(name).dependencies if u != urn]
 
     def find(self, name: str) -> Registration:
         return next(r for r in self.resources if r.name == name)
@@ -167,7 +173,7 @@ def reference_layout() -> Layout:
     encrypted_root = [{"deviceName": "/dev/xvda", "ebs": {"encrypted": "true", "volumeSize": 500.0}}]
     for pool in ("us-east-1a", "us-east-1b", "system"):
         lt = lay.add("aws:ec2/launchTemplate:LaunchTemplate", f"lt-{pool}", {
-            "metadataOptions": {"httpTokens": "required", "httpPutResponseHopLimit": 2.0},
+            "metadataOptions": {"httpTokens": "required", "httpPutResponseHopLimit": 1.0},
             "blockDeviceMappings": encrypted_root})
         zones = list(subnets) if pool == "system" else [pool]
         gpu = pool != "system"
@@ -186,6 +192,14 @@ def reference_layout() -> Layout:
     lay.add("kubernetes:policy/v1:PodDisruptionBudget", "vllm-pdb",
             k8s("PodDisruptionBudget", "vllm", {"selector": {"matchLabels": SERVING_LABELS}, "maxUnavailable": 1.0}))
     picker_labels = {"app.kubernetes.io/name": "endpoint-picker"}
+    # The controllers of the custom resources below, which depend on them (the controller contract).
+    pool_crd = lay.add("kubernetes:yaml/v2:ConfigFile", "inference-crds", {
+        "file": "https://github.com/kubernetes-sigs/gateway-api-inference-extension/releases/download/v1.6.0/"
+                "manifests.yaml"})
+    eg = lay.add("kubernetes:helm.sh/v3:Release", "envoy-gateway", {
+        "chart": "oci://docker.io/envoyproxy/gateway-helm", "version": "v1.9.0", "values": {}}, deps=(pool_crd,))
+    aigw = lay.add("kubernetes:helm.sh/v3:Release", "ai-gateway", {
+        "chart": "oci://docker.io/envoyproxy/ai-gateway-helm", "version": "v1.0.0", "values": {}}, deps=(pool_crd, eg))
     lay.add("kubernetes:core/v1:Service", "epp-svc", k8s("Service", "vllm-epp", {"selector": picker_labels}))
     lay.add("kubernetes:apps/v1:Deployment", "epp", k8s("Deployment", "vllm-epp", {
         "replicas": 2.0, "selector": {"matchLabels": picker_labels},
@@ -196,20 +210,22 @@ def reference_layout() -> Layout:
         labels=picker_labels))
     lay.add("kubernetes:inference.networking.k8s.io/v1:InferencePool", "pool", k8s("InferencePool", "vllm", {
         "selector": {"matchLabels": SERVING_LABELS}, "targetPorts": [{"number": 8000.0}],
-        "endpointPickerRef": {"name": "vllm-epp", "port": {"number": 9002.0}, "failureMode": "FailOpen"}}))
+        "endpointPickerRef": {"name": "vllm-epp", "port": {"number": 9002.0}, "failureMode": "FailClose"}}),
+        deps=(pool_crd, eg, aigw))
     lay.add("kubernetes:gateway.networking.k8s.io/v1:Gateway", "gateway", k8s("Gateway", "llm", {
-        "gatewayClassName": "envoy", "listeners": [{"name": "https", "port": 443.0, "protocol": "HTTPS"}]}))
+        "gatewayClassName": "envoy", "listeners": [{"name": "https", "port": 443.0, "protocol": "HTTPS"}]}), deps=(eg,))
     lay.add("kubernetes:gateway.networking.k8s.io/v1:HTTPRoute", "route", k8s("HTTPRoute", "openai", {
         "parentRefs": [{"name": "llm"}],
-        "rules": [{"backendRefs": [{"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": "vllm"}]}]}))
+        "rules": [{"backendRefs": [{"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": "vllm"}]}]}),
+        deps=(eg,))
     lay.add("kubernetes:gateway.envoyproxy.io/v1alpha1:SecurityPolicy", "auth", k8s("SecurityPolicy", "api-keys", {
         "targetRefs": [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "llm"}],
         "apiKeyAuth": {"credentialRefs": [{"kind": "Secret", "name": "api-keys"}],
-                       "extractFrom": [{"headers": ["authorization"]}]}}))
+                       "extractFrom": [{"headers": ["authorization"]}]}}), deps=(eg,))
     lay.add("kubernetes:gateway.envoyproxy.io/v1alpha1:BackendTrafficPolicy", "traffic", k8s(
         "BackendTrafficPolicy", "openai", {
             "targetRefs": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "openai"}],
-            "rateLimit": {"local": {"rules": [{"limit": {"requests": 9.0, "unit": "Second"}}]}}}))
+            "rateLimit": {"local": {"rules": [{"limit": {"requests": 9.0, "unit": "Second"}}]}}}), deps=(eg,))
     return lay
 
 
@@ -245,7 +261,8 @@ def add_capacity_block(lay: Layout, tags: dict) -> None:
 def route_policy(lay: Layout, type_: str, name: str, spec: dict) -> None:
     kind = type_.rsplit(":", 1)[-1]
     lay.add(type_, name, k8s(kind, name, {
-        "targetRefs": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "openai"}], **spec}))
+        "targetRefs": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "openai"}], **spec}),
+        deps=(lay.find("envoy-gateway").urn,))
 
 
 SP = "kubernetes:gateway.envoyproxy.io/v1alpha1:SecurityPolicy"
@@ -286,8 +303,8 @@ CASES = {
     "serving pods without the GPU toleration": (
         lambda lay: [pod_of(lay, n).update(tolerations=[]) for n in ("vllm-us-east-1a", "vllm-us-east-1b")],
         {"tp-group-fits-on-node", "capacity-after-zone-loss"}),
-    "picker fails closed": (lambda lay: spec_of(lay, "pool")["endpointPickerRef"].update(failureMode="FailClose"),
-                            {"endpoint-picker-redundant"}),
+    "picker claims to fail open": (lambda lay: spec_of(lay, "pool")["endpointPickerRef"].update(failureMode="FailOpen"),
+                                   {"endpoint-picker-redundant"}),
     "picker has one replica": (lambda lay: spec_of(lay, "epp").update(replicas=1.0), {"endpoint-picker-redundant"}),
     "picker not spread": (lambda lay: pod_of(lay, "epp").pop("topologySpreadConstraints"),
                           {"endpoint-picker-redundant"}),
@@ -306,6 +323,16 @@ CASES = {
         {"launch-template-imdsv2"}),
     "node group without launch template": (lambda lay: lay.find("ng-system").inputs.pop("launchTemplate"),
                                            {"launch-template-imdsv2"}),
+    "Envoy Gateway not installed": (lambda lay: lay.remove("envoy-gateway"), {"controller-contract"}),
+    "InferencePool created before its controllers": (
+        lambda lay: [lay.cut("pool", dep) for dep in ("inference-crds", "envoy-gateway", "ai-gateway")],
+        {"controller-contract"}),
+    "launch template lets pods reach IMDS (hop limit 2)": (
+        lambda lay: lay.find("lt-us-east-1a").inputs["metadataOptions"].update(httpPutResponseHopLimit=2.0),
+        {"launch-template-imdsv2"}),
+    "launch template leaves the hop limit to the AMI": (
+        lambda lay: lay.find("lt-us-east-1a").inputs["metadataOptions"].pop("httpPutResponseHopLimit"),
+        {"launch-template-imdsv2"}),
     "unencrypted volume": (lambda lay: lay.find("lt-us-east-1a").inputs.update(
         blockDeviceMappings=[{"deviceName": "/dev/xvda", "ebs": {"volumeSize": 500.0}}]),
         {"launch-template-volumes-encrypted"}),
@@ -375,9 +402,16 @@ def test_every_policy_has_a_failing_and_a_passing_case():
     ("TP group larger than a node", "tp-group-fits-on-node",
      "Deployment vllm-us-east-1a requests 16 GPUs per pod but a node of ng-us-east-1a has 8; a tensor-parallel "
      "group cannot span nodes"),
-    ("picker fails closed", "endpoint-picker-redundant",
-     "InferencePool vllm fails closed: when its endpoint picker is down every request fails; set "
-     "endpointPickerRef.failureMode: FailOpen"),
+    ("InferencePool created before its controllers", "controller-contract",
+     "InferencePool vllm does not depend on the gateway-api-inference-extension CRD manifest: it could be created "
+     "before its controller (and outlive it on destroy)"),
+    ("Envoy Gateway not installed", "controller-contract",
+     "Gateway llm needs chart gateway-helm, which this program does not install"),
+    ("launch template lets pods reach IMDS (hop limit 2)", "launch-template-imdsv2",
+     "launch template lt-us-east-1a lets pods reach the instance metadata (httpPutResponseHopLimit 2); set it to 1"),
+    ("picker claims to fail open", "endpoint-picker-redundant",
+     "InferencePool vllm declares failureMode FailOpen, which Envoy AI Gateway v1.0.0 does not honour (its ext_proc "
+     "filter fails closed); declare FailClose and keep the picker redundant"),
     ("token as a literal env value", "secrets-only-as-secrets",
      "Deployment vllm-us-east-1a: container vllm sets HF_TOKEN to a literal value; use valueFrom.secretKeyRef"),
     ("route-level policy without auth overrides the Gateway's", "routes-behind-auth",
@@ -430,6 +464,7 @@ def test_levels_per_stack(stack, level):
     assert set(config) == ALL_POLICIES
     expected = {name: level for name in ALL_POLICIES}
     expected["capacity-block-opt-in"] = "mandatory"     # money cannot be refunded, even in dev
+    expected["controller-contract"] = "mandatory"       # without its controller nothing deploys, even in dev
     assert {name: lvl.value for name, lvl in config.items()} == expected
 
 

@@ -106,11 +106,11 @@ def test_gpu_node_group_labels_and_taint_follow_the_contract(recorded, stack):
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_every_launch_template_requires_imdsv2(recorded, stack):
+def test_every_launch_template_requires_imdsv2_with_hop_limit_1(recorded, stack):
     rec = recorded(stack)
     for lt in found(rec, LAUNCH_TEMPLATE):
         assert lt.inputs["metadataOptions"]["httpTokens"] == "required", lt.name
-        assert lt.inputs["metadataOptions"]["httpPutResponseHopLimit"] == 2, lt.name
+        assert lt.inputs["metadataOptions"]["httpPutResponseHopLimit"] == 1, lt.name
 
 
 @pytest.mark.parametrize("stack", STACKS)

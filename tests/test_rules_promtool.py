@@ -42,15 +42,35 @@ def promtool(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([path, *args], capture_output=True, text=True, timeout=60)
 
 
-def make_plan(name: str):
+def make_settings(name: str):
     from settings import settings_from_config
-    from sizing.planner import plan
 
     stack, overrides = PLANS[name]
     raw = stack_config(stack)
     raw.update(overrides)
-    settings = settings_from_config(stack, raw)
-    return plan(settings.plan_request())
+    return settings_from_config(stack, raw)
+
+
+def make_plan(name: str):
+    from sizing.planner import plan
+    return plan(make_settings(name).plan_request())
+
+
+def picker_count(name: str) -> int:
+    """The endpoint pickers the stack runs (0 without the inference extension)."""
+    from components.endpoint_picker import picker_replicas
+    settings = make_settings(name)
+    return picker_replicas(len(settings.zones)) if settings.gateway.inferenceExtension else 0
+
+
+def pickers(count: int, ready: int) -> list[dict]:
+    """kube-state-metrics series for `count` endpoint-picker pods, the first `ready` of them ready."""
+    out = []
+    for i in range(count):
+        pod = {"namespace": NAMESPACE, "pod": f"vllm-epp-{i}"}
+        out.append(gauge("kube_pod_status_ready", {**pod, "condition": "true"}, 1 if i < ready else 0))
+        out.append(gauge("kube_pod_labels", {**pod, "label_app_kubernetes_io_name": "endpoint-picker"}, 1))
+    return out
 
 
 # -- synthetic series --------------------------------------------------------------------------
@@ -109,7 +129,19 @@ def share_of_traffic(name: str, labels: dict, ratio: float) -> list[dict]:
 
 
 # -- the cases: (alert, fires?, series, labels of the alerts expected) --------------------------
-def cases(plan) -> list[tuple[str, bool, list[dict], list[dict]]]:
+def picker_cases(count: int) -> list[tuple[str, bool, list[dict], list[dict]]]:
+    if not count:
+        return []
+    return [
+        ("LLMServingEndpointPickerDown", True, pickers(count, 0), [{"severity": "critical"}]),
+        ("LLMServingEndpointPickerDown", True, [], [{"severity": "critical"}]),     # no picker pod at all
+        ("LLMServingEndpointPickerDown", False, pickers(count, 1), []),
+        ("LLMServingEndpointPickerDegraded", True, pickers(count, count - 1), [{"severity": "warning"}]),
+        ("LLMServingEndpointPickerDegraded", False, pickers(count, count), []),
+    ]
+
+
+def cases(plan, picker_replicas: int = 0) -> list[tuple[str, bool, list[dict], list[dict]]]:
     w = plan.request.workload
     zones = [z for z, n in plan.replicas_by_zone.items() if n]
     first = zones[0]
@@ -162,18 +194,18 @@ def cases(plan) -> list[tuple[str, bool, list[dict], list[dict]]]:
         # Exactly one ready replica in every zone: silent.
         ("LLMServingZoneWithoutReadyReplica", False, pods(plan, lambda z, i: 1 if i == 0 else 0), []),
     ]
-    return out
+    return out + picker_cases(picker_replicas)
 
 
 def expand(template: str, labels: dict) -> str:
     return re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels[m.group(1)], template)
 
 
-def promtool_suite(plan, rules_path) -> dict:
+def promtool_suite(plan, rules_path, picker_replicas: int = 0) -> dict:
     annotations = {r["alert"]: r["annotations"] for g in yaml.safe_load(rules_path.read_text())["groups"]
                    for r in g["rules"] if "alert" in r}
     tests = []
-    for alert, _fires, series, expected in cases(plan):
+    for alert, _fires, series, expected in cases(plan, picker_replicas):
         tests.append({"interval": "1m", "input_series": series, "alert_rule_test": [{
             "eval_time": EVAL, "alertname": alert,
             "exp_alerts": [{"exp_labels": labels, "exp_annotations": {
@@ -184,32 +216,33 @@ def promtool_suite(plan, rules_path) -> dict:
 # -- tests -------------------------------------------------------------------------------------
 @pytest.fixture(params=sorted(PLANS))
 def rendered(request, tmp_path):
-    plan = make_plan(request.param)
+    plan, count = make_plan(request.param), picker_count(request.param)
     path = tmp_path / "rules.yaml"
-    path.write_text(render_rule_file(rule_groups(plan, NAMESPACE)))
-    return plan, path
+    path.write_text(render_rule_file(rule_groups(plan, NAMESPACE, endpoint_picker_replicas=count)))
+    return plan, path, count
 
 
 def test_promtool_check_rules_accepts_the_rule_file(rendered):
-    _, path = rendered
+    _, path, _ = rendered
     result = promtool("check", "rules", str(path))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS" in result.stdout
 
 
 def test_every_alert_has_a_firing_and_a_silent_case(rendered):
-    plan, path = rendered
+    plan, path, count = rendered
     alerts = set(alert_names(yaml.safe_load(path.read_text())["groups"]))
-    assert {a for a, fires, _, _ in cases(plan) if fires} == alerts
-    assert {a for a, fires, _, _ in cases(plan) if not fires} == alerts
+    assert {a for a, fires, _, _ in cases(plan, count) if fires} == alerts
+    assert {a for a, fires, _, _ in cases(plan, count) if not fires} == alerts
 
 
 def test_every_alert_fires_above_its_threshold_and_not_below(rendered):
-    plan, path = rendered
+    plan, path, count = rendered
     test_path = path.parent / "rules_test.yaml"
-    test_path.write_text(yaml.safe_dump(promtool_suite(plan, path), sort_keys=False))
+    test_path.write_text(yaml.safe_dump(promtool_suite(plan, path, count), sort_keys=False))
     result = promtool("test", "rules", str(test_path))
-    order = "\n".join(f"  {i}: {a} ({'fires' if f else 'silent'})" for i, (a, f, _, _) in enumerate(cases(plan)))
+    order = "\n".join(f"  {i}: {a} ({'fires' if f else 'silent'})"
+                      for i, (a, f, _, _) in enumerate(cases(plan, count)))
     assert result.returncode == 0, result.stdout + result.stderr + "\ncases, in order:\n" + order
 
 

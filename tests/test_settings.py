@@ -139,8 +139,8 @@ INVALID = [
         ["llm-serving:gpuPools[0]: set capacityReservationId or capacityBlock, not both"],
         id="reservation-and-block"),
     pytest.param(
-        prod_with(kubernetesVersion="1.29"),
-        ["llm-serving:kubernetesVersion: Input should be '1.31', '1.32', '1.33' or '1.34'"],
+        prod_with(kubernetesVersion="1.33"),
+        ["llm-serving:kubernetesVersion: Input should be '1.34' or '1.35'"],
         id="unsupported-kubernetes-version"),
     pytest.param(
         prod_with(environment="qa"),
