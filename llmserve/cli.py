@@ -32,9 +32,9 @@ def _root() -> None:
 app.command("size", help=size_cmd.__doc__)(size_cmd.size)
 
 # The other commands, each importing its heavy dependencies (Pulumi, boto3, matplotlib) when it runs.
-from . import loadtest_cmd, preflight_cmd, preview_cmd, render_cmd, simulate_cmd  # noqa: E402
+from . import loadtest_cmd, preflight_cmd, preview_cmd, render_cmd, simulate_cmd, twin_cmd  # noqa: E402
 
-for _module in (preview_cmd, preflight_cmd, render_cmd, simulate_cmd, loadtest_cmd):
+for _module in (preview_cmd, preflight_cmd, render_cmd, simulate_cmd, loadtest_cmd, twin_cmd):
     _module.register(app)
 
 

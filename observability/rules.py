@@ -61,6 +61,7 @@ class Thresholds:
     replicas: int
     zones: tuple[str, ...]                # zones the plan puts replicas in
     capacity_qps: float
+    capacity_per_replica_qps: float
     capacity_after_loss_qps: float | None  # None when the plan has no failure domain to lose
     redundancy: str                        # zone | node | none
     lost_domain: str
@@ -77,6 +78,7 @@ class Thresholds:
             in_flight_per_replica=round(in_flight, 2), replicas=plan.replicas,
             zones=tuple(z for z, n in plan.replicas_by_zone.items() if n > 0),
             capacity_qps=round(plan.capacity_qps, 3),
+            capacity_per_replica_qps=round(plan.capacity_per_replica.qps, 3),
             capacity_after_loss_qps=None if plan.redundancy == "none" else round(plan.capacity_after_zone_loss_qps, 3),
             redundancy=plan.redundancy, lost_domain=plan.lost_domain,
             queue_s=round(plan.real.queue_ms / 1e3, 4) if math.isfinite(plan.real.queue_ms) else 0.0,
@@ -215,6 +217,8 @@ def alert_rules(t: Thresholds, policy: AlertPolicy) -> list[dict]:
             f"N+1 by {t.redundancy} no longer holds: load is above {t.capacity_after_loss_qps:g} QPS",
             f"Requests reaching the gateway have stayed above {t.capacity_after_loss_qps:g} QPS, what the "
             f"replicas left after losing {t.lost_domain} carry within the SLOs. Add replicas or capacity."))
+    if t.redundancy == "zone":
+        alerts.append(redundancy_lost_alert(t, policy))
     alerts += [
         _alert("LLMServingGateway5xxRate", f"{GATEWAY_5XX_RATIO} > {policy.gateway_5xx_ratio}", "5m", "critical",
                f"more than {policy.gateway_5xx_ratio:.0%} of requests fail with 5xx at the gateway",
@@ -225,6 +229,19 @@ def alert_rules(t: Thresholds, policy: AlertPolicy) -> list[dict]:
                "for 10m: clients exceed their share, or the load exceeds what the limits allow."),
     ]
     return alerts
+
+
+def redundancy_lost_alert(t: Thresholds, policy: AlertPolicy) -> dict:
+    """N+1 by zone, judged on the replicas ready now: while a zone is down (or replicas are
+    missing), losing the zone that holds the most ready replicas would leave less capacity than
+    the load. The plan's headroom check, recomputed live."""
+    left_after_next_loss = f"({READY_SERVICE} - max ({READY_ZONE})) * {t.capacity_per_replica_qps}"
+    return _alert(
+        "LLMServingRedundancyLost", f"{left_after_next_loss} < {OFFERED_LOAD}", "5m", "critical",
+        "N+1 by zone no longer holds: losing another zone would drop load",
+        f"With the replicas ready now, losing the zone that holds the most of them would leave "
+        f"{t.capacity_per_replica_qps:g} QPS per remaining replica, less than the load reaching the gateway. "
+        "Bring the lost replicas back (or add capacity) before anything else is disrupted.")
 
 
 # -- the file -----------------------------------------------------------------------------------

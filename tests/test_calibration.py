@@ -74,7 +74,7 @@ def test_calibrated_error_per_row_within_30_percent(row):
     assert abs(err) < 0.30, f"row {row}: predicted {predicted:.0f} tok/s, measured {m.output_tok_s:.0f}"
 
 
-def test_the_accuracy_benchmark_expresses_every_fixed_length_row_of_the_shared_file(shared_dir):
+def test_the_accuracy_benchmark_expresses_every_fixed_length_row_of_the_shared_file():
     """bench/bench_accuracy.py reads the shared file's columns (held-out files use them too): the 13
     offline rows are expressed, per-GPU figures scaled to the TP group; the rest say why not."""
     import importlib.util
@@ -86,7 +86,7 @@ def test_the_accuracy_benchmark_expresses_every_fixed_length_row_of_the_shared_f
     bench = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = bench         # dataclasses look their module up there
     spec.loader.exec_module(bench)
-    rows, skipped = bench.read_shared_format(shared_dir / "reference" / "calibration_measurements.csv")
+    rows, skipped = bench.read_shared_format(REFERENCE)      # the shared file, copied into sizing/data
     ours = {str(m.id): m.output_tok_s for m in load_measurements()}
     assert {r.id: r.measured["output_tok_s"] for r in rows} == pytest.approx(ours)
     assert len(skipped) == 9 and all(": " in why for why in skipped)

@@ -10,7 +10,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("conventions", "sizing", "settings", "components", "observability", "policies", "simulator",
-            "offline", "llmserve")
+            "offline", "twin", "llmserve")
 CLI = "llmserve"
 LIBRARIES = tuple(p for p in PACKAGES if p != CLI)
 # Which parts each part may import (besides itself and third-party code): the layers of the README.
@@ -23,6 +23,7 @@ ALLOWED = {
     "components": {"conventions", "sizing", "settings", "observability"},
     "policies": {"conventions"},
     "offline": {"conventions", "sizing", "settings", "observability", "policies"},
+    "twin": {"conventions", "sizing", "settings", "observability", "simulator"},
     "llmserve": set(PACKAGES) - {"llmserve"},
 }
 

@@ -194,6 +194,13 @@ def cases(plan, picker_replicas: int = 0) -> list[tuple[str, bool, list[dict], l
         # Exactly one ready replica in every zone: silent.
         ("LLMServingZoneWithoutReadyReplica", False, pods(plan, lambda z, i: 1 if i == 0 else 0), []),
     ]
+    if plan.redundancy == "zone":
+        # At the planned load: a zone down leaves no zone to lose; all ready, the plan's N+1 holds.
+        out += [
+            ("LLMServingRedundancyLost", True, pods(plan, lambda z, i: 0 if z == first else 1) + offered(w.qps),
+             [{"severity": "critical"}]),
+            ("LLMServingRedundancyLost", False, pods(plan, lambda z, i: 1) + offered(w.qps), []),
+        ]
     return out + picker_cases(picker_replicas)
 
 

@@ -1,0 +1,172 @@
+"""`llmserve twin`, `llmserve check` and `llmserve calibrate`: the commands over the `twin` package.
+
+twin: the plan's fleet emulated on 127.0.0.1 (vLLM 0.29.0 /metrics driven by the simulator),
+scraped by a real Prometheus with the program's rules and alerting a real Alertmanager; prints
+which alerts fired and resolved when; exit 1 when the plan's expected alerts did not (or
+forbidden ones did).
+check: plan versus the live fleet from a Prometheus; exit 1 when the fleet is outside its plan.
+calibrate: fit the profile's prefill and decode efficiencies to the fleet; write a named profile.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from . import options
+from .errors import fail
+
+MAX_TIME_SCALE = 150.0     # beyond it a 5m rate window holds fewer than 8 scrapes (they are 250 ms apart at least)
+MAX_DURATION_S = 4 * 3600.0
+
+
+def _plan(stack: str | None):
+    """(plan, serving namespace) of the stack, or of the reference design."""
+    from conventions import SERVING_NAMESPACE
+    from offline.stack import StackError, load_stack
+    try:
+        loaded = load_stack(stack)
+    except StackError as exc:
+        fail(str(exc))
+    return loaded.plan, (loaded.settings.serving.namespace if loaded.settings is not None else SERVING_NAMESPACE)
+
+
+def twin(
+    stack: str = options.STACK,
+    fail_zone: Optional[str] = typer.Option(None, "--fail-zone", help="ZONE@T[:T2]: lose a zone at T s (back at T2)."),
+    qps: Optional[float] = typer.Option(None, help="Arrival rate, requests per second (default: the stack's)."),
+    duration: float = typer.Option(1200.0, help="Simulated seconds of arrivals."),
+    time_scale: float = typer.Option(60.0, "--time-scale", help="Simulated seconds per wall-clock second."),
+    slowdown: float = typer.Option(1.0, help="Emulated replicas' steps this many times the plan's (1.2: 20% slower)."),
+    seed: int = typer.Option(0, help="Random seed of the arrivals."),
+    as_json: bool = options.JSON,
+) -> None:
+    from simulator import parse_fail_zone
+    from twin.scenario import run
+    from twin.servers import TwinError
+
+    for name, value in (("--qps", qps), ("--duration", duration), ("--time-scale", time_scale),
+                        ("--slowdown", slowdown)):
+        if value is not None and value <= 0:
+            fail(f"{name}: must be greater than 0 (got {value:g})")
+    if time_scale > MAX_TIME_SCALE:
+        fail(f"--time-scale: at most {MAX_TIME_SCALE:g} (got {time_scale:g}): faster, a 5m rate window would hold "
+             "too few scrapes")
+    if duration > MAX_DURATION_S:
+        fail(f"--duration: at most {MAX_DURATION_S:g} simulated seconds (got {duration:g})")
+    plan, namespace = _plan(stack)
+    failure = None
+    if fail_zone is not None:
+        try:
+            failure = parse_fail_zone(fail_zone, duration)
+        except ValueError as exc:
+            fail(f"--fail-zone: {exc}")
+        if not plan.replicas_by_zone.get(failure.zone):
+            zones = ", ".join(z for z, n in plan.replicas_by_zone.items() if n)
+            fail(f"--fail-zone: zone {failure.zone} holds no replica of this plan (zones: {zones})")
+
+    def started(tw) -> None:
+        from twin.scenario import SETTLE_S
+        if as_json:
+            return
+        print(f"Running: Prometheus {tw.prometheus_url}, Alertmanager {tw.alertmanager_url} (loopback only), "
+              f"about {(duration + SETTLE_S) / time_scale:.0f} s.", flush=True)
+    try:
+        report = run(plan, namespace, qps=qps, duration_s=duration, failure=failure, scale=time_scale,
+                     slowdown=slowdown, seed=seed, on_start=started)
+    except TwinError as exc:
+        fail(str(exc))
+    except KeyboardInterrupt:
+        fail("interrupted; every server the twin started is stopped", code=130)
+    from twin.report import print_twin, twin_dict
+    if as_json:
+        print(json.dumps(twin_dict(report, stack), indent=2))
+    else:
+        print_twin(report, stack)
+    if not report.verdict.ok:
+        raise typer.Exit(1)
+
+
+def check(
+    stack: str = options.STACK,
+    prometheus: str = typer.Option(..., help="Prometheus base URL, e.g. http://127.0.0.1:9090 (a port-forward)."),
+    window: str = typer.Option("10m", help="How far back to read (a Prometheus duration)."),
+    tolerance: float = typer.Option(0.10, help="Mean TPOT may exceed the plan's at the same load by this share."),
+    as_json: bool = options.JSON,
+) -> None:
+    from twin.check import check as run_check
+    from twin.promapi import PromError, check_url, check_window, read_fleet
+
+    url = _checked(check_url, prometheus, "--prometheus")
+    _checked(check_window, window, "--window")
+    if not 0 < tolerance < 1:
+        fail(f"--tolerance: a share between 0 and 1, e.g. 0.10 (got {tolerance:g})")
+    plan, _ = _plan(stack)
+    try:
+        live = read_fleet(url, window)
+    except PromError as exc:
+        fail(str(exc), code=1)
+    result = run_check(plan, live, tolerance)
+    from twin.report import check_dict, print_check
+    if as_json:
+        print(json.dumps(check_dict(stack, url, live, result), indent=2))
+    else:
+        print_check(stack, url, live, result)
+    if not result.ok:
+        raise typer.Exit(1)
+
+
+def calibrate(
+    prometheus: str = typer.Option(..., help="Prometheus base URL, e.g. http://127.0.0.1:9090 (a port-forward)."),
+    stack: Optional[str] = options.STACK_OR_REFERENCE,
+    name: Optional[str] = typer.Option(None, help="Name of the profile to write (default: fleet-STACK)."),
+    window: str = typer.Option("1h", help="How far back to read (a Prometheus duration)."),
+    profiles_file: Optional[Path] = typer.Option(None, "--profiles-file",
+                                                 help="Profiles YAML to write (default: the one stacks select from)."),
+    as_json: bool = options.JSON,
+) -> None:
+    from sizing.catalog import DATA_DIR
+    from sizing.profiles import get_profile
+    from twin.calibrate import CalibrationError, check_name, fit, observe, plan_under, write_profile
+    from twin.promapi import PromError, check_url, check_window, read_fleet
+
+    url = _checked(check_url, prometheus, "--prometheus")
+    _checked(check_window, window, "--window")
+    profile_name = _checked(check_name, name or f"fleet-{stack or 'reference'}", "--name")
+    path = profiles_file or DATA_DIR / "profiles.yaml"
+    if not path.is_file():
+        fail(f"--profiles-file: {path} does not exist; give an existing profiles YAML")
+    plan, _ = _plan(stack)
+    try:
+        obs = observe(read_fleet(url, window))
+    except PromError as exc:
+        fail(str(exc), code=1)
+    except CalibrationError as exc:
+        fail(str(exc), code=1)
+    result = fit(plan, get_profile(plan.request.profile), obs, profile_name, f"{url} over {window}")
+    write_profile(path, result.profile)
+    after = plan_under(plan.request, result.profile)
+    from twin.report import calibrate_dict, print_calibrate
+    if as_json:
+        print(json.dumps(calibrate_dict(result, plan, after, path), indent=2))
+    else:
+        print_calibrate(result, plan, after, path, stack)
+
+
+def _checked(validate, value, option: str):
+    try:
+        return validate(value)
+    except ValueError as exc:
+        fail(f"{option}: {exc}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("twin", help="The plan's fleet emulated on 127.0.0.1 under a real Prometheus and Alertmanager "
+                             "with the program's rules: which alerts fired and resolved when; exit 1 when the "
+                             "plan's expected alerts did not fire (or others did).")(twin)
+    app.command("check", help="Plan versus the live fleet from a Prometheus; exit 1 when it is outside the plan.")(check)
+    app.command("calibrate", help="Fit the profile's prefill and decode efficiencies to the fleet's metrics "
+                                  "and write a named profile.")(calibrate)
+

@@ -1,0 +1,310 @@
+"""A real Prometheus and a real Alertmanager for the twin, on 127.0.0.1 only, always stopped.
+
+Prometheus gets the exact rule groups the program renders (`observability.rules.rule_groups`),
+with every duration in them (`for:` and the `[5m]` rate windows) divided by the twin's clock
+scale, and the program's scrape interval divided the same way (`scaled_rules`, stated in the
+twin's output). Alertmanager routes everything to a webhook in this process, which records each
+notification. Each server runs in its own process group; `Servers.close()` (called on exit, on
+error and at interpreter exit) terminates the group and waits for it.
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import yaml
+
+from .exporters import LOOPBACK, Target
+
+# The program's scrape and rule-evaluation interval (components/monitoring.py SCRAPE_INTERVAL;
+# a test keeps them equal) and kube-prometheus-stack's Alertmanager grouping defaults.
+SCRAPE_INTERVAL_S = 15.0
+MIN_INTERVAL_S = 0.25           # wall-clock floor: faster scrapes only load the machine
+GROUP_WAIT_S, GROUP_INTERVAL_S = 30.0, 300.0
+LOOKBACK_S = 300.0              # Prometheus' default staleness lookback
+RESEND_DELAY_S = 60.0           # Prometheus' default --rules.alert.resend-delay
+READY_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 10.0
+
+PROMETHEUS_BINARIES = ("prometheus",)
+ALERTMANAGER_BINARIES = ("prometheus-alertmanager", "alertmanager")    # Debian's name, upstream's
+
+
+class TwinError(RuntimeError):
+    """The twin cannot run here (a binary missing, a server that does not start)."""
+
+
+def find_binary(names: tuple[str, ...], package: str) -> str:
+    for name in names:
+        path = shutil.which(name)
+        if path:
+            return path
+    raise TwinError(f"{names[0]} not found: install Debian's '{package}' package (apt-get install -y {package})")
+
+
+# -- time scaling -------------------------------------------------------------------------------
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
+_UNITS = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_RANGE = re.compile(r"\[(\d+(?:\.\d+)?(?:ms|s|m|h|d))\]")
+
+
+def seconds(text: str) -> float:
+    m = _DURATION.match(text)
+    if not m:
+        raise ValueError(f"not a Prometheus duration: {text!r}")
+    return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+def wall(sim_s: float, scale: float) -> str:
+    """A simulated duration as the wall-clock Prometheus duration the twin runs it at."""
+    return f"{max(1, round(1e3 * sim_s / scale))}ms"
+
+
+def scaled_rules(groups: list[dict], scale: float) -> list[dict]:
+    """The groups with every `for:` and range-selector duration divided by `scale`."""
+    if scale == 1:
+        return groups
+    out = []
+    for group in groups:
+        rules = []
+        for rule in group["rules"]:
+            rule = dict(rule)
+            rule["expr"] = _RANGE.sub(lambda m: f"[{wall(seconds(m.group(1)), scale)}]", rule["expr"])
+            if "for" in rule:
+                rule["for"] = wall(seconds(rule["for"]), scale)
+            rules.append(rule)
+        out.append({**group, "rules": rules})
+    return out
+
+
+def scrape_interval_s(scale: float) -> float:
+    """Wall-clock seconds between scrapes: the program's interval scaled, never below the floor."""
+    return max(MIN_INTERVAL_S, SCRAPE_INTERVAL_S / scale)
+
+
+# -- configuration files ------------------------------------------------------------------------
+def prometheus_config(targets: list[Target], alertmanager_port: int, scale: float) -> dict:
+    interval = f"{round(1e3 * scrape_interval_s(scale))}ms"
+    jobs: dict[str, dict] = {}
+    for t in targets:
+        job = jobs.setdefault(t.job, {"job_name": t.job, "metrics_path": t.path, "static_configs": []})
+        if t.job == "kube-state-metrics":
+            job["honor_labels"] = True       # its pod/namespace labels name the pods it describes
+        job["static_configs"].append({"targets": [f"{LOOPBACK}:{t.port}"], "labels": dict(t.labels)})
+    return {
+        "global": {"scrape_interval": interval, "scrape_timeout": interval, "evaluation_interval": interval},
+        "rule_files": ["rules.yaml"],
+        "alerting": {"alertmanagers": [{"api_version": "v2",
+                                        "static_configs": [{"targets": [f"{LOOPBACK}:{alertmanager_port}"]}]}]},
+        "scrape_configs": list(jobs.values()),
+    }
+
+
+def alertmanager_config(webhook_url: str, scale: float) -> dict:
+    return {
+        "route": {"receiver": "twin", "group_by": ["alertname", "zone", "pod"],
+                  "group_wait": wall(GROUP_WAIT_S, scale), "group_interval": wall(GROUP_INTERVAL_S, scale),
+                  "repeat_interval": "1h"},
+        "receivers": [{"name": "twin", "webhook_configs": [{"url": webhook_url, "send_resolved": True}]}],
+    }
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((LOOPBACK, 0))
+        return s.getsockname()[1]
+
+
+# -- the webhook --------------------------------------------------------------------------------
+class Webhook:
+    """Records every Alertmanager notification (webhook payload version 4)."""
+
+    def __init__(self):
+        self.notifications: list[dict] = []
+        self._lock = threading.Lock()
+        hook = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                try:
+                    payload = json.loads(body)
+                except ValueError:
+                    payload = None
+                if isinstance(payload, dict):
+                    with hook._lock:
+                        hook.notifications.append({"received_unix_s": time.time(), **payload})
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self._server = ThreadingHTTPServer((LOOPBACK, 0), Handler)
+        self._server.daemon_threads = True
+        self.url = f"http://{LOOPBACK}:{self._server.server_address[1]}/alerts"
+        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
+
+    def alerts(self) -> list[dict]:
+        with self._lock:
+            return [a for n in self.notifications for a in n.get("alerts", [])]
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+# -- processes ----------------------------------------------------------------------------------
+class Servers:
+    """Prometheus + Alertmanager in `workdir`; a context manager that always stops both."""
+
+    def __init__(self, workdir: Path, rule_groups: list[dict], targets: list[Target], scale: float):
+        self.workdir, self.groups, self.targets, self.scale = workdir, rule_groups, targets, scale
+        self._procs: list[subprocess.Popen] = []
+        self.webhook: Webhook | None = None
+        self.prometheus_url = self.alertmanager_url = ""
+
+    def __enter__(self) -> "Servers":
+        atexit.register(self.close)
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _start(self) -> None:
+        prometheus = find_binary(PROMETHEUS_BINARIES, "prometheus")
+        alertmanager = find_binary(ALERTMANAGER_BINARIES, "prometheus-alertmanager")
+        self.webhook = Webhook()
+        am_port, prom_port = free_port(), free_port()
+        (self.workdir / "alertmanager.yml").write_text(
+            yaml.safe_dump(alertmanager_config(self.webhook.url, self.scale), sort_keys=False))
+        # No rules until every target is scraped (`load_rules`): with no series yet, the absent()
+        # alerts would go pending at start-up and fire before the twin's clock starts.
+        (self.workdir / "rules.yaml").write_text("groups: []\n")
+        (self.workdir / "prometheus.yml").write_text(
+            yaml.safe_dump(prometheus_config(self.targets, am_port, self.scale), sort_keys=False))
+        self.alertmanager_url = f"http://{LOOPBACK}:{am_port}"
+        self.prometheus_url = f"http://{LOOPBACK}:{prom_port}"
+        self._spawn("alertmanager", [
+            alertmanager, f"--config.file={self.workdir / 'alertmanager.yml'}",
+            f"--storage.path={self.workdir / 'alertmanager-data'}", f"--web.listen-address={LOOPBACK}:{am_port}",
+            "--cluster.listen-address=", "--log.level=warn"])       # no gossip port: loopback only
+        self._prometheus = self._spawn("prometheus", [
+            prometheus, f"--config.file={self.workdir / 'prometheus.yml'}",
+            f"--storage.tsdb.path={self.workdir / 'prometheus-data'}", f"--web.listen-address={LOOPBACK}:{prom_port}",
+            f"--query.lookback-delta={wall(LOOKBACK_S, self.scale)}",
+            f"--rules.alert.resend-delay={wall(RESEND_DELAY_S, self.scale)}", "--log.level=warn"])
+        for name, url in (("alertmanager", self.alertmanager_url), ("prometheus", self.prometheus_url)):
+            self._wait_ready(name, url)
+
+    def wait_alertmanager_discovered(self) -> None:
+        """Until Prometheus' notifier has found Alertmanager (its discovery, like the scrapers',
+        hands over targets a few seconds after start; alerts sent before are dropped)."""
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"{self.prometheus_url}/api/v1/alertmanagers", timeout=1) as resp:
+                    if json.load(resp)["data"]["activeAlertmanagers"]:
+                        return
+            except (OSError, ValueError, KeyError):
+                pass
+            time.sleep(0.05)
+        raise TwinError(f"Prometheus did not find Alertmanager within {READY_TIMEOUT_S:g} s")
+
+    def load_rules(self) -> None:
+        """Write the scaled rule groups and have Prometheus reload (SIGHUP); wait until they are loaded."""
+        (self.workdir / "rules.yaml").write_text(
+            yaml.safe_dump({"groups": scaled_rules(self.groups, self.scale)}, sort_keys=False, width=120))
+        self._prometheus.send_signal(signal.SIGHUP)
+        wanted = sum(len(g["rules"]) for g in self.groups)
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"{self.prometheus_url}/api/v1/rules", timeout=1) as resp:
+                    groups = json.load(resp)["data"]["groups"]
+                if sum(len(g["rules"]) for g in groups) == wanted:
+                    return
+            except (OSError, ValueError, KeyError):
+                pass
+            time.sleep(0.05)
+        raise TwinError(f"Prometheus did not load the {wanted} rules within {READY_TIMEOUT_S:g} s")
+
+    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen:
+        log = open(self.workdir / f"{name}.log", "wb")
+        try:
+            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    cwd=self.workdir, start_new_session=True)
+        finally:
+            log.close()
+        self._procs.append(proc)
+        return proc
+
+    def _wait_ready(self, name: str, url: str) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if any(p.poll() is not None for p in self._procs):
+                break
+            try:
+                with urllib.request.urlopen(f"{url}/-/ready", timeout=1) as resp:
+                    if resp.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        log = (self.workdir / f"{name}.log").read_text(errors="replace").strip().splitlines()[-3:]
+        raise TwinError(f"{name} did not become ready within {READY_TIMEOUT_S:g} s: {' | '.join(log)}")
+
+    def close(self) -> None:
+        """Terminate each server's process group and wait; idempotent."""
+        while self._procs:
+            proc = self._procs.pop()
+            _stop_group(proc)
+        if self.webhook is not None:
+            self.webhook.close()
+            self.webhook = None
+        atexit.unregister(self.close)
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    if proc.poll() is not None:
+        return
+    for sig, wait_s in ((signal.SIGTERM, STOP_TIMEOUT_S), (signal.SIGKILL, STOP_TIMEOUT_S)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def versions() -> tuple[str, str]:
+    """The first line of `--version` of each server binary, for the report."""
+    out = []
+    for names, package in ((PROMETHEUS_BINARIES, "prometheus"), (ALERTMANAGER_BINARIES, "prometheus-alertmanager")):
+        try:
+            done = subprocess.run([find_binary(names, package), "--version"], capture_output=True, text=True,
+                                  timeout=10)
+            text = (done.stdout or done.stderr).strip().splitlines()
+            out.append(text[0] if text else "")
+        except (TwinError, OSError, subprocess.TimeoutExpired):
+            out.append("")
+    return out[0], out[1]
