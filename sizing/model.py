@@ -352,9 +352,13 @@ class ReplicaModel:
         prefill = 1 / self.share_per_request_s
         top = min(kv, prefill)
         if not detail:
-            def both(lam: float) -> bool:
-                ttft, tpot = self.latencies_at(lam, q)
-                return ttft <= w.ttft_slo_s and tpot <= w.tpot_slo_s
+            def both(lam: float) -> bool:      # TPOT first: a miss there skips the TTFT queue
+                tpot, u = self._tpot_and_share(lam)
+                if not math.isfinite(tpot):
+                    return False
+                n = self.in_flight(lam, tpot)
+                return (self._tpot_at(n, u, q) <= w.tpot_slo_s
+                        and self._ttft_prefill(lam, n, tpot, q) <= w.ttft_slo_s)
             # TPOT at any statistic is at least the mean: the mean's closed form bounds the search.
             lam = _largest(both, min(top, self.tpot_capacity_qps(w.tpot_slo_s)), iterations)
             ttft, tpot = self.latencies_at(lam * (1 + 1e-3), q) if lam < top else (0.0, 0.0)
