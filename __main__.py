@@ -4,7 +4,7 @@ Only wiring lives here; every number a component needs comes from the plan.
 """
 import pulumi
 
-from components.accuracy_gate import AccuracyGate, AccuracyGateArgs
+from components.accuracy_gate import AccuracyGate, AccuracyGateArgs, GateJob
 from components.cert_manager import CertManager, CertManagerArgs, GatewayCertificate, GatewayCertificateArgs
 from components.cluster import Cluster, ClusterArgs
 from components.external_dns import ExternalDns, ExternalDnsArgs
@@ -12,10 +12,10 @@ from components.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
 from components.gateway import CONTROLLER_NAMESPACE, Gateway, GatewayArgs
 from components.gpu_plugin import GpuPlugin, GpuPluginArgs
 from components.load_balancer_controller import LoadBalancerController, LoadBalancerControllerArgs
-from components.loadtest import LoadTest, LoadTestArgs
+from components.loadtest import LoadTest, LoadTestArgs, LoadTestRun
 from components.monitoring import Monitoring, MonitoringArgs
 from components.network import Network, NetworkArgs, network_zones
-from components.serving import Serving, ServingArgs
+from components.serving import Serving, ServingArgs, served_checkpoint
 from settings import SettingsError
 from settings.pulumi_config import require_secrets, secret, settings_from_pulumi
 from sizing.model import SizingError
@@ -65,8 +65,10 @@ if gw_settings.manages_dns:
 gpu_plugin = GpuPlugin("gpu-plugin", GpuPluginArgs(provider=cluster.k8s_provider),
                        opts=pulumi.ResourceOptions(depends_on=gpu_pools))
 serving = Serving("serving", ServingArgs(
-    plan=plan, settings=settings, provider=cluster.k8s_provider, hub_token=secret("hubToken"),
-    gateway_namespace=CONTROLLER_NAMESPACE), opts=pulumi.ResourceOptions(depends_on=[gpu_plugin]))
+    plan=plan, namespace=settings.serving.namespace, environment=settings.environment,
+    burst_scaling=settings.serving.burstScaling, checkpoint=served_checkpoint(plan, settings),
+    provider=cluster.k8s_provider, hub_token=secret("hubToken"), gateway_namespace=CONTROLLER_NAMESPACE),
+    opts=pulumi.ResourceOptions(depends_on=[gpu_plugin]))
 certificate = GatewayCertificate("gateway-certificate", GatewayCertificateArgs(
     hostname=gw_settings.hostname, namespace=serving.namespace_name, secret_name=gw_settings.tlsSecretName,
     provider=cluster.k8s_provider,
@@ -84,11 +86,13 @@ gateway = Gateway("llm-gateway", GatewayArgs(
 proof = [serving, gateway]
 if settings.accuracy_gate_enabled:
     proof.append(AccuracyGate("accuracy-gate", AccuracyGateArgs(
-        plan=plan, settings=settings, provider=cluster.k8s_provider, namespace=serving.namespace_name,
+        plan=plan, job=GateJob.for_stack(plan, settings), provider=cluster.k8s_provider,
+        namespace=serving.namespace_name,
         api_keys=secret("apiKeys"), depends_on=tuple(proof))))
 if settings.loadTest.enabled:
     LoadTest("load-test", LoadTestArgs(
-        plan=plan, settings=settings, provider=cluster.k8s_provider, namespace=serving.namespace_name,
+        plan=plan, run=LoadTestRun.for_stack(plan, settings), provider=cluster.k8s_provider,
+        namespace=serving.namespace_name,
         api_keys=secret("apiKeys"), hub_token=secret("hubToken"), depends_on=tuple(proof)))
 
 # -- monitoring: Prometheus, Grafana, DCGM exporter; alert thresholds and dashboard lines from the plan

@@ -17,12 +17,6 @@ import json
 import sys
 from pathlib import Path
 
-# The score each supported task is judged on (lm-eval 0.4.13 task configs: metric,filter).
-METRICS = {
-    "gsm8k": "exact_match,strict-match",
-    "gsm8k_cot": "exact_match,strict-match",
-    "mmlu_pro": "exact_match,custom-extract",
-}
 TERMINATION_LOG = "/dev/termination-log"
 
 

@@ -28,17 +28,22 @@ import pulumi_kubernetes as k8s
 
 import conventions
 from settings import StackSettings
+from settings.schema import ACCURACY_TASK_METRICS, AccuracyGateSettings
 from sizing.planner import Plan
 
 from . import accuracy_check
-from .loadtest import NO_PRIVILEGES, client_key, client_key_name, gateway_url, one_shot_pod_spec
-from .serving import VLLM_IMAGE
+from .api_keys import gate_key
+from .gateway import gate_rate_limit, proxy_replicas
+from .loadtest import gateway_url, job_egress, one_shot_pod_spec
+from .serving import VLLM_IMAGE, served_checkpoint
 
 PYTHON_IMAGE = conventions.PYTHON_IMAGE
 LM_EVAL = "lm-eval[api]==0.4.13"        # the API client only: no torch in the gate's image
-# The gate waits this long for lm-eval (the Job's deadline and Pulumi's await): the default
-# tasks are about 13,000 generations, an hour or two at the planned concurrency.
+# The gate waits this long at least for lm-eval (the Job's deadline and Pulumi's await); more
+# when its quota needs longer for the tasks' questions (`gate_timeout_s`).
 GATE_TIMEOUT_S = 4 * 3600
+TASK_QUESTIONS = {"gsm8k": 1319, "gsm8k_cot": 1319, "mmlu_pro": 12032}   # the tasks' test splits
+SETUP_MARGIN_S = 1800          # image pull, lm-eval install, dataset download
 REQUEST_TIMEOUT_S = 600
 WORK = "/work"
 LABELS = {"app.kubernetes.io/name": "lm-eval", "app.kubernetes.io/part-of": "llm-serving",
@@ -46,42 +51,69 @@ LABELS = {"app.kubernetes.io/name": "lm-eval", "app.kubernetes.io/part-of": "llm
 
 
 # -- what the gate runs (pure) ---------------------------------------------------------------
-def gate_spec(settings: StackSettings) -> dict:
+@dataclass(frozen=True)
+class GateJob:
+    """What the gate's Job is made of, and nothing else from the stack."""
+    gate: AccuracyGateSettings         # tasks, baselines, maxDrop
+    hostname: str                      # the gateway's public name: the gate goes through it like a client
+    rate_limit_share: float            # gateway.rateLimitShare: the gate's quota is a part of it
+    zones: int                         # the serving zones: how many proxies split the quota
+    checkpoint: str                    # what vLLM serves (judged: a new one re-runs the gate)
+
+    @classmethod
+    def for_stack(cls, plan: Plan, settings: StackSettings) -> "GateJob":
+        return cls(gate=settings.accuracyGate, hostname=settings.gateway.hostname,
+                   rate_limit_share=settings.gateway.rateLimitShare, zones=len(settings.zones),
+                   checkpoint=served_checkpoint(plan, settings))
+
+
+def gate_spec(g: AccuracyGateSettings) -> dict:
     """The tasks, their metrics and baselines, and the allowed drop (accuracy_check.py's input)."""
-    g = settings.accuracyGate
-    unknown = [t for t in g.tasks if t not in accuracy_check.METRICS]
-    if unknown:
-        raise ValueError(f"accuracyGate.tasks: no known metric for {', '.join(unknown)}; "
-                         f"supported: {', '.join(accuracy_check.METRICS)}")
+    # tasks are known and have baselines (settings check both)
     return {"max_drop": g.maxDrop,
-            "tasks": {t: {"metric": accuracy_check.METRICS[t], "baseline": g.baseline[t]} for t in g.tasks}}
+            "tasks": {t: {"metric": ACCURACY_TASK_METRICS[t], "baseline": g.baseline[t]} for t in g.tasks}}
 
 
-def concurrency(plan: Plan) -> int:
-    """Requests in flight: what one replica holds at the planned load, so the gate never
-    loads the service beyond what the plan already carries."""
+def concurrency(plan: Plan, job: GateJob) -> int:
+    """Requests in flight: what the gate's own quota carries at the plan's latency (Little's law on
+    one proxy's bucket, since its connections may all reach one), never more than one replica
+    holds at the planned load."""
     n = plan.real.in_flight
-    return max(1, math.ceil(n)) if math.isfinite(n) else 1
+    if not (math.isfinite(n) and plan.load_per_replica_qps > 0):
+        return 1
+    limit = gate_rate_limit(plan, job.rate_limit_share, proxy_replicas(job.zones))
+    request_s = n / plan.load_per_replica_qps
+    return max(1, min(math.ceil(n), math.floor(limit.requests / limit.unit_s * request_s)))
 
 
-def lm_eval_command(plan: Plan, settings: StackSettings) -> list[str]:
+def gate_timeout_s(plan: Plan, job: GateJob) -> int:
+    """Long enough for every question at the gate's own quota (its buckets on all proxies: the load
+    balancer spreads its connections), with a quarter spare for retries; never under GATE_TIMEOUT_S."""
+    proxies = proxy_replicas(job.zones)
+    limit = gate_rate_limit(plan, job.rate_limit_share, proxies)
+    questions = sum(TASK_QUESTIONS[t] for t in job.gate.tasks)
+    quota_qps = limit.requests * proxies / limit.unit_s
+    return max(GATE_TIMEOUT_S, math.ceil(1.25 * questions / quota_qps) + SETUP_MARGIN_S + READY_WAIT_S)
+
+
+def lm_eval_command(plan: Plan, job: GateJob) -> list[str]:
     model_args = ",".join([
         f"model={plan.request.model}",
-        f"base_url={gateway_url(settings)}/v1/completions",
-        f"num_concurrent={concurrency(plan)}",
+        f"base_url={gateway_url(job.hostname)}/v1/completions",
+        f"num_concurrent={concurrency(plan, job)}",
         "max_retries=3",
         f"timeout={REQUEST_TIMEOUT_S}",
         "tokenized_requests=False",      # the server tokenizes; the gate needs no tokenizer
         "tokenizer_backend=none",
     ])
     return ["lm_eval", "--model", "local-completions", "--model_args", model_args,
-            "--tasks", ",".join(settings.accuracyGate.tasks), "--output_path", f"{WORK}/results"]
+            "--tasks", ",".join(job.gate.tasks), "--output_path", f"{WORK}/results"]
 
 
-def rollout_digest(plan: Plan, settings: StackSettings) -> str:
+def rollout_digest(plan: Plan, job: GateJob) -> str:
     """Changes whenever what the gate judges changes, so the Job is replaced and runs again."""
-    judged = {"engine": plan.engine_args, "image": VLLM_IMAGE, "gate": gate_spec(settings),
-              "command": lm_eval_command(plan, settings)}
+    judged = {"engine": plan.engine_args, "checkpoint": job.checkpoint, "image": VLLM_IMAGE,
+              "gate": gate_spec(job.gate), "command": lm_eval_command(plan, job)}
     return hashlib.sha256(json.dumps(judged, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -103,12 +135,18 @@ while True:
 """
 
 
-def shell_script(plan: Plan, settings: StackSettings) -> str:
-    quoted = " ".join(f"'{a}'" for a in lm_eval_command(plan, settings))
+def install_command() -> list[str]:
+    """The init container's: lm-eval into the shared work folder, with no secret in reach."""
+    return ["pip", "install", "--no-cache-dir", "--quiet", "--target", f"{WORK}/py", LM_EVAL]
+
+
+def shell_script(plan: Plan, job: GateJob) -> str:
+    """The gate container's: wait for the gateway, lm-eval (installed by the init container), the
+    check; no install here."""
+    quoted = " ".join(f"'{a}'" for a in lm_eval_command(plan, job))
     return "\n".join([
         "set -eu",
-        f"python /gate/wait_for_gateway.py '{gateway_url(settings)}' {READY_WAIT_S}",
-        f"pip install --no-cache-dir --quiet --target {WORK}/py '{LM_EVAL}'",
+        f"python /gate/wait_for_gateway.py '{gateway_url(job.hostname)}' {READY_WAIT_S}",
         f"export PYTHONPATH={WORK}/py PATH={WORK}/py/bin:$PATH",
         quoted,
         f"python /gate/accuracy_check.py /gate/gate.json {WORK}/results",
@@ -119,7 +157,7 @@ def shell_script(plan: Plan, settings: StackSettings) -> str:
 @dataclass(frozen=True)
 class AccuracyGateArgs:
     plan: Plan
-    settings: StackSettings
+    job: GateJob                        # GateJob.for_stack(plan, settings)
     provider: k8s.Provider
     namespace: str
     api_keys: pulumi.Input[str]         # the apiKeys Pulumi secret: JSON {name: key}
@@ -127,27 +165,59 @@ class AccuracyGateArgs:
 
 
 class AccuracyGate(pulumi.ComponentResource):
-    """Credentials Secret, the check script and thresholds (ConfigMap), and the awaited Job."""
+    """Credentials Secret, the check script and thresholds (ConfigMap), its egress, and the awaited Job."""
 
     def __init__(self, name: str, args: AccuracyGateArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llm-serving:accuracy_gate:AccuracyGate", name, None, opts)
-        plan, settings, ns = args.plan, args.settings, args.namespace
+        plan, job, ns = args.plan, args.job, args.namespace
         child = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=list(args.depends_on))
-        self.gate = gate_spec(settings)
-        self.digest = rollout_digest(plan, settings)
-        key_name = client_key_name(settings)
+        self.gate = gate_spec(job.gate)
+        self.digest = rollout_digest(plan, job)
+        self.timeout_s = gate_timeout_s(plan, job)
+        self.hostname = job.hostname
+        # The gate's own key (the gateway meters it at the gate's share), never a tenant's.
         self.credentials = k8s.core.v1.Secret(
             f"{name}-credentials", metadata={"namespace": ns, "labels": LABELS}, type="Opaque",
-            string_data={"api-key": pulumi.Output.secret(args.api_keys).apply(lambda t: client_key(t, key_name))},
+            string_data={"api-key": pulumi.Output.secret(args.api_keys).apply(gate_key)},
             opts=child)
         self.config = k8s.core.v1.ConfigMap(
             f"{name}-check", metadata={"namespace": ns, "labels": LABELS},
             data={"gate.json": json.dumps(self.gate, indent=2),
                   "accuracy_check.py": Path(accuracy_check.__file__).read_text(),
                   "wait_for_gateway.py": WAIT_FOR_GATEWAY,
-                  "run.sh": shell_script(plan, settings)},
+                  "run.sh": shell_script(plan, job)},
             opts=child)
-        container = {
+        # HTTPS out: the package index (init container) and the gateway's public name (the gate).
+        for key, spec in job_egress(LABELS, "accuracy-gate-egress").items():
+            k8s.networking.v1.NetworkPolicy(f"{name}-egress", metadata={"name": key, "namespace": ns},
+                                            spec=spec, opts=child)
+        self.job = k8s.batch.v1.Job(
+            f"{name}-run",
+            metadata={"namespace": ns, "labels": LABELS, "annotations": {"pulumi.com/replaceUnready": "true"}},
+            spec={
+                "backoffLimit": 0,
+                "activeDeadlineSeconds": self.timeout_s,
+                "template": {
+                    "metadata": {"labels": LABELS, "annotations": {"llm-serving.io/rollout-digest": self.digest}},
+                    "spec": self._pod_spec(),
+                },
+            },
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(
+                custom_timeouts=pulumi.CustomTimeouts(create=f"{self.timeout_s}s", update=f"{self.timeout_s}s"))))
+        self.register_outputs({"digest": self.digest, "tasks": list(self.gate["tasks"]),
+                               "maxDrop": self.gate["max_drop"]})
+
+    def _pod_spec(self) -> dict:
+        """An init container installs lm-eval with no secret in reach; the gate container, which
+        holds the key, installs nothing and runs only what is on the shared work volume."""
+        work = [{"name": "work", "mountPath": WORK}]
+        install = {
+            "name": "install", "image": PYTHON_IMAGE, "command": install_command(),
+            "env": [{"name": "HOME", "value": WORK}, {"name": "PIP_DISABLE_PIP_VERSION_CHECK", "value": "1"}],
+            "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "2Gi"}},
+            "volumeMounts": work,
+        }
+        gate = {
             "name": "lm-eval", "image": PYTHON_IMAGE,
             "command": ["sh", "/gate/run.sh"],
             "env": [{"name": "OPENAI_API_KEY",        # lm-eval's local-completions sends it as Bearer
@@ -155,26 +225,10 @@ class AccuracyGate(pulumi.ComponentResource):
                                                     "key": "api-key"}}},
                     {"name": "HOME", "value": WORK}, {"name": "HF_HOME", "value": f"{WORK}/hf"}],
             "resources": {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"memory": "8Gi"}},
-            "securityContext": NO_PRIVILEGES,
             "terminationMessagePolicy": "FallbackToLogsOnError",
-            "volumeMounts": [{"name": "gate", "mountPath": "/gate", "readOnly": True},
-                             {"name": "work", "mountPath": WORK}],
+            "volumeMounts": [{"name": "gate", "mountPath": "/gate", "readOnly": True}, *work],
         }
-        self.job = k8s.batch.v1.Job(
-            f"{name}-run",
-            metadata={"namespace": ns, "labels": LABELS, "annotations": {"pulumi.com/replaceUnready": "true"}},
-            spec={
-                "backoffLimit": 0,
-                "activeDeadlineSeconds": GATE_TIMEOUT_S,
-                "template": {
-                    "metadata": {"labels": LABELS, "annotations": {"llm-serving.io/rollout-digest": self.digest}},
-                    "spec": one_shot_pod_spec(container, [
-                        {"name": "gate", "configMap": {"name": self.config.metadata.apply(lambda m: m["name"])}},
-                        {"name": "work", "emptyDir": {}},
-                    ], settings.gateway.hostname),
-                },
-            },
-            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(
-                custom_timeouts=pulumi.CustomTimeouts(create=f"{GATE_TIMEOUT_S}s", update=f"{GATE_TIMEOUT_S}s"))))
-        self.register_outputs({"digest": self.digest, "tasks": list(self.gate["tasks"]),
-                               "maxDrop": self.gate["max_drop"]})
+        return one_shot_pod_spec(gate, [
+            {"name": "gate", "configMap": {"name": self.config.metadata.apply(lambda m: m["name"])}},
+            {"name": "work", "emptyDir": {}},
+        ], self.hostname, init_containers=(install,))

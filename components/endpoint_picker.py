@@ -21,12 +21,11 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from settings import StackSettings
-
-from .cluster import SYSTEM_ROLE_LABEL
 from conventions import ENDPOINT_PICKER_IMAGE, PICKER_GRPC_PORT, PICKER_HEALTH_PORT, PICKER_METRICS_PORT
 
-from .serving import API_PORT, APP_LABELS
+from .cluster import SYSTEM_ROLE_LABEL
+from .pod_security import SCRATCH_MOUNT, SCRATCH_VOLUME, container_security, pod_security
+from .serving import API_PORT, APP_LABELS, METADATA_RANGE
 
 # The last inference-extension release that ships the picker (v1.6.0 moved it to llm-d); it
 # serves the same `inference.networking.k8s.io/v1` InferencePool API as the v1.6.0 CRD.
@@ -63,7 +62,7 @@ def picker_replicas(zones: int) -> int:
 
 @dataclass(frozen=True)
 class EndpointPickerArgs:
-    settings: StackSettings
+    zones: int                      # the serving zones: one picker per zone, at least two
     provider: k8s.Provider
     namespace: str                  # the serving namespace: a pool selects pods in its own namespace
     gateway_namespace: str          # where the Envoy proxies that call the picker run
@@ -71,18 +70,93 @@ class EndpointPickerArgs:
     depends_on: tuple = ()          # the CRDs (InferencePool) and the serving namespace
 
 
+def picker_container(pool_name: str, namespace: str) -> dict:
+    return {
+        "name": "epp", "image": PICKER_IMAGE,
+        "args": ["--pool-name", pool_name, "--pool-namespace", namespace,
+                 "--pool-group", "inference.networking.k8s.io",
+                 "--config-file", f"/config/{CONFIG_FILE}",
+                 # Only the monitoring namespace reaches the metrics port (below).
+                 "--metrics-endpoint-auth=false", "--zap-encoder", "json"],
+        "ports": [{"name": "grpc", "containerPort": GRPC_PORT},
+                  {"name": "grpc-health", "containerPort": HEALTH_PORT},
+                  {"name": "metrics", "containerPort": PICKER_METRICS_PORT}],
+        "env": [{"name": "NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
+        "livenessProbe": {"grpc": {"port": HEALTH_PORT, "service": "inference-extension"}, "periodSeconds": 10},
+        "readinessProbe": {"grpc": {"port": HEALTH_PORT, "service": "inference-extension"}, "periodSeconds": 2},
+        "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "1Gi"}},
+        # A static Go binary: it writes nothing but /tmp (an emptyDir).
+        "securityContext": container_security(),
+        "volumeMounts": [{"name": "config", "mountPath": "/config", "readOnly": True}, SCRATCH_MOUNT],
+    }
+
+
+def picker_network_policies(gateway_namespace: str, monitoring_namespace: str) -> dict[str, dict]:
+    def from_namespace(n: str) -> dict:
+        return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": n}}}
+
+    return {
+        "epp-from-gateway": {"podSelector": {"matchLabels": dict(PICKER_LABELS)}, "policyTypes": ["Ingress"],
+                             "ingress": [{"from": [from_namespace(gateway_namespace)],
+                                          "ports": [{"protocol": "TCP", "port": GRPC_PORT}]},
+                                         {"from": [from_namespace(monitoring_namespace)],
+                                          "ports": [{"protocol": "TCP", "port": PICKER_METRICS_PORT}]}]},
+        # The picker scores pods from their /metrics on the API port.
+        "vllm-from-epp": {"podSelector": {"matchLabels": dict(APP_LABELS)}, "policyTypes": ["Ingress"],
+                          "ingress": [{"from": [{"podSelector": {"matchLabels": dict(PICKER_LABELS)}}],
+                                       "ports": [{"protocol": "TCP", "port": API_PORT}]}]},
+        # Out: the vLLM pods' API port (their metrics) and the API server (it watches pods and the
+        # pool); the API server's addresses are inside the VPC, so HTTPS goes anywhere but the
+        # metadata service.
+        "epp-egress": {"podSelector": {"matchLabels": dict(PICKER_LABELS)}, "policyTypes": ["Egress"],
+                       "egress": [{"to": [{"podSelector": {"matchLabels": dict(APP_LABELS)}}],
+                                   "ports": [{"protocol": "TCP", "port": API_PORT}]},
+                                  {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": [METADATA_RANGE]}}],
+                                   "ports": [{"protocol": "TCP", "port": 443}]}]},
+    }
+
+
 class EndpointPicker(pulumi.ComponentResource):
     def __init__(self, name: str, args: EndpointPickerArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llm-serving:endpoint_picker:EndpointPicker", name, None, opts)
         ns = args.namespace
-        pool_name = "vllm"
-        picker_name = f"{pool_name}-epp"
+        self.pool_name, self.picker_name = "vllm", "vllm-epp"
+        self.replicas = picker_replicas(args.zones)
         o = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=list(args.depends_on))
-        replicas = picker_replicas(len(args.settings.zones))
 
-        account = k8s.core.v1.ServiceAccount(f"{name}-sa", metadata={"name": picker_name, "namespace": ns}, opts=o)
+        account = self._access(name, ns, args, o)
+        config = k8s.core.v1.ConfigMap(f"{name}-config", metadata={"name": self.picker_name, "namespace": ns},
+                                       data={CONFIG_FILE: PICKER_CONFIG}, opts=o)
+        self.deployment = self._deployment(name, ns, config, pulumi.ResourceOptions(
+            parent=self, provider=args.provider, depends_on=[config, account]))
+        self.pdb = k8s.policy.v1.PodDisruptionBudget(
+            f"{name}-pdb", metadata={"name": self.picker_name, "namespace": ns},
+            spec={"minAvailable": 1, "selector": {"matchLabels": dict(PICKER_LABELS)}}, opts=o)
+        self.service = k8s.core.v1.Service(
+            f"{name}-svc", metadata={"name": self.picker_name, "namespace": ns},
+            spec={"selector": dict(PICKER_LABELS), "ports": [
+                {"name": "grpc", "port": GRPC_PORT, "targetPort": "grpc", "appProtocol": "http2"},
+                {"name": "metrics", "port": PICKER_METRICS_PORT, "targetPort": "metrics"}]},
+            opts=o)
+        self.pool = k8s.apiextensions.CustomResource(
+            f"{name}-pool", api_version=POOL_API, kind="InferencePool",
+            metadata={"name": self.pool_name, "namespace": ns},
+            spec={"selector": {"matchLabels": dict(APP_LABELS)},
+                  "targetPorts": [{"number": API_PORT}],
+                  "endpointPickerRef": {"name": self.picker_name, "port": {"number": GRPC_PORT},
+                                        "failureMode": FAILURE_MODE}},
+            opts=o)
+        for key, spec in picker_network_policies(args.gateway_namespace, args.monitoring_namespace).items():
+            k8s.networking.v1.NetworkPolicy(f"{name}-{key}", metadata={"name": key, "namespace": ns},
+                                            spec=spec, opts=o)
+        self.register_outputs({"pool": self.pool_name, "replicas": self.replicas})
+
+    def _access(self, name: str, ns: str, args: EndpointPickerArgs, o: pulumi.ResourceOptions):
+        """The picker's service account: read pods and its pool in its own namespace, nothing else."""
+        account = k8s.core.v1.ServiceAccount(f"{name}-sa", metadata={"name": self.picker_name, "namespace": ns},
+                                             automount_service_account_token=False, opts=o)
         role = k8s.rbac.v1.Role(
-            f"{name}-role", metadata={"name": picker_name, "namespace": ns},
+            f"{name}-role", metadata={"name": self.picker_name, "namespace": ns},
             rules=[{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
                    {"apiGroups": ["inference.networking.k8s.io"], "resources": ["inferencepools"],
                     "verbs": ["get", "list", "watch"]},
@@ -90,81 +164,30 @@ class EndpointPicker(pulumi.ComponentResource):
                     "verbs": ["get", "list", "watch"]}],
             opts=o)
         k8s.rbac.v1.RoleBinding(
-            f"{name}-rb", metadata={"name": picker_name, "namespace": ns},
-            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": picker_name},
-            subjects=[{"kind": "ServiceAccount", "name": picker_name, "namespace": ns}],
+            f"{name}-rb", metadata={"name": self.picker_name, "namespace": ns},
+            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": self.picker_name},
+            subjects=[{"kind": "ServiceAccount", "name": self.picker_name, "namespace": ns}],
             opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[role, account]))
-        config = k8s.core.v1.ConfigMap(f"{name}-config", metadata={"name": picker_name, "namespace": ns},
-                                       data={CONFIG_FILE: PICKER_CONFIG}, opts=o)
+        return account
 
-        self.deployment = k8s.apps.v1.Deployment(
-            f"{name}-deploy", metadata={"name": picker_name, "namespace": ns, "labels": dict(PICKER_LABELS)},
+    def _deployment(self, name: str, ns: str, config, opts: pulumi.ResourceOptions) -> k8s.apps.v1.Deployment:
+        return k8s.apps.v1.Deployment(
+            f"{name}-deploy", metadata={"name": self.picker_name, "namespace": ns, "labels": dict(PICKER_LABELS)},
             spec={
-                "replicas": replicas,
+                "replicas": self.replicas,
                 "selector": {"matchLabels": dict(PICKER_LABELS)},
                 "template": {"metadata": {"labels": dict(PICKER_LABELS)}, "spec": {
-                    "serviceAccountName": picker_name,
+                    "serviceAccountName": self.picker_name,
+                    # The one pod here that calls the API server: its token is mounted, the account's
+                    # default (off) is not used.
+                    **pod_security(talks_to_api_server=True),
                     "nodeSelector": dict(SYSTEM_ROLE_LABEL),
                     "topologySpreadConstraints": [
                         {"maxSkew": 1, "topologyKey": key, "whenUnsatisfiable": "DoNotSchedule",
                          "labelSelector": {"matchLabels": dict(PICKER_LABELS)}}
                         for key in ("topology.kubernetes.io/zone", "kubernetes.io/hostname")],
-                    "containers": [{
-                        "name": "epp", "image": PICKER_IMAGE,
-                        "args": ["--pool-name", pool_name, "--pool-namespace", ns,
-                                 "--pool-group", "inference.networking.k8s.io",
-                                 "--config-file", f"/config/{CONFIG_FILE}",
-                                 # Only the monitoring namespace reaches the metrics port (below).
-                                 "--metrics-endpoint-auth=false", "--zap-encoder", "json"],
-                        "ports": [{"name": "grpc", "containerPort": GRPC_PORT},
-                                  {"name": "grpc-health", "containerPort": HEALTH_PORT},
-                                  {"name": "metrics", "containerPort": PICKER_METRICS_PORT}],
-                        "env": [{"name": "NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
-                        "livenessProbe": {"grpc": {"port": HEALTH_PORT, "service": "inference-extension"},
-                                          "periodSeconds": 10},
-                        "readinessProbe": {"grpc": {"port": HEALTH_PORT, "service": "inference-extension"},
-                                           "periodSeconds": 2},
-                        "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "1Gi"}},
-                        "volumeMounts": [{"name": "config", "mountPath": "/config", "readOnly": True}],
-                    }],
-                    "volumes": [{"name": "config", "configMap": {"name": config.metadata["name"]}}],
+                    "containers": [picker_container(self.pool_name, ns)],
+                    "volumes": [{"name": "config", "configMap": {"name": config.metadata["name"]}}, SCRATCH_VOLUME],
                 }},
             },
-            opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[config, account]))
-        self.pdb = k8s.policy.v1.PodDisruptionBudget(
-            f"{name}-pdb", metadata={"name": picker_name, "namespace": ns},
-            spec={"minAvailable": 1, "selector": {"matchLabels": dict(PICKER_LABELS)}}, opts=o)
-        self.service = k8s.core.v1.Service(
-            f"{name}-svc", metadata={"name": picker_name, "namespace": ns},
-            spec={"selector": dict(PICKER_LABELS), "ports": [
-                {"name": "grpc", "port": GRPC_PORT, "targetPort": "grpc", "appProtocol": "http2"},
-                {"name": "metrics", "port": PICKER_METRICS_PORT, "targetPort": "metrics"}]},
-            opts=o)
-        self.pool = k8s.apiextensions.CustomResource(
-            f"{name}-pool", api_version=POOL_API, kind="InferencePool",
-            metadata={"name": pool_name, "namespace": ns},
-            spec={"selector": {"matchLabels": dict(APP_LABELS)},
-                  "targetPorts": [{"number": API_PORT}],
-                  "endpointPickerRef": {"name": picker_name, "port": {"number": GRPC_PORT},
-                                        "failureMode": FAILURE_MODE}},
-            opts=o)
-
-        def from_namespace(n: str) -> dict:
-            return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": n}}}
-
-        policies = {
-            "epp-from-gateway": {"podSelector": {"matchLabels": dict(PICKER_LABELS)}, "policyTypes": ["Ingress"],
-                                 "ingress": [{"from": [from_namespace(args.gateway_namespace)],
-                                              "ports": [{"protocol": "TCP", "port": GRPC_PORT}]},
-                                             {"from": [from_namespace(args.monitoring_namespace)],
-                                              "ports": [{"protocol": "TCP", "port": PICKER_METRICS_PORT}]}]},
-            # The picker scores pods from their /metrics on the API port.
-            "vllm-from-epp": {"podSelector": {"matchLabels": dict(APP_LABELS)}, "policyTypes": ["Ingress"],
-                              "ingress": [{"from": [{"podSelector": {"matchLabels": dict(PICKER_LABELS)}}],
-                                           "ports": [{"protocol": "TCP", "port": API_PORT}]}]},
-        }
-        for key, spec in policies.items():
-            k8s.networking.v1.NetworkPolicy(f"{name}-{key}", metadata={"name": key, "namespace": ns},
-                                            spec=spec, opts=o)
-        self.pool_name, self.replicas = pool_name, replicas
-        self.register_outputs({"pool": pool_name, "replicas": replicas})
+            opts=opts)

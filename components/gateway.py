@@ -15,7 +15,6 @@ fast 429, bounds time and retries by the SLOs, and routes by load.
 from __future__ import annotations
 
 import ipaddress
-import json
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +29,7 @@ from conventions import (
 from settings import StackSettings
 from sizing.planner import Plan
 
+from .api_keys import GATE_KEY_NAME, gate_key, parse_api_keys
 from .cluster import SERVICE_CIDR, SYSTEM_ROLE_LABEL
 from .external_dns import HOSTNAME_ANNOTATION
 from .load_balancer_controller import LB_TYPE_ANNOTATION, LB_TYPE_VALUE
@@ -49,10 +49,12 @@ EG_API = "gateway.envoyproxy.io/v1alpha1"
 OPENAI_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/models")
 CLIENT_ID_HEADER = "x-llm-client-id"    # set by the API-key filter (before rate limiting) to the key's name
 MIN_PROXY_REPLICAS = 2
-MAX_LOCAL_RULES = 16                    # the CRD's limit on local rate-limit rules
 RATE_UNITS = (("Second", 1), ("Minute", 60), ("Hour", 3600))
 ROUNDING_KEPT = 0.95                    # a unit is fine enough when flooring keeps 95% of the share
 RETRY_STATUS = 503
+# The accuracy gate's own key takes the headroom the tenants leave (1 - gateway.rateLimitShare of
+# the capacity after a zone loss: 10%, 1.6 QPS in prod): never a tenant's quota, and the sum of
+# all keys stays within that capacity.
 # In the static band of the Service CIDR (the first 256 addresses of a /16, which the API server
 # hands out only when asked for by name, KEP-3070), clear of kubernetes (.1) and kube-dns (.10).
 GATEWAY_CLUSTER_IP = str(ipaddress.ip_network(SERVICE_CIDR)[100])
@@ -99,8 +101,6 @@ def quota_capacity_qps(plan: Plan) -> float:
 def per_key_rate_limit(capacity_qps: float, share: float, keys: int, proxies: int) -> RateLimit:
     """Each key's local bucket: an equal part of `share` of the capacity, split over the
     proxies, floored to whole requests in the finest unit that keeps >= 95% of it."""
-    if keys < 1 or keys > MAX_LOCAL_RULES:
-        raise ValueError(f"gateway.apiKeyNames: {keys} keys; local rate limits take 1 to {MAX_LOCAL_RULES}")
     per_key_qps = capacity_qps * share / (keys * proxies)
     for unit, seconds in RATE_UNITS:
         requests = math.floor(per_key_qps * seconds)
@@ -111,6 +111,17 @@ def per_key_rate_limit(capacity_qps: float, share: float, keys: int, proxies: in
         raise ValueError(f"capacity {capacity_qps:.3g} QPS leaves each of {keys} keys less than one request "
                          f"an hour per proxy; use fewer keys")
     return RateLimit(requests, *RATE_UNITS[-1])
+
+
+def quota_shares(share: float, gate_on: bool) -> tuple[float, float]:
+    """(the tenants' part, the accuracy gate's part) of the capacity the quotas share out: tenants
+    keep `share` (gateway.rateLimitShare); the gate, while on, takes the rest (settings keep it >= 5%)."""
+    return (share, 1.0 - share) if gate_on else (share, 0.0)
+
+
+def gate_rate_limit(plan: Plan, share: float, proxies: int) -> RateLimit:
+    """The accuracy gate's bucket per proxy: the headroom the tenants' `share` leaves."""
+    return per_key_rate_limit(quota_capacity_qps(plan), quota_shares(share, True)[1], 1, proxies)
 
 
 def load_test_rate_limit(plan: Plan, proxies: int) -> RateLimit:
@@ -142,12 +153,9 @@ def circuit_limits(plan: Plan, proxies: int) -> dict:
             "maxParallelRetries": max(1, plan.replicas)}
 
 
-def check_key_names(keys: dict, names: tuple[str, ...]) -> dict:
-    """The apiKeys secret must name exactly the configured keys: a key without a rule would be unmetered."""
-    if set(keys) != set(names):
-        raise ValueError(f"secret apiKeys names {sorted(keys)} but gateway.apiKeyNames is {sorted(names)}; "
-                         "make them the same")
-    return {name: str(value) for name, value in keys.items()}
+def check_key_names(text: str, names: tuple[str, ...]) -> dict:
+    """The apiKeys secret must name exactly the configured keys (never quoted in an error)."""
+    return parse_api_keys(text, names)
 
 
 def envoy_gateway_values(zones: int, inference_extension: bool) -> dict:
@@ -242,9 +250,13 @@ class Gateway(pulumi.ComponentResource):
         plan, settings, gw = args.plan, args.settings, args.settings.gateway
         ns = args.namespace
         proxies = proxy_replicas(len(settings.zones))
-        self.rate_limit = per_key_rate_limit(quota_capacity_qps(plan), gw.rateLimitShare,
+        gate_on = settings.accuracy_gate_enabled
+        self.rate_limit = per_key_rate_limit(quota_capacity_qps(plan), quota_shares(gw.rateLimitShare, gate_on)[0],
                                              len(gw.apiKeyNames), proxies)
-        # While the load test is on, its key (loadtest.client_key_name) may reach the sweep's top
+        # The accuracy gate's own key (derived from the apiKeys secret), metered at its own share.
+        self.gate_key = GATE_KEY_NAME if gate_on else None
+        self.settings_share = gw.rateLimitShare
+        # While the load test is on, its key (LoadTestRun.key_name) may reach the sweep's top
         # rate: the test measures the engines, not the quota. Run it in staging or before prod
         # takes traffic; the other keys keep their shares.
         self.load_test_key = settings.gateway.apiKeyNames[0] if settings.loadTest.enabled else None
@@ -283,7 +295,7 @@ class Gateway(pulumi.ComponentResource):
         self.picker = None
         if gw.inferenceExtension:
             self.picker = EndpointPicker(f"{name}-picker", EndpointPickerArgs(
-                settings=settings, provider=args.provider, namespace=ns, gateway_namespace=CONTROLLER_NAMESPACE,
+                zones=len(settings.zones), provider=args.provider, namespace=ns, gateway_namespace=CONTROLLER_NAMESPACE,
                 monitoring_namespace=args.monitoring_namespace, depends_on=tuple(crds) + tuple(args.depends_on)),
                 opts=pulumi.ResourceOptions(parent=self))
             backend = {"group": POOL_API.split("/")[0], "kind": "InferencePool", "name": self.picker.pool_name}
@@ -301,7 +313,7 @@ class Gateway(pulumi.ComponentResource):
         self.api_key_secret = k8s.core.v1.Secret(
             f"{name}-api-keys", metadata={"name": "gateway-api-keys", "namespace": ns}, type="Opaque",
             string_data=pulumi.Output.from_input(args.api_keys).apply(
-                lambda text: check_key_names(json.loads(text), gw.apiKeyNames)),
+                lambda text: self._client_keys(text, gw.apiKeyNames)),
             opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=list(args.depends_on))))
         # On the Gateway, not the route: every route this Gateway ever carries needs a key.
         self.security_policy = cr("auth", EG_API, "SecurityPolicy", {"name": "api-keys", "namespace": ns}, {
@@ -310,7 +322,12 @@ class Gateway(pulumi.ComponentResource):
                            "extractFrom": [{"headers": ["authorization"]}],   # OpenAI clients: "Bearer <key>"
                            "forwardClientIDHeader": CLIENT_ID_HEADER, "sanitize": True}},
             deps=[self.gateway, self.api_key_secret])
-        self.traffic_policy = cr("traffic", EG_API, "BackendTrafficPolicy", {"name": "openai", "namespace": ns},
+        # What the quotas may share out, for the guard policy that sums the rules against it.
+        budget_share = sum(quota_shares(gw.rateLimitShare, gate_on))
+        budget = {"llm-serving.io/quota-budget-qps": f"{quota_capacity_qps(plan) * budget_share:.4f}",
+                  "llm-serving.io/proxies": str(proxies)}
+        self.traffic_policy = cr("traffic", EG_API, "BackendTrafficPolicy",
+                                 {"name": "openai", "namespace": ns, "annotations": budget},
                                  self._traffic_spec(plan, gw.apiKeyNames, proxies), deps=[self.route])
         # The load balancer's address, once Envoy Gateway has provisioned it (unknown in a preview).
         self.address = self.gateway.status.apply(gateway_address)
@@ -344,8 +361,16 @@ class Gateway(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[*pool_crd, aigw_crds, eg])))
         return [*pool_crd, eg, aigw_crds, aigw]
 
+    def _client_keys(self, text: str, names: tuple[str, ...]) -> dict:
+        keys = check_key_names(text, names)
+        if self.gate_key is not None:
+            keys[self.gate_key] = gate_key(text)
+        return keys
+
     def _traffic_spec(self, plan: Plan, key_names: tuple[str, ...], proxies: int) -> dict:
         limits = {key: self.rate_limit for key in key_names}
+        if self.gate_key is not None:
+            limits[self.gate_key] = gate_rate_limit(plan, self.settings_share, proxies)
         if self.load_test_key is not None:
             limits[self.load_test_key] = load_test_rate_limit(plan, proxies)
         spec = {

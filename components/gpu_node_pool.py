@@ -25,6 +25,7 @@ from sizing.planner import Plan, Pool
 from .cluster import Cluster, hardened_launch_template
 from .drain import CRITICAL_PODS_S, drain_timing, longest_request_s, node_shutdown_grace_s
 from .network import Network
+from .pod_security import APP_GID, APP_UID
 
 GPU_AMI_TYPE = "AL2023_x86_64_NVIDIA"
 MODEL_CACHE_PATH = "/mnt/models"            # hostPath the serving pods mount for weights
@@ -58,6 +59,8 @@ MODEL_CACHE_SCRIPT = textwrap.dedent(f"""\
     #!/usr/bin/env bash
     set -euo pipefail
     MOUNT={MODEL_CACHE_PATH}
+    # vLLM runs as uid {APP_UID}: the cache is its own, whichever way this script ends.
+    trap 'chown {APP_UID}:{APP_GID} "$MOUNT" && chmod 0750 "$MOUNT"' EXIT
     mkdir -p "$MOUNT"
     mountpoint -q "$MOUNT" && exit 0
     mapfile -t DISKS < <(for d in /dev/disk/by-id/nvme-Amazon_EC2_NVMe_Instance_Storage_*; do
@@ -75,7 +78,6 @@ MODEL_CACHE_SCRIPT = textwrap.dedent(f"""\
     blkid "$DEV" >/dev/null 2>&1 || mkfs.xfs -f -L models "$DEV"
     mount -o noatime "$DEV" "$MOUNT"
     grep -q " $MOUNT " /etc/fstab || echo "LABEL=models $MOUNT xfs noatime,nofail 0 2" >> /etc/fstab
-    chmod 0755 "$MOUNT"
     """)
 
 

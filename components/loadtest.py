@@ -24,10 +24,14 @@ import pulumi_kubernetes as k8s
 
 import conventions
 from settings import StackSettings
+from settings.schema import LoadTestSettings
 from sizing.planner import Plan
 
+from .api_keys import client_key
 from .cluster import SYSTEM_ROLE_LABEL
 from .gateway import GATEWAY_CLUSTER_IP
+from .serving import HUB_TOKEN_DIR, HUB_TOKEN_KEY, egress_policies, served_checkpoint
+from .pod_security import SCRATCH_MOUNT, SCRATCH_VOLUME, container_security, pod_security
 
 # GuideLLM 0.8.1 writes report schema version 2, the one `llmserve loadtest-report` reads.
 GUIDELLM_IMAGE = conventions.GUIDELLM_IMAGE
@@ -37,20 +41,37 @@ SEED = 42
 SETUP_MARGIN_S = 1800        # image pull, tokenizer download, warm-up, between-step drain
 LABELS = {"app.kubernetes.io/name": "guidellm", "app.kubernetes.io/part-of": "llm-serving",
           "llm-serving.io/role": "load-test"}
-NON_ROOT = {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000,
-            "seccompProfile": {"type": "RuntimeDefault"}}
-NO_PRIVILEGES = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 
-def one_shot_pod_spec(container: dict, volumes: list[dict], hostname: str) -> dict:
-    """The pod of a run-once Job (load test, accuracy gate): on the system nodes, non-root,
-    never restarted in place (a failure is read, not retried over its own results). The
-    gateway's public hostname resolves, inside the pod only, to the gateway's in-cluster
-    address: the client sends that name as Host and SNI (so TLS, the route and auth are the
-    real ones) without waiting for public DNS or going out through the load balancer."""
-    return {"restartPolicy": "Never", "nodeSelector": dict(SYSTEM_ROLE_LABEL), "securityContext": NON_ROOT,
+def one_shot_pod_spec(container: dict, volumes: list[dict], hostname: str,
+                      init_containers: tuple[dict, ...] = ()) -> dict:
+    """The pod of a run-once Job (load test, accuracy gate): on the system nodes, non-root with a
+    read-only root filesystem (/tmp is an emptyDir), no service-account token (it never calls the
+    API server), never restarted in place (a failure is read, not retried over its own results).
+    The gateway's public hostname resolves, inside the pod only, to the gateway's in-cluster
+    address: the client sends that name as Host and SNI (so TLS, the route and auth are the real
+    ones) without waiting for public DNS or going out through the load balancer."""
+    def hardened(c: dict) -> dict:
+        return {**c, "securityContext": container_security(),
+                "volumeMounts": [*c.get("volumeMounts", []), SCRATCH_MOUNT]}
+
+    spec = {"restartPolicy": "Never", "nodeSelector": dict(SYSTEM_ROLE_LABEL), **pod_security(),
             "hostAliases": [{"ip": GATEWAY_CLUSTER_IP, "hostnames": [hostname]}],
-            "containers": [container], "volumes": volumes}
+            "containers": [hardened(container)], "volumes": [*volumes, SCRATCH_VOLUME]}
+    if init_containers:
+        spec["initContainers"] = [hardened(c) for c in init_containers]
+    return spec
+
+
+def job_egress(labels: dict[str, str], name: str) -> dict[str, dict]:
+    """A Job's egress: HTTPS to public addresses (the model hub, a package index) and the gateway
+    in the cluster: its Service address, and its Envoy pods, which listen on the Service port plus
+    10000 (Envoy Gateway shifts privileged ports so the proxy needs no capability)."""
+    policies = egress_policies(labels, name)
+    gateway_pods = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": conventions.GATEWAY_CONTROLLER_NAMESPACE}}}
+    policies[name]["egress"].append({"to": [{"ipBlock": {"cidr": f"{GATEWAY_CLUSTER_IP}/32"}}, gateway_pods],
+                                     "ports": [{"protocol": "TCP", "port": 443}, {"protocol": "TCP", "port": 10443}]})
+    return policies
 
 
 # -- figures derived from the plan (pure) ----------------------------------------------------
@@ -63,45 +84,47 @@ def loadtest_rates(plan: Plan, steps: int) -> list[float]:
     return [planned] + [r for r in sweep if abs(r - planned) > 0.01 * planned]
 
 
-def gateway_url(settings: StackSettings) -> str:
+def gateway_url(hostname: str) -> str:
     """The public hostname (resolved in the pod to the gateway's in-cluster address, see
-    one_shot_pod_spec): the test goes through TLS, auth, quotas and routing like a client."""
-    return f"https://{settings.gateway.hostname}"
+    one_shot_pod_spec): the jobs go through TLS, auth, quotas and routing like a client."""
+    return f"https://{hostname}"
 
 
-def client_key_name(settings: StackSettings) -> str:
-    """The jobs use the first configured API key. While the load test is on, the gateway meters
-    that key at the fleet's capacity (gateway.load_test_rate_limit) so the sweep is not cut by
-    the key's quota; the accuracy gate's few requests fit in any quota."""
-    return settings.gateway.apiKeyNames[0]
+@dataclass(frozen=True)
+class LoadTestRun:
+    """What the GuideLLM run is made of, and nothing else from the stack."""
+    stack: str
+    load_test: LoadTestSettings        # steps, arrivals, results volume
+    hostname: str                      # the gateway's public name
+    key_name: str                      # the API key it sends: the first of gateway.apiKeyNames, which the
+                                       # gateway meters at the fleet's capacity while the load test is on
+    checkpoint: str                    # the tokenizer: what vLLM serves
+
+    @classmethod
+    def for_stack(cls, plan: Plan, settings: StackSettings) -> "LoadTestRun":
+        return cls(stack=settings.stack, load_test=settings.loadTest, hostname=settings.gateway.hostname,
+                   key_name=settings.gateway.apiKeyNames[0], checkpoint=served_checkpoint(plan, settings))
 
 
-def client_key(api_keys_json: str, name: str) -> str:
-    """The key as a client sends it: the apiKeys secret maps names to keys; clients add "Bearer "."""
-    value = str(json.loads(api_keys_json)[name])
-    return value[len("Bearer "):] if value.startswith("Bearer ") else value
-
-
-def scenario(plan: Plan, settings: StackSettings) -> dict:
+def scenario(plan: Plan, run: LoadTestRun) -> dict:
     """The GuideLLM run, in its scenario format (the `config` a report echoes back)."""
-    w, lt = plan.request.workload, settings.loadTest
+    w, lt = plan.request.workload, run.load_test
     spec = {
-        "backend": {"kind": "openai_http", "target": gateway_url(settings), "model": plan.request.model,
+        "backend": {"kind": "openai_http", "target": gateway_url(run.hostname), "model": plan.request.model,
                     "request_format": "/v1/completions"},
         "profile": {"kind": lt.arrivals, "rate": loadtest_rates(plan, lt.sweepSteps)},
         "constraints": [{"kind": "max_duration", "seconds": lt.stepSeconds}],
-        "tokenizer": {"kind": "huggingface_auto", "model": plan.engine_args["checkpoint"]},
+        "tokenizer": {"kind": "huggingface_auto", "model": run.checkpoint},
         "data": [{"kind": "synthetic_text", "prompt_tokens": w.input_tokens, "output_tokens": w.output_tokens}],
         "seed": {"kind": "static", "value": SEED},
     }
     digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
-    spec["outputs"] = [{"kind": "json", "path": f"{RESULTS_PATH}/guidellm-{settings.stack}-{digest}.json"}]
-    labels = {"stack": settings.stack, "plan-qps": f"{w.qps:g}", "plan-capacity-qps": f"{plan.capacity_qps:.2f}"}
+    spec["outputs"] = [{"kind": "json", "path": f"{RESULTS_PATH}/guidellm-{run.stack}-{digest}.json"}]
+    labels = {"stack": run.stack, "plan-qps": f"{w.qps:g}", "plan-capacity-qps": f"{plan.capacity_qps:.2f}"}
     return {"metadata": {"labels": labels}, "spec": spec}
 
 
-def run_deadline_s(plan: Plan, settings: StackSettings) -> int:
-    lt = settings.loadTest
+def run_deadline_s(plan: Plan, lt: LoadTestSettings) -> int:
     return len(loadtest_rates(plan, lt.sweepSteps)) * lt.stepSeconds + SETUP_MARGIN_S
 
 
@@ -109,7 +132,7 @@ def run_deadline_s(plan: Plan, settings: StackSettings) -> int:
 @dataclass(frozen=True)
 class LoadTestArgs:
     plan: Plan
-    settings: StackSettings
+    run: LoadTestRun                    # LoadTestRun.for_stack(plan, settings)
     provider: k8s.Provider
     namespace: str                      # the serving namespace (its policies restrict ingress only)
     api_keys: pulumi.Input[str]         # the apiKeys Pulumi secret: JSON {name: key}
@@ -122,15 +145,15 @@ class LoadTest(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: LoadTestArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llm-serving:loadtest:LoadTest", name, None, opts)
-        plan, settings, ns = args.plan, args.settings, args.namespace
+        plan, run, ns = args.plan, args.run, args.namespace
         child = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=list(args.depends_on))
-        self.scenario = scenario(plan, settings)
+        self.scenario = scenario(plan, run)
         self.report_path = self.scenario["spec"]["outputs"][0]["path"]
-        key_name = client_key_name(settings)
+        key_name = run.key_name
         self.credentials = k8s.core.v1.Secret(
             f"{name}-credentials", metadata={"namespace": ns, "labels": LABELS}, type="Opaque",
             string_data={"api-key": pulumi.Output.secret(args.api_keys).apply(lambda t: client_key(t, key_name)),
-                         "hub-token": pulumi.Output.secret(args.hub_token)},
+                         HUB_TOKEN_KEY: pulumi.Output.secret(args.hub_token)},
             opts=child)
         self.config = k8s.core.v1.ConfigMap(
             f"{name}-scenario", metadata={"namespace": ns, "labels": LABELS},
@@ -138,9 +161,13 @@ class LoadTest(pulumi.ComponentResource):
         self.results = k8s.core.v1.PersistentVolumeClaim(
             f"{name}-results", metadata={"namespace": ns, "labels": LABELS},
             spec={"accessModes": ["ReadWriteOnce"],
-                  "resources": {"requests": {"storage": f"{settings.loadTest.storageGi}Gi"}}},
+                  "resources": {"requests": {"storage": f"{run.load_test.storageGi}Gi"}}},
             opts=child)
         secret_ref = {"name": self.credentials.metadata.apply(lambda m: m["name"])}
+        # HTTPS out: the gateway's public name and the model hub (the tokenizer).
+        for key, spec in job_egress(LABELS, "load-test-egress").items():
+            k8s.networking.v1.NetworkPolicy(f"{name}-egress", metadata={"name": key, "namespace": ns},
+                                            spec=spec, opts=child)
         container = {
             "name": "guidellm", "image": GUIDELLM_IMAGE,
             "command": ["guidellm", "run", "--scenario", f"{SCENARIO_PATH}/scenario.json",
@@ -149,13 +176,15 @@ class LoadTest(pulumi.ComponentResource):
                 # GuideLLM's scenario settings read nested environment variables (GUIDELLM__ + path).
                 {"name": "GUIDELLM__SPEC__BACKEND__API_KEY",
                  "valueFrom": {"secretKeyRef": {**secret_ref, "key": "api-key"}}},
-                {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {**secret_ref, "key": "hub-token"}}},
-                {"name": "HOME", "value": "/tmp"},
+                # The tokenizer's hub token as a file (huggingface_hub reads HF_TOKEN_PATH);
+                # GuideLLM reads its API key only from its settings, so that one stays in the env.
+                {"name": "HF_TOKEN_PATH", "value": f"{HUB_TOKEN_DIR}/{HUB_TOKEN_KEY}"},
+                {"name": "HOME", "value": "/tmp"}, {"name": "HF_HOME", "value": "/tmp/hf"},
             ],
             "resources": {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"memory": "8Gi"}},
-            "securityContext": NO_PRIVILEGES,
             "volumeMounts": [{"name": "scenario", "mountPath": SCENARIO_PATH, "readOnly": True},
-                             {"name": "results", "mountPath": RESULTS_PATH}],
+                             {"name": "results", "mountPath": RESULTS_PATH},
+                             {"name": "hub-token", "mountPath": HUB_TOKEN_DIR, "readOnly": True}],
         }
         self.job = k8s.batch.v1.Job(
             f"{name}-run",
@@ -164,14 +193,17 @@ class LoadTest(pulumi.ComponentResource):
                 "llm-serving.io/report-path": self.report_path}},
             spec={
                 "backoffLimit": 0,            # a failed load test is read, not retried over the results
-                "activeDeadlineSeconds": run_deadline_s(plan, settings),
+                "activeDeadlineSeconds": run_deadline_s(plan, run.load_test),
                 "template": {
                     "metadata": {"labels": LABELS},
                     "spec": one_shot_pod_spec(container, [
                         {"name": "scenario", "configMap": {"name": self.config.metadata.apply(lambda m: m["name"])}},
                         {"name": "results", "persistentVolumeClaim": {
                             "claimName": self.results.metadata.apply(lambda m: m["name"])}},
-                    ], settings.gateway.hostname),
+                        {"name": "hub-token", "secret": {
+                            "secretName": self.credentials.metadata.apply(lambda m: m["name"]),
+                            "items": [{"key": HUB_TOKEN_KEY, "path": HUB_TOKEN_KEY}], "defaultMode": 0o440}},
+                    ], run.hostname),
                 },
             },
             opts=child)

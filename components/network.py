@@ -14,12 +14,14 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
+import conventions
+
 # The VPC splits into 8 equal blocks: one private block per zone letter a..g, and the last
 # block cut into 8 small public subnets. With a /16: /19 private (8,190 addresses, room for the
 # VPC CNI's pod IPs), /22 public.
 PRIVATE_SPLIT_BITS = 3
 PUBLIC_SPLIT_BITS = 3
-ZONE_LETTERS = "abcdefg"
+ZONE_LETTERS = conventions.ZONE_LETTERS      # settings refuse a zone outside them
 
 # Subnet tags the AWS Load Balancer Controller and the in-tree service controller look for.
 ELB_ROLE_TAG = "kubernetes.io/role/elb"

@@ -28,6 +28,7 @@ from sizing.planner import Plan
 
 from .drain import drain_timing, longest_request_s
 from .gpu_node_pool import LABEL_ROLE, MODEL_CACHE_PATH
+from .pod_security import SCRATCH_MOUNT, SCRATCH_VOLUME, container_security, pod_security
 
 KEDA_CHART, KEDA_VERSION, KEDA_REPO = "keda", KEDA_CHART_VERSION, "https://kedacore.github.io/charts"   # CRD in ../shared/crds
 API_PORT = VLLM_API_PORT
@@ -37,6 +38,11 @@ GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Equal", "value": "true", "ef
 ZONE_KEY, HOST_KEY = "topology.kubernetes.io/zone", "kubernetes.io/hostname"
 APP_LABELS = {LABEL_APP_NAME: "vllm", LABEL_ROLE: "serving"}
 CONTAINER_CACHE_PATH = "/models"
+HUB_TOKEN_DIR = "/var/run/secrets/hub"       # the hub token as a file (huggingface_hub reads HF_TOKEN_PATH)
+HUB_TOKEN_KEY = "token"
+NGINX_UID = 101                               # nginx-unprivileged's own user
+METADATA_RANGE = "169.254.0.0/16"             # the instance metadata service (169.254.169.254) and link-local
+PRIVATE_RANGES = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
 
 # Platform figures (not workload figures), each with the reason for its value.
 HUB_DOWNLOAD_GB_PER_S = 0.25    # a cold start pulls the checkpoint from the hub (conservative)
@@ -75,11 +81,12 @@ def startup_budget_s(weights_gb: float) -> int:
     return math.ceil(weights_gb / HUB_DOWNLOAD_GB_PER_S + weights_gb / CACHE_LOAD_GB_PER_S + ENGINE_WARMUP_S)
 
 
-def vllm_args(plan: Plan, shutdown_timeout_s: int) -> list[str]:
-    """The container arguments, every value from `plan.engine_args`."""
+def vllm_args(plan: Plan, shutdown_timeout_s: int, checkpoint: str | None = None) -> list[str]:
+    """The container arguments, every value from `plan.engine_args` (the checkpoint from the stack's
+    `model.checkpoint` when it sets one, validated by settings)."""
     a = plan.engine_args
     return [
-        "--model", a["checkpoint"],
+        "--model", checkpoint or a["checkpoint"],
         "--served-model-name", plan.request.model,
         "--port", str(API_PORT),
         "--download-dir", CONTAINER_CACHE_PATH,
@@ -116,7 +123,34 @@ def burst_queue_target(plan: Plan) -> int:
     return max(1, math.floor(slack_ms / plan.prefill_ms))
 
 
-def policy_annotations(plan: Plan, settings: StackSettings, zone: str) -> dict[str, str]:
+def served_checkpoint(plan: Plan, settings: StackSettings) -> str:
+    """The stack's `model.checkpoint` when set (a hub id or a path in the model cache), else the catalog's."""
+    return settings.model.checkpoint or plan.engine_args["checkpoint"]
+
+
+def vllm_env() -> list[dict]:
+    """No secret in the environment: the hub token is a file. Caches go where the non-root user can
+    write: the node's model cache (shared, kept across restarts) and the pod's /tmp."""
+    return [{"name": "HF_TOKEN_PATH", "value": f"{HUB_TOKEN_DIR}/{HUB_TOKEN_KEY}"},
+            {"name": "HF_HOME", "value": f"{CONTAINER_CACHE_PATH}/hf-home"},
+            {"name": "VLLM_CACHE_ROOT", "value": f"{CONTAINER_CACHE_PATH}/vllm-cache"},
+            {"name": "HOME", "value": "/tmp"},
+            # The uid has no passwd entry in the image; torch's compile cache asks getpass.getuser(),
+            # which reads USER before the passwd database.
+            {"name": "USER", "value": "vllm"}]
+
+
+def egress_policies(pod_labels: dict[str, str] | None = None, name: str = "https") -> dict[str, dict]:
+    """Egress for pods matching `pod_labels` (all pods when None): DNS to the cluster's resolver, and
+    HTTPS to public addresses only (the model hub, the gateway's public name, a package index),
+    never the instance metadata service or addresses inside the VPC."""
+    selector = {"matchLabels": dict(pod_labels)} if pod_labels else {}
+    public = {"ipBlock": {"cidr": "0.0.0.0/0", "except": [METADATA_RANGE, *PRIVATE_RANGES]}}
+    return {name: {"podSelector": selector, "policyTypes": ["Egress"],
+                   "egress": [{"to": [public], "ports": [{"protocol": "TCP", "port": 443}]}]}}
+
+
+def policy_annotations(plan: Plan, environment: str, zone: str) -> dict[str, str]:
     """What the guard policies read from the workload alone (docs/contracts.md)."""
     return {
         ANNOTATION_ZONE: zone,
@@ -124,7 +158,7 @@ def policy_annotations(plan: Plan, settings: StackSettings, zone: str) -> dict[s
         ANNOTATION_REPLICA_CAPACITY_QPS: str(round(plan.capacity_per_replica.qps, 4)),
         ANNOTATION_TENSOR_PARALLEL: str(plan.tp),
         ANNOTATION_GPUS_PER_NODE: str(plan.instance.gpus),
-        ANNOTATION_ENVIRONMENT: settings.environment,
+        ANNOTATION_ENVIRONMENT: environment,
     }
 
 
@@ -132,7 +166,10 @@ def policy_annotations(plan: Plan, settings: StackSettings, zone: str) -> dict[s
 @dataclass(frozen=True)
 class ServingArgs:
     plan: Plan
-    settings: StackSettings
+    namespace: str                                # settings.serving.namespace
+    environment: str                              # dev, staging or prod: labels and policy annotations
+    burst_scaling: bool                           # settings.serving.burstScaling: KEDA into idle GPUs
+    checkpoint: str                               # served_checkpoint(plan, settings)
     provider: k8s.Provider
     hub_token: pulumi.Input[str]                  # a Pulumi secret: settings.pulumi_config.secret("hubToken")
     gateway_namespace: str                        # where the Envoy proxies run
@@ -140,39 +177,98 @@ class ServingArgs:
     prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"   # KEDA's query endpoint
 
 
+def vllm_container(plan: Plan, drain, startup_s: int, checkpoint: str) -> dict:
+    """The engine: every argument from the plan; non-root, the hub token as a file, a memory limit."""
+    tp = plan.tp
+    cpu = max(1, int(plan.instance.vcpus / plan.instance.gpus * tp * CPU_SHARE_OF_GPU_SLICE))
+    memory = f"{MEMORY_GIB_PER_GPU * tp}Gi"
+    return {
+        "name": "vllm",
+        "image": VLLM_IMAGE,
+        "args": vllm_args(plan, drain.shutdown_timeout_s, checkpoint),
+        "env": vllm_env(),
+        "ports": [{"name": "http", "containerPort": API_PORT, "protocol": "TCP"}],
+        "resources": {"limits": {GPU_RESOURCE: str(tp), "memory": memory},
+                      "requests": {GPU_RESOURCE: str(tp), "cpu": str(cpu), "memory": memory}},
+        # Writable root: torch's compiler, Triton and FlashInfer JIT write under paths inside the
+        # image (site-packages, /root-relative defaults) that not all can be moved; the rest is locked.
+        "securityContext": container_security(read_only_root=False),
+        "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"},
+                         {"name": "model-cache", "mountPath": CONTAINER_CACHE_PATH},
+                         {"name": "hub-token", "mountPath": HUB_TOKEN_DIR, "readOnly": True},
+                         SCRATCH_MOUNT],
+        "startupProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": PROBE_PERIOD_S,
+                         "failureThreshold": math.ceil(startup_s / PROBE_PERIOD_S)},
+        "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 5,
+                           "failureThreshold": 2},
+        "livenessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": PROBE_PERIOD_S,
+                          "timeoutSeconds": 5, "failureThreshold": 6},
+        # Keep serving while the endpoint's removal reaches Envoy and the picker; then
+        # SIGTERM starts vLLM's bounded drain (--shutdown-timeout).
+        "lifecycle": {"preStop": {"sleep": {"seconds": drain.pre_stop_s}}},
+    }
+
+
+def metrics_proxy_container() -> dict:
+    return {
+        "name": "metrics-proxy",
+        "image": METRICS_PROXY_IMAGE,
+        "ports": [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}],
+        "resources": {"requests": {"cpu": "50m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}},
+        # nginx-unprivileged writes only its pid and temp files, all under /tmp (an emptyDir).
+        "volumeMounts": [{"name": "metrics-proxy-conf", "mountPath": "/etc/nginx/conf.d", "readOnly": True},
+                         SCRATCH_MOUNT],
+        "securityContext": {**container_security(), "runAsUser": NGINX_UID, "runAsGroup": NGINX_UID},
+    }
+
+
 class Serving(pulumi.ComponentResource):
     """Namespace, hub token, per-zone vLLM Deployments, PDB, Service, NetworkPolicies, burst scaling."""
 
     def __init__(self, name: str, args: ServingArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llm-serving:serving:Serving", name, None, opts)
-        plan, settings = args.plan, args.settings
-        k8s_opts = pulumi.ResourceOptions(parent=self, provider=args.provider)
-        ns_name = settings.serving.namespace
-        self.namespace_name = ns_name
+        self.namespace_name = args.namespace
         self.pod_labels = dict(APP_LABELS)
-        self.drain = drain_timing(longest_request_s(plan))
-        startup_s = startup_budget_s(plan.weights_gb)
+        self.drain = drain_timing(longest_request_s(args.plan))
+        self.checkpoint = args.checkpoint
+        self.startup_s = startup_budget_s(args.plan.weights_gb)
+        ns_opts = self._namespace_and_config(name, args)
+        self._zone_deployments(name, args)
+        self._budget_and_service(name, args, ns_opts)
+        self.network_policies = self._network_policies(name, args, ns_opts)
+        self.service_name = "vllm"
+        self.register_outputs({"namespace": args.namespace, "service": self.service_name,
+                               "deployments": {z: d.metadata["name"] for z, d in self.deployments.items()}})
 
+    # -- steps ---------------------------------------------------------------------------------
+    def _namespace_and_config(self, name: str, args: ServingArgs) -> pulumi.ResourceOptions:
+        """The namespace, the hub token Secret and the metrics proxy's config; options for what lives there."""
+        ns = args.namespace
         self.namespace = k8s.core.v1.Namespace(
-            f"{name}-ns", metadata={"name": ns_name, "labels": {LABEL_ENVIRONMENT: settings.environment}},
-            opts=k8s_opts)
+            f"{name}-ns", metadata={"name": ns, "labels": {LABEL_ENVIRONMENT: args.environment}},
+            opts=pulumi.ResourceOptions(parent=self, provider=args.provider))
         ns_opts = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[self.namespace])
         self.hub_secret = k8s.core.v1.Secret(
-            f"{name}-hub-token", metadata={"name": "hub-token", "namespace": ns_name},
-            type="Opaque", string_data={"HF_TOKEN": args.hub_token}, opts=ns_opts)
-        metrics_conf = k8s.core.v1.ConfigMap(
-            f"{name}-metrics-proxy", metadata={"name": "vllm-metrics-proxy", "namespace": ns_name},
+            f"{name}-hub-token", metadata={"name": "hub-token", "namespace": ns},
+            type="Opaque", string_data={HUB_TOKEN_KEY: args.hub_token}, opts=ns_opts)
+        self.metrics_conf = k8s.core.v1.ConfigMap(
+            f"{name}-metrics-proxy", metadata={"name": "vllm-metrics-proxy", "namespace": ns},
             data={"default.conf": METRICS_PROXY_CONF}, opts=ns_opts)
+        return ns_opts
 
+    def _zone_deployments(self, name: str, args: ServingArgs) -> None:
+        """One Deployment per zone with replicas (and, with burst scaling, KEDA and a ScaledObject each)."""
+        plan = args.plan
         self.deployments: dict[str, k8s.apps.v1.Deployment] = {}
         self.scaled_objects: list[k8s.apiextensions.CustomResource] = []
         self.keda = None
-        if settings.serving.burstScaling:
+        if args.burst_scaling:
             self.keda = k8s.helm.v3.Release(
                 f"{name}-keda", name="keda", chart=KEDA_CHART, version=KEDA_VERSION,
                 repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=KEDA_REPO),
                 namespace=KEDA_NAMESPACE, create_namespace=True,
-                values={"nodeSelector": {LABEL_ROLE: "system"}}, opts=k8s_opts)
+                values={"nodeSelector": {LABEL_ROLE: "system"}},
+                opts=pulumi.ResourceOptions(parent=self, provider=args.provider))
         previous = None
         for zone, count in plan.replicas_by_zone.items():
             if count == 0:
@@ -182,78 +278,44 @@ class Serving(pulumi.ComponentResource):
             labels = {**APP_LABELS, "llm-serving.io/zone": zone}
             # Zones roll one after another (Pulumi waits for each rollout): an update never
             # takes down more than one zone's replicas, the loss the plan is sized for.
-            chain = [self.namespace, self.hub_secret, metrics_conf] + ([previous] if previous else [])
+            chain = [self.namespace, self.hub_secret, self.metrics_conf] + ([previous] if previous else [])
+            timeout = f"{self.startup_s + 300}s"
             deployment = k8s.apps.v1.Deployment(
                 f"{name}-{zone}",
-                metadata={"name": deploy_name, "namespace": ns_name, "labels": labels,
-                          "annotations": policy_annotations(plan, settings, zone)},
-                spec=self._deployment_spec(plan, zone, count, labels, startup_s, metrics_conf),
+                metadata={"name": deploy_name, "namespace": args.namespace, "labels": labels,
+                          "annotations": policy_annotations(plan, args.environment, zone)},
+                spec=self._deployment_spec(plan, zone, count, labels),
                 opts=pulumi.ResourceOptions(
                     parent=self, provider=args.provider, depends_on=chain,
-                    custom_timeouts=pulumi.CustomTimeouts(create=f"{startup_s + 300}s", update=f"{startup_s + 300}s"),
+                    custom_timeouts=pulumi.CustomTimeouts(create=timeout, update=timeout),
                     # With burst scaling KEDA owns the replica count above the plan's floor.
-                    ignore_changes=["spec.replicas"] if settings.serving.burstScaling else None))
+                    ignore_changes=["spec.replicas"] if args.burst_scaling else None))
             self.deployments[zone] = deployment
             previous = deployment
-            if settings.serving.burstScaling and burst_max > count:
+            if args.burst_scaling and burst_max > count:
                 self.scaled_objects.append(self._scaled_object(
                     name, args, zone, deploy_name, count, burst_max, burst_queue_target(plan), deployment))
 
+    def _budget_and_service(self, name: str, args: ServingArgs, ns_opts: pulumi.ResourceOptions) -> None:
+        plan, ns = args.plan, args.namespace
         max_per_node = max(n.replicas for n in plan.nodes)
         self.pdb = k8s.policy.v1.PodDisruptionBudget(
-            f"{name}-pdb", metadata={"name": "vllm", "namespace": ns_name},
+            f"{name}-pdb", metadata={"name": "vllm", "namespace": ns},
             spec={"minAvailable": disruption_min_available(plan.replicas, plan.replicas_after_loss, max_per_node),
                   "selector": {"matchLabels": dict(APP_LABELS)},
                   # A replica still loading its model is not serving: evicting it costs nothing.
                   "unhealthyPodEvictionPolicy": "AlwaysAllow"},
             opts=ns_opts)
         self.service = k8s.core.v1.Service(
-            f"{name}-svc", metadata={"name": "vllm", "namespace": ns_name, "labels": dict(APP_LABELS)},
+            f"{name}-svc", metadata={"name": "vllm", "namespace": ns, "labels": dict(APP_LABELS)},
             spec={"type": "ClusterIP", "selector": dict(APP_LABELS),
                   "ports": [{"name": "http", "port": API_PORT, "targetPort": "http", "protocol": "TCP"},
                             {"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics", "protocol": "TCP"}]},
             opts=ns_opts)
-        self.network_policies = self._network_policies(name, args, ns_opts)
-
-        self.service_name = "vllm"
-        self.register_outputs({"namespace": ns_name, "service": self.service_name,
-                               "deployments": {z: d.metadata["name"] for z, d in self.deployments.items()}})
 
     # -- pieces --------------------------------------------------------------------------------
-    def _deployment_spec(self, plan: Plan, zone: str, count: int, labels: dict, startup_s: int,
-                         metrics_conf: k8s.core.v1.ConfigMap) -> dict:
+    def _deployment_spec(self, plan: Plan, zone: str, count: int, labels: dict) -> dict:
         tp, drain = plan.tp, self.drain
-        cpu = max(1, int(plan.instance.vcpus / plan.instance.gpus * tp * CPU_SHARE_OF_GPU_SLICE))
-        vllm = {
-            "name": "vllm",
-            "image": VLLM_IMAGE,
-            "args": vllm_args(plan, drain.shutdown_timeout_s),
-            "env": [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hub-token", "key": "HF_TOKEN"}}},
-                    {"name": "HF_HOME", "value": f"{CONTAINER_CACHE_PATH}/hf-home"}],
-            "ports": [{"name": "http", "containerPort": API_PORT, "protocol": "TCP"}],
-            "resources": {"limits": {GPU_RESOURCE: str(tp)},
-                          "requests": {GPU_RESOURCE: str(tp), "cpu": str(cpu), "memory": f"{MEMORY_GIB_PER_GPU * tp}Gi"}},
-            "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"},
-                             {"name": "model-cache", "mountPath": CONTAINER_CACHE_PATH}],
-            "startupProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": PROBE_PERIOD_S,
-                             "failureThreshold": math.ceil(startup_s / PROBE_PERIOD_S)},
-            "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 5,
-                               "failureThreshold": 2},
-            "livenessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": PROBE_PERIOD_S,
-                              "timeoutSeconds": 5, "failureThreshold": 6},
-            # Keep serving while the endpoint's removal reaches Envoy and the picker; then
-            # SIGTERM starts vLLM's bounded drain (--shutdown-timeout).
-            "lifecycle": {"preStop": {"sleep": {"seconds": drain.pre_stop_s}}},
-        }
-        metrics_proxy = {
-            "name": "metrics-proxy",
-            "image": METRICS_PROXY_IMAGE,
-            "ports": [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}],
-            "resources": {"requests": {"cpu": "50m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}},
-            "volumeMounts": [{"name": "metrics-proxy-conf", "mountPath": "/etc/nginx/conf.d", "readOnly": True}],
-            "securityContext": {"allowPrivilegeEscalation": False, "runAsNonRoot": True,
-                                "capabilities": {"drop": ["ALL"]}},
-        }
         return {
             "replicas": count,
             "selector": {"matchLabels": labels},
@@ -262,6 +324,7 @@ class Serving(pulumi.ComponentResource):
             "template": {
                 "metadata": {"labels": labels},
                 "spec": {
+                    **pod_security(),      # vLLM never calls the API server: no token
                     "nodeSelector": {LABEL_ROLE: "gpu", ZONE_KEY: zone},
                     "tolerations": [GPU_TOLERATION],
                     # Even over the zone's nodes, as the plan places them (round robin).
@@ -269,11 +332,15 @@ class Serving(pulumi.ComponentResource):
                                                    "whenUnsatisfiable": "DoNotSchedule",
                                                    "labelSelector": {"matchLabels": labels}}],
                     "terminationGracePeriodSeconds": drain.grace_period_s,
-                    "containers": [vllm, metrics_proxy],
+                    "containers": [vllm_container(plan, drain, self.startup_s, self.checkpoint),
+                                   metrics_proxy_container()],
                     "volumes": [
                         {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{SHM_GIB_PER_GPU * tp}Gi"}},
-                        {"name": "model-cache", "hostPath": {"path": MODEL_CACHE_PATH, "type": "DirectoryOrCreate"}},
-                        {"name": "metrics-proxy-conf", "configMap": {"name": metrics_conf.metadata["name"]}},
+                        {"name": "model-cache", "hostPath": {"path": MODEL_CACHE_PATH, "type": "Directory"}},
+                        {"name": "metrics-proxy-conf", "configMap": {"name": self.metrics_conf.metadata["name"]}},
+                        # Readable by the pod's group only (fsGroup): the token never sits in the env.
+                        {"name": "hub-token", "secret": {"secretName": "hub-token", "defaultMode": 0o440}},
+                        SCRATCH_VOLUME,
                     ],
                 },
             },
@@ -281,7 +348,7 @@ class Serving(pulumi.ComponentResource):
 
     def _scaled_object(self, name: str, args: ServingArgs, zone: str, deploy_name: str, floor: int,
                        ceiling: int, queue_target: int, deployment) -> k8s.apiextensions.CustomResource:
-        ns = args.settings.serving.namespace
+        ns = args.namespace
         query = f'sum(vllm:num_requests_waiting{{namespace="{ns}",pod=~"{deploy_name}-.*"}})'
         return k8s.apiextensions.CustomResource(
             f"{name}-{zone}-burst", api_version="keda.sh/v1alpha1", kind="ScaledObject",
@@ -295,15 +362,22 @@ class Serving(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[deployment, self.keda]))
 
     def _network_policies(self, name: str, args: ServingArgs, opts: pulumi.ResourceOptions) -> list:
-        ns = args.settings.serving.namespace
+        ns = args.namespace
 
         def from_namespace(n: str) -> dict:
             return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": n}}}
 
+        dns = {"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                       "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
+               "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}
         specs = {
-            # Nothing reaches any pod in the namespace unless a policy below (or another
-            # component's) admits it.
+            # Nothing reaches any pod in the namespace, and no pod reaches anything (the instance
+            # metadata service included), unless a policy below (or another component's) admits it.
             "default-deny-ingress": {"podSelector": {}, "policyTypes": ["Ingress"]},
+            "default-deny-egress": {"podSelector": {}, "policyTypes": ["Egress"]},
+            "dns-egress": {"podSelector": {}, "policyTypes": ["Egress"], "egress": [dns]},
+            # vLLM downloads the checkpoint from the model hub over HTTPS.
+            **egress_policies(APP_LABELS, "vllm-hub-egress"),
             "vllm-api-from-gateway": {
                 "podSelector": {"matchLabels": dict(APP_LABELS)}, "policyTypes": ["Ingress"],
                 "ingress": [{"from": [from_namespace(args.gateway_namespace)],

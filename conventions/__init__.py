@@ -17,6 +17,9 @@ AI_GATEWAY_NAMESPACE = "envoy-ai-gateway-system"
 GPU_PLUGIN_NAMESPACE = "nvidia-device-plugin"
 KEDA_NAMESPACE = "keda"
 
+# -- zones ---------------------------------------------------------------------------------------
+ZONE_LETTERS = "abcdefg"        # the zone letters the VPC's subnet layout has a block for (components/network.py)
+
 # -- ports ---------------------------------------------------------------------------------------
 VLLM_API_PORT = 8000                # vLLM's OpenAI API (and, on the same port, its /metrics)
 VLLM_METRICS_PORT = 9400            # /metrics alone, re-exposed by a sidecar so Prometheus cannot call the API

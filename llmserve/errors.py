@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import typer
 
@@ -9,3 +10,23 @@ import typer
 def fail(message: str, code: int = 2) -> "typer.Exit":
     print(f"error: {message}", file=sys.stderr)
     raise typer.Exit(code)
+
+
+def check_output_file(option: str, path: Path) -> Path:
+    """A file the command will write: its folder must exist and it must not be a folder itself.
+    Checked before any work, so a long run never ends in a write error."""
+    if path.is_dir():
+        fail(f"{option}: {path} is a folder; give a file name such as {path / 'plot.png'}")
+    if not path.parent.is_dir():
+        fail(f"{option}: folder {path.parent} does not exist; create it or write elsewhere")
+    return path
+
+
+def check_output_dir(option: str, path: Path) -> Path:
+    """A folder the command will fill: it may not exist yet, but it must not be a file."""
+    if path.exists() and not path.is_dir():
+        fail(f"{option}: {path} is a file; give a folder (it is created when missing)")
+    for parent in path.parents:
+        if parent.exists() and not parent.is_dir():
+            fail(f"{option}: {parent} is a file, so {path} cannot be a folder; give another path")
+    return path

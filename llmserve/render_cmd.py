@@ -8,13 +8,14 @@ dashboards to DIR/grafana/. Secret values never reach disk: each becomes "[secre
 """
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
 
 from . import options
-from .errors import fail
+from .errors import check_output_dir, fail
 
 
 def render(
@@ -25,14 +26,21 @@ def render(
     from offline.render import render as render_files
     from offline.stack import StackError, record_stack
 
+    check_output_dir("--out", out)
     try:
         files = render_files(record_stack(stack, config), out)
     except StackError as exc:
         fail(str(exc))
+    except OSError as exc:     # a folder that cannot be made or written (permissions, a read-only mount)
+        fail(f"--out: cannot write {exc.filename or out}: {exc.strerror}; give a folder you can write")
     print(f"wrote {len(files.manifests)} Kubernetes objects to {out / 'manifests'}")
     print(f"wrote {len(files.helm)} Helm releases to {out / 'helm'}")
     if files.monitoring:
         print(f"wrote {len(files.monitoring)} more files (Prometheus rules, Grafana dashboards) under {out}")
+    if files.leaked:        # preview's safety net: written as [secret], and the render fails so CI sees the bug
+        print(f"error: a secret reaches {len(files.leaked)} resource(s) unwrapped (written as [secret]): "
+              f"{', '.join(files.leaked)}; keep it a Pulumi secret Output", file=sys.stderr)
+        raise typer.Exit(1)
 
 
 def register(app: typer.Typer) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Optional
 
@@ -18,9 +19,11 @@ from sizing.queueing import STATISTICS
 from sizing.report import plan_to_dict, table_rows
 
 from . import options
-from .errors import fail
+from .errors import check_output_file, fail
 
 DEFAULT_REGION = "us-east-1"
+ZONE_NAME = re.compile(r"[a-z]{2}(-gov)?-[a-z]+-\d[a-g]")
+MAX_NODES_PER_ZONE = 64     # as a stack's gpuPools[].nodes: the plan lists every node
 
 
 def size(
@@ -49,22 +52,23 @@ def size(
     plot: Optional[Path] = typer.Option(None, help="Write a PNG: TTFT and TPOT against QPS."),
     sweep: bool = typer.Option(False, help="Rank every feasible (instance, TP, weights) by cost per 1M output tokens."),
 ) -> None:
-    base = _base_request(stack)
-    if qps is not None and concurrency is not None:
-        fail("--qps and --concurrency: give one (open loop) or the other (closed loop), not both")
-    _check_positive({"--qps": qps, "--concurrency": concurrency, "--input-tokens": input_tokens,
-                     "--output-tokens": output_tokens, "--ttft-slo": ttft_slo, "--tpot-slo": tpot_slo,
-                     "--gpu-hour-price": gpu_hour_price, "--tp": tp, "--nodes-per-zone": nodes_per_zone,
-                     "--replicas": replicas})
-    if slo_statistic is not None and slo_statistic not in STATISTICS:
-        fail(f"--slo-statistic: unknown statistic '{slo_statistic}'; choose one of: {', '.join(STATISTICS)}")
+    if plot is not None:
+        check_output_file("--plot", plot)
+    if nodes_per_zone is not None and nodes_per_zone > MAX_NODES_PER_ZONE:
+        fail(f"--nodes-per-zone: at most {MAX_NODES_PER_ZONE} nodes per zone (got {nodes_per_zone})")
+    base, region = _base_request(stack)
+    _check_numbers(qps, concurrency, slo_statistic, {
+        "--qps": qps, "--concurrency": concurrency, "--input-tokens": input_tokens, "--output-tokens": output_tokens,
+        "--ttft-slo": ttft_slo, "--tpot-slo": tpot_slo, "--gpu-hour-price": gpu_hour_price, "--tp": tp,
+        "--nodes-per-zone": nodes_per_zone, "--replicas": replicas})
     catalog = _check_names(model, instance, gpu, profile, {"--weights": weights, "--kv-dtype": kv_dtype})
     workload = _workload(base.workload, qps, concurrency, input_tokens, output_tokens, ttft_slo, tpot_slo,
                          slo_statistic)
     instance_type = instance or (catalog.node_for_gpu(gpu).id if gpu else None)
     req = PlanRequest(
         workload=workload, model=model or base.model, weights=weights or base.weights,
-        kv_dtype=kv_dtype or base.kv_dtype, pools=_pools(base.pools, zones, nodes_per_zone, instance_type),
+        kv_dtype=kv_dtype or base.kv_dtype,
+        pools=_pools(base.pools, zones, nodes_per_zone, instance_type, region),
         tp=tp if tp is not None else base.tp, replicas=replicas if replicas is not None else base.replicas,
         profile=profile or base.profile,
         gpu_hour_price=gpu_hour_price if gpu_hour_price is not None else base.gpu_hour_price,
@@ -77,7 +81,7 @@ def size(
     try:
         result = plan(req)
     except SizingError as exc:
-        fail(f"{_option_label(exc, tp is not None)}{exc}")
+        fail(f"{_option_label(exc, tp is not None) or _load_label(qps, concurrency, stack)}{exc}")
     if plot is not None:
         from .plots import plot_latency_vs_qps
         plot_latency_vs_qps(result, plot)
@@ -88,10 +92,15 @@ def size(
         _print_report(data, plot)
 
 
-def _check_positive(values: dict[str, float | None]) -> None:
+def _check_numbers(qps: float | None, concurrency: int | None, slo_statistic: str | None,
+                   values: dict[str, float | None]) -> None:
+    if qps is not None and concurrency is not None:
+        fail("--qps and --concurrency: give one (open loop) or the other (closed loop), not both")
     for name, value in values.items():
         if value is not None and not (math.isfinite(value) and value > 0):
             fail(f"{name}: must be a finite number greater than 0 (got {value:g})")
+    if slo_statistic is not None and slo_statistic not in STATISTICS:
+        fail(f"--slo-statistic: unknown statistic '{slo_statistic}'; choose one of: {', '.join(STATISTICS)}")
 
 
 def _check_names(model: str | None, instance: str | None, gpu: str | None, profile: str | None,
@@ -136,6 +145,16 @@ def _workload(base: Workload, qps, concurrency, input_tokens, output_tokens, ttf
         fail(str(exc))
 
 
+def _load_label(qps, concurrency, stack: str | None) -> str:
+    """A plan that cannot carry the load names the load it was given (the fix is less load or more
+    nodes or zones, which the message says)."""
+    if qps is not None:
+        return "--qps: "
+    if concurrency is not None:
+        return "--concurrency: "
+    return f"--stack {stack}: " if stack is not None else "reference workload: "
+
+
 def _option_label(exc: SizingError, tp_given: bool) -> str:
     """The prefix naming the option a sizing error concerns; --tp only when the user gave it
     (a TP the planner chose is not the user's to fix)."""
@@ -144,19 +163,22 @@ def _option_label(exc: SizingError, tp_given: bool) -> str:
     return f"{exc.option}: "
 
 
-def _base_request(stack: str | None) -> PlanRequest:
+def _base_request(stack: str | None) -> tuple[PlanRequest, str | None]:
+    """The request to start from and the stack's region (None without a stack)."""
     if stack is None:
-        return PlanRequest(workload=Workload())
+        return PlanRequest(workload=Workload()), None
     from offline.stack import StackError, load_settings
     try:
-        return load_settings(stack).plan_request()
+        settings = load_settings(stack)
+        return settings.plan_request(), settings.region
     except StackError as exc:
         fail(str(exc))
     except SizingError as exc:      # a figure the sizing refuses (nan, inf) in the stack's workload
         fail(f"--stack {stack}: workload: {exc}")
 
 
-def _pools(base: tuple[Pool, ...], zones: str | None, nodes: int | None, instance_type: str | None) -> tuple[Pool, ...]:
+def _pools(base: tuple[Pool, ...], zones: str | None, nodes: int | None, instance_type: str | None,
+           region: str | None) -> tuple[Pool, ...]:
     if zones is None and nodes is None and instance_type is None:
         return base
     itype = instance_type or base[0].instance_type
@@ -166,16 +188,31 @@ def _pools(base: tuple[Pool, ...], zones: str | None, nodes: int | None, instanc
         count = int(zones)
         if not 1 <= count <= 6:
             fail(f"--zones: give 1 to 6 zones (got {count})")
-        names = [f"{DEFAULT_REGION}{chr(ord('a') + i)}" for i in range(count)]
+        names = [f"{region or DEFAULT_REGION}{chr(ord('a') + i)}" for i in range(count)]
     else:
         names = [z.strip() for z in zones.split(",") if z.strip()]
+        if not names:
+            fail("--zones: give a count (2) or zone names (us-east-1a,us-east-1b)")
         if len(set(names)) != len(names):
             fail(f"--zones: a zone is listed twice in '{zones}'")
+        _check_zones(names, region)
     if nodes is None:
         per_zone = {z: sum(p.nodes for p in base if p.zone == z) or 1 for z in names}
     else:
         per_zone = {z: nodes for z in names}
     return tuple(Pool(z, itype, per_zone[z]) for z in names)
+
+
+def _check_zones(names: list[str], region: str | None) -> None:
+    """Zone names of one region: the stack's when a stack is given."""
+    bad = [z for z in names if not ZONE_NAME.fullmatch(z)]
+    if bad:
+        fail(f"--zones: '{bad[0][:40]}' is not a zone name; use names such as us-east-1a")
+    regions = sorted({z[:-1] for z in names})
+    if region is not None and regions != [region]:
+        fail(f"--zones: {', '.join(names)} are not all zones of the stack's region {region}; use e.g. {region}a")
+    if len(regions) > 1:
+        fail(f"--zones: zones of several regions ({', '.join(regions)}); a plan lives in one region")
 
 
 def _print_report(d: dict, plot: Path | None) -> None:

@@ -255,6 +255,14 @@ def run_program(stack: str, raw_config: dict, program: Path = PROGRAM) -> Record
     return recording
 
 
+def leaked_secret_urns(recording: Recording) -> list[str]:
+    """URNs of resources whose inputs hold a (placeholder) secret outside Pulumi's secret wrapping:
+    a bug in the program that would print or store it in the clear."""
+    from .values import redacted
+
+    return [r.urn for r in recording.resources if PLACEHOLDER_PREFIX in json.dumps(redacted(r.inputs), default=str)]
+
+
 def _skip_source_positions() -> None:
     """Registrations carry no source stack traces offline: nothing reads them here, and
     `traceback.extract_stack` on every registration is a fifth of a build (pulumi 3.272, pinned)."""

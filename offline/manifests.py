@@ -10,7 +10,8 @@ from pathlib import Path
 
 import yaml
 
-from .values import manifest_value
+from .engine import PLACEHOLDER_PREFIX
+from .values import manifest_value, scrubbed
 
 NOT_OBJECTS = ("kubernetes:helm.sh/", "kubernetes:yaml/")   # installers, not Kubernetes objects
 
@@ -21,7 +22,7 @@ def kubernetes_objects(recording) -> list[dict]:
     for r in recording.resources:
         if not r.type.startswith("kubernetes:") or r.type.startswith(NOT_OBJECTS):
             continue
-        obj = manifest_value(r.inputs)
+        obj = scrubbed(manifest_value(r.inputs), PLACEHOLDER_PREFIX)    # an unwrapped secret never reaches disk
         metadata = obj.pop("metadata", {})
         if "name" not in metadata:      # auto-named: Pulumi's name (a real apply adds a random suffix)
             metadata = {**metadata, "name": (r.outputs.get("metadata") or {}).get("name", r.name)}

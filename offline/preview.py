@@ -6,12 +6,11 @@ never shown (scrubbed to "[secret]") and it is reported as a mandatory violation
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .engine import PLACEHOLDER_PREFIX
+from .engine import PLACEHOLDER_PREFIX, leaked_secret_urns
 from .values import redacted, scrubbed
 
 LEAKED_SECRET_POLICY = "preview-no-plaintext-secrets"
@@ -54,8 +53,9 @@ def preview_stack(stack: str, config: Path | None = None) -> Preview:
     violations = [dict(v) for v in evaluate(recording, recording.settings.environment)]
     resources = [{"urn": r.urn, "type": r.type, "name": r.name, "id": r.id, "parent": r.parent,
                   "dependencies": list(r.dependencies), "inputs": redacted(r.inputs)} for r in recording.resources]
+    leaked = set(leaked_secret_urns(recording))
     for res in resources:
-        if PLACEHOLDER_PREFIX in json.dumps(res["inputs"], default=str):
+        if res["urn"] in leaked:
             res["inputs"] = scrubbed(res["inputs"], PLACEHOLDER_PREFIX)
             violations.append(_leaked_secret(res["urn"]))
     return Preview(stack=stack, settings=recording.settings, plan=plan_to_dict(recording.plan),

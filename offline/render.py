@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .engine import leaked_secret_urns
 from .manifests import write_each, helm_releases, kubernetes_objects, manifest_name
 from .monitoring_files import write_monitoring_files
 
@@ -17,11 +18,14 @@ class RenderedFiles:
     manifests: list[Path] = field(default_factory=list)
     helm: list[Path] = field(default_factory=list)
     monitoring: list[Path] = field(default_factory=list)
+    leaked: list[str] = field(default_factory=list)     # resources a secret reached unwrapped (written as [secret])
 
 
 def render(recording, out: Path) -> RenderedFiles:
-    """Write the recording's objects, Helm releases and monitoring files under `out`."""
+    """Write the recording's objects, Helm releases and monitoring files under `out`; the same
+    net as preview's catches a secret that lost its wrapping (scrubbed in `kubernetes_objects`)."""
     return RenderedFiles(
+        leaked=[u.rsplit("::", 1)[-1] for u in leaked_secret_urns(recording)],
         manifests=write_each(out / "manifests", kubernetes_objects(recording), manifest_name),
         helm=write_each(out / "helm", helm_releases(recording), lambda r: f"{r['namespace']}_{r['name']}.yaml"),
         monitoring=write_monitoring_files(recording, out),

@@ -36,8 +36,8 @@ def read_config(stack: str, config: Path | None = None) -> dict:
     """The raw `config:` map of stacks/Pulumi.STACK.yaml, or of `config` when given."""
     from settings import SettingsError, read_stack_config, stack_file
 
-    path = config or stack_file(stack)
     try:
+        path = config or stack_file(stack)
         return read_stack_config(path)
     except SettingsError as exc:
         # `--config PATH` already names the file; a stack name does not, so keep the path there.
@@ -82,10 +82,19 @@ def record_stack(stack: str, config: Path | None = None):
     from .engine import run_program
 
     raw = read_config(stack, config)
+    # The stack file itself first: what only the file shows (a secret in plain text) never reaches
+    # the program, which sees config values only through Pulumi's Config.
+    load_settings(stack, config, raw)
     try:
         return run_program(stack, raw)
+    except pulumi.ConfigMissingError as exc:       # a secret the stack file does not set
+        load_stack(stack, config, raw)
+        name = exc.key.partition(":")[2]
+        raise StackError(source_of(stack, config),
+                         [f"{exc.key}: missing; set it with `pulumi config set --secret {name} ...`"]) from None
     except (pulumi.RunError, ValueError) as exc:
         # Say which key is wrong, as every command does: the settings and the plan, checked
         # here only when the program failed, report that; otherwise a component refused.
         load_stack(stack, config, raw)
-        raise StackError(source_of(stack, config), [str(exc).replace("\n", "; ")]) from None
+        raise StackError(source_of(stack, config), ["; ".join(" ".join(line.split()) for line in
+                                                              str(exc).splitlines() if line.strip())]) from None

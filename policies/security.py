@@ -17,6 +17,9 @@ from .resources import (
 from .rules import Rule, resource_rule, stack_rule
 
 RULES: list[Rule] = []
+# More addresses than a /8 on the Kubernetes API is the internet, whatever the CIDRs look like:
+# no office or VPN egress is that large.
+MAX_API_ADDRESSES = 2 ** 24
 
 
 @resource_rule(
@@ -41,6 +44,13 @@ def eks_api_endpoint_restricted(args, report_violation):
     open_to_all = [c for c in cidrs if ipaddress.ip_network(c, strict=False).prefixlen == 0]
     if open_to_all:
         report_violation(f"the EKS API endpoint is open to {', '.join(open_to_all)}")
+        return
+    # Judged by the address space covered, not the literal /0: 0.0.0.0/1 + 128.0.0.0/1 is open too.
+    covered = sum(n.num_addresses for n in ipaddress.collapse_addresses(
+        ipaddress.ip_network(c, strict=False) for c in cidrs if ipaddress.ip_network(c, strict=False).version == 4))
+    if covered > MAX_API_ADDRESSES:
+        report_violation(f"the EKS API endpoint is open to {covered / 2 ** 32:.1%} of IPv4 ({', '.join(cidrs)}), "
+                         f"more than a /{32 - MAX_API_ADDRESSES.bit_length() + 1}; list only your own egress ranges")
 
 
 @resource_rule(
@@ -257,6 +267,38 @@ def routes_behind_auth(args, report_violation):
 def _rate_limits(policy) -> bool:
     limit = get(policy.props, "spec", "rateLimit", default={})
     return bool(as_list(get(limit, "local", "rules", default=[])) or as_list(get(limit, "global", "rules", default=[])))
+
+
+def _per_second(limit) -> float:
+    unit_s = {"Second": 1, "Minute": 60, "Hour": 3600, "Day": 86400}.get(str(get(limit, "unit")), 1)
+    return float(get(limit, "requests", default=0)) / unit_s
+
+
+@stack_rule(
+    RULES, "quotas-within-capacity-after-zone-loss",
+    description="The per-key rate limits of every BackendTrafficPolicy, summed over keys and Envoy proxies, stay "
+                "within the quota budget the program sized (the capacity left after losing a zone times "
+                "gateway.rateLimitShare), so N+1 holds under full quota.",
+    severity=Severity.HIGH,
+    remediation="Lower the per-key limits or the number of keys; with loadTest.enabled the load test's key is "
+                "metered at the fleet's full capacity: run the load test in staging or before prod takes traffic.",
+    tags=("gateway", "capacity", "failure-domains"))
+def quotas_within_capacity_after_zone_loss(args, report_violation):
+    for policy in (r for r in args.resources if r.resource_type == BACKEND_TRAFFIC_POLICY):
+        notes = as_dict(get(policy.props, "metadata", "annotations", default={}))
+        budget, proxies = notes.get("llm-serving.io/quota-budget-qps"), notes.get("llm-serving.io/proxies")
+        rules = as_list(get(policy.props, "spec", "rateLimit", "local", "rules", default=[]))
+        if budget is None or proxies is None or not rules:
+            continue
+        per_key = {str(get(r, "clientSelectors", 0, "headers", 0, "value", default="?")): _per_second(get(r, "limit"))
+                   for r in rules}
+        total = sum(per_key.values()) * int(proxies)
+        if total > float(budget) * 1.0001:
+            top = max(per_key, key=per_key.get)
+            report_violation(f"BackendTrafficPolicy {k8s_name(policy.props, policy.name)}: quotas sum to "
+                             f"{total:.2f} QPS over {proxies} proxies, above the {float(budget):.2f} QPS the "
+                             f"capacity left after a zone loss allows (key {top}: {per_key[top]:.2f} QPS per proxy)",
+                             policy.urn)
 
 
 @stack_rule(

@@ -5,6 +5,8 @@ Errors come back as `SettingsError`: one line per problem, each naming the key
 """
 from __future__ import annotations
 
+import difflib
+import math
 import re
 from pathlib import Path
 
@@ -16,10 +18,15 @@ from sizing.model import Shape, SizingError, check_shape
 from sizing.planner import candidate_tps
 from sizing.profiles import get_profile
 
-from .schema import ALL_SECRET_KEYS, NAMESPACE, StackSettings
+from .schema import ALL_SECRET_KEYS, MAX_API_KEYS, NAMESPACE, ZONE_LETTERS, StackSettings, _Strict
 
 STACKS_DIR = Path(__file__).resolve().parent.parent / "stacks"
 REGION_KEY = "aws:region"
+STACK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")    # Pulumi's stack name characters
+MAX_STACK_FILE_BYTES = 1_000_000
+# The accuracy gate's key takes what the tenants' quotas leave: at least 5% of the capacity after a loss.
+MAX_TENANT_SHARE_WITH_GATE = 0.95
+MAX_DEPTH = 20           # deeper than any stack file needs; bounds recursion over hostile input
 
 
 class SettingsError(ValueError):
@@ -29,29 +36,84 @@ class SettingsError(ValueError):
 
 
 def stack_file(stack: str, stacks_dir: Path = STACKS_DIR) -> Path:
+    if not STACK_NAME.fullmatch(stack):
+        raise SettingsError([f"'{stack[:60]}' is not a stack name; use letters, digits, '-', '_' and '.'"])
     return stacks_dir / f"Pulumi.{stack}.yaml"
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one map (YAML 1.2 forbids it; PyYAML keeps the last)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                duplicate = key in seen
+                seen.add(key)
+            except TypeError:        # an unhashable key: the base loader reports it
+                break
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key '{key}' appears twice; keep one",
+                    key_node.start_mark)
+        return super().construct_mapping(node, deep)
+
+
+def _text(path: Path) -> str:
+    if path.is_dir():
+        raise SettingsError([f"{path}: is a folder; --config takes a stack file (Pulumi.<stack>.yaml)"])
+    if not path.exists():
+        raise SettingsError([f"{path}: no such stack file; create it or pass --config PATH"])
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise SettingsError([f"{path}: cannot be read ({exc.strerror}); check the path and its permissions"]) from None
+    if len(data) > MAX_STACK_FILE_BYTES:
+        raise SettingsError([f"{path}: {len(data):,} bytes; a stack file is at most {MAX_STACK_FILE_BYTES:,}"])
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SettingsError([f"{path}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
+                             "save it as UTF-8"]) from None
 
 
 def read_stack_config(path: Path) -> dict:
     """The raw `config:` map of a stack file (namespaced keys, secure values left as they are)."""
-    if not path.exists():
-        raise SettingsError([f"{path}: no such stack file; create it or pass --config PATH"])
+    text = _text(path)
     try:
-        doc = yaml.safe_load(path.read_text()) or {}
+        doc = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as exc:
-        raise SettingsError([f"{path}: not valid YAML ({exc.__class__.__name__}: {exc})"]) from None
-    config = doc.get("config")
+        where = getattr(exc, "problem_mark", None)
+        at = f" at line {where.line + 1}" if where is not None else ""
+        problem = getattr(exc, "problem", None) or exc.__class__.__name__
+        raise SettingsError([f"{path}: not valid YAML{at}: {problem}"]) from None
+    except RecursionError:
+        raise SettingsError([f"{path}: nested too deeply; a stack file is a flat config: map"]) from None
+    config = doc.get("config") if isinstance(doc, dict) else None
     if not isinstance(config, dict):
         raise SettingsError([f"{path}: needs a top-level 'config:' map of llm-serving: keys"])
+    bad = [k for k in config if not isinstance(k, str)]
+    if bad:
+        raise SettingsError([f"{path}: config key {bad[0]!r} is not a name; keys look like llm-serving:workload"])
     return config
+
+
+# Namespaces a stack file may hold besides ours: Pulumi's providers read these.
+OTHER_NAMESPACES = ("aws", "pulumi", "kubernetes")
 
 
 def settings_from_config(stack: str, config: dict) -> StackSettings:
     """Validate a namespaced config map (as in the stack file) into settings."""
     body: dict = {"stack": stack}
-    problems = []
+    problems = [p for key, value in config.items() for p in _non_finite(str(key), value)]
+    if problems:       # reported alone: pydantic would name the same values again
+        raise SettingsError(problems)
     for key, value in config.items():
-        ns, _, name = key.partition(":")
+        if not isinstance(key, str):
+            problems.append(f"config: key {key!r} is not a name; keys look like {NAMESPACE}:workload")
+            continue
+        ns, colon, name = key.partition(":")
         if key == REGION_KEY:
             body["region"] = value
         elif ns == NAMESPACE:
@@ -61,6 +123,10 @@ def settings_from_config(stack: str, config: dict) -> StackSettings:
                                     f"`pulumi config set --secret {name} ...`")
                 continue
             body[name] = value
+        elif not colon:
+            problems.append(f"{key}: a config key needs its namespace; did you mean {NAMESPACE}:{key}?")
+        elif ns not in OTHER_NAMESPACES and _near(ns, NAMESPACE):
+            problems.append(f"{key}: unknown namespace '{ns}'; did you mean {NAMESPACE}:{name}?")
     if "region" not in body:
         problems.append(f"{REGION_KEY}: missing; set the stack's AWS region, e.g. `aws:region: us-east-1`")
         body["region"] = "missing"
@@ -69,6 +135,8 @@ def settings_from_config(stack: str, config: dict) -> StackSettings:
     except ValidationError as exc:
         problems.extend(_pydantic_problems(exc))
         raise SettingsError(problems) from None
+    except RecursionError:
+        raise SettingsError(problems + [f"{NAMESPACE}: a value is nested too deeply; check the stack file"]) from None
     problems.extend(semantic_problems(settings))
     if problems:
         raise SettingsError(problems)
@@ -78,6 +146,29 @@ def settings_from_config(stack: str, config: dict) -> StackSettings:
 def load_stack(stack: str, config_path: Path | None = None) -> StackSettings:
     path = config_path or stack_file(stack)
     return settings_from_config(stack, read_stack_config(path))
+
+
+def key_part(name) -> str:
+    """One step of a key path: `.name` for a plain name, `['odd name']` for anything else."""
+    text = str(name)
+    return f".{text}" if re.fullmatch(r"[A-Za-z0-9_-]+", text) else f"[{text[:40]!r}]"
+
+
+def _near(word: str, target: str) -> bool:
+    return word.lower() == target or difflib.SequenceMatcher(None, word.lower(), target).ratio() >= 0.75
+
+
+def _non_finite(path: str, value, depth: int = 0) -> list[str]:
+    """NaN and infinity (YAML's .nan, .inf) pass every `<= 0` check: refuse them wherever they appear."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return [f"{path}: {value} is not a finite number; give a finite value"]
+    if depth > MAX_DEPTH:
+        return [f"{path}: nested more than {MAX_DEPTH} levels deep; a stack value never is"]
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in _non_finite(f"{path}{key_part(k)}", v, depth + 1)]
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in _non_finite(f"{path}[{i}]", v, depth + 1)]
+    return []
 
 
 # -- checks that span keys -------------------------------------------------------------------
@@ -94,6 +185,9 @@ def semantic_problems(s: StackSettings) -> list[str]:
         if region_ok and not (pool.zone.startswith(region) and re.fullmatch(r"[a-z]", pool.zone[len(region):])):
             problems.append(f"{key}.zone: '{pool.zone}' is not a zone of the stack's region {region}; "
                             f"use a zone such as {region}a")
+        elif region_ok and pool.zone[len(region):] not in ZONE_LETTERS:
+            problems.append(f"{key}.zone: the subnet layout covers zones {region}a to {region}{ZONE_LETTERS[-1]}; "
+                            "use one of those")
         label = pool.name or pool.zone
         if label in names:
             problems.append(f"{key}: a second pool named '{label}'; give each pool in a zone its own name")
@@ -110,6 +204,13 @@ def semantic_problems(s: StackSettings) -> list[str]:
             problems.append(f"{key}.capacityBlock: give id (a block you hold, cr-...) or purchase: true")
         if cb and cb.id and cb.purchase:
             problems.append(f"{key}.capacityBlock: set id or purchase, not both")
+    if s.accuracy_gate_enabled and s.gateway.rateLimitShare > MAX_TENANT_SHARE_WITH_GATE:
+        problems.append(f"{NAMESPACE}:gateway.rateLimitShare: {s.gateway.rateLimitShare:g} leaves the accuracy gate's "
+                        f"own key less than {1 - MAX_TENANT_SHARE_WITH_GATE:.0%} of the capacity; use at most "
+                        f"{MAX_TENANT_SHARE_WITH_GATE:g}, or set accuracyGate.enabled: false")
+    if s.loadTest.enabled and s.workload.qps is None:
+        problems.append(f"{NAMESPACE}:loadTest.enabled: the workload is closed-loop (concurrency); the rate "
+                        "sweep needs workload.qps, or set loadTest.enabled: false")
     types = {p.instanceType for p in s.gpuPools}
     if len(types) > 1:
         problems.append(f"{NAMESPACE}:gpuPools: pools mix instance types ({', '.join(sorted(types))}); "
@@ -146,6 +247,44 @@ def semantic_problems(s: StackSettings) -> list[str]:
     return problems
 
 
+# Messages for lists of the wrong length, where pydantic's own does not say what to do.
+LENGTH_FIXES = {
+    ("gatewayAllowedCidrs", "too_short"): "empty would open the load balancer to everyone; list the client CIDRs, "
+                                          "or [\"0.0.0.0/0\"] to open it on purpose",
+    ("apiAllowedCidrs", "too_short"): "list the CIDRs that may reach the Kubernetes API (your office or VPN egress)",
+    ("gateway.apiKeyNames", "too_short"): "name at least one API key; every route needs one",
+    ("gateway.apiKeyNames", "too_long"): f"at most {MAX_API_KEYS} keys (Envoy Gateway's limit on local "
+                                         "rate-limit rules); share keys between teams",
+    ("accuracyGate.tasks", "too_short"): "an empty task list would pass without checking anything; list at least "
+                                         "one task, or set accuracyGate.enabled: false",
+    ("gpuPools", "too_short"): "give at least one GPU pool",
+}
+
+
+def _fields_at(loc: list[str]) -> list[str]:
+    """The field names of the settings model that holds the key at `loc` (for a suggestion)."""
+    model = StackSettings
+    for part in loc[:-1]:
+        field = model.model_fields.get(part)
+        if field is None:
+            continue          # an index into a list of models
+        annotation = field.annotation
+        for candidate in (annotation, *getattr(annotation, "__args__", ())):
+            if isinstance(candidate, type) and issubclass(candidate, _Strict):
+                model = candidate
+                break
+            inner = getattr(candidate, "__args__", ())
+            if inner and isinstance(inner[0], type) and issubclass(inner[0], _Strict):
+                model = inner[0]
+                break
+    return [f for f in model.model_fields if f not in ("stack", "region")]
+
+
+def _suggest(loc: list[str]) -> str:
+    close = difflib.get_close_matches(loc[-1], _fields_at(loc), n=1, cutoff=0.6)
+    return f"did you mean {close[0]}?" if close else "check its spelling against stacks/README.md"
+
+
 def _pydantic_problems(exc: ValidationError) -> list[str]:
     out = []
     errors = exc.errors()
@@ -162,15 +301,18 @@ def _pydantic_problems(exc: ValidationError) -> list[str]:
             head, rest = loc[0], loc[1:]
             key = REGION_KEY if head == "region" else f"{NAMESPACE}:{head}"
             for part in rest:
-                key += f"[{part}]" if part.isdigit() else f".{part}"
+                key += f"[{part}]" if part.isdigit() else key_part(part)
         msg = err["msg"]
         ctx_err = (err.get("ctx") or {}).get("error")
         if isinstance(ctx_err, CatalogError):
             msg = str(ctx_err)
         elif msg.startswith("Value error, "):
             msg = msg[len("Value error, "):]
+        fix = LENGTH_FIXES.get((".".join(p for p in loc if not p.isdigit()), err["type"]))
+        if fix:
+            msg = fix
         if err["type"] == "extra_forbidden":
-            msg = "unknown key; check its spelling against stacks/README.md"
+            msg = "unknown key; " + _suggest(loc)
         elif err["type"] == "missing":
             msg = "required; add it to the stack config"
         out.append(f"{key}: {msg}")

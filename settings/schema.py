@@ -7,15 +7,19 @@ with `Config.require_secret`, so they stay Pulumi secrets end to end.
 from __future__ import annotations
 
 import ipaddress
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+import conventions
 from conventions import PROJECT, SERVING_NAMESPACE
 from sizing.catalog import CatalogError, load_catalog
 from sizing.model import Workload
 from sizing.planner import PlanRequest, Pool
 from sizing.profiles import load_profiles
+
+from .names import RESERVED_NAMESPACES, dns_label, dns_subdomain, private_cidr, role_arn, secret_key
+from .names import checkpoint as valid_checkpoint, hostname as valid_hostname, system_instance_type, tag
 
 NAMESPACE = PROJECT    # the config namespace (llm-serving:<key>) and the cluster name prefix
 SECRET_KEYS = ("hubToken", "apiKeys", "grafanaAdminPassword")
@@ -26,10 +30,26 @@ LETS_ENCRYPT = "https://acme-v02.api.letsencrypt.org/directory"
 # EKS versions the stack accepts: in EKS standard support on the prices' date (2026-11) and in
 # Envoy Gateway v1.9's compatibility matrix (v1.33-v1.36). See the README to move to the next.
 KUBERNETES_VERSIONS = ("1.34", "1.35")     # 1.34: standard support to 2026-12-02; 1.35: to 2027-03-27
+GATE_KEY_NAME = "accuracy-gate"   # the accuracy gate's own client id at the gateway (not a tenant's)
+MAX_API_KEYS = 16          # Envoy Gateway's BackendTrafficPolicy takes at most 16 local rate-limit rules
+ZONE_LETTERS = conventions.ZONE_LETTERS   # the subnet layout (components/network.py) has a block for each
+# The score each supported accuracy task is judged on (lm-eval 0.4.13 task configs: metric,filter).
+ACCURACY_TASK_METRICS = {
+    "gsm8k": "exact_match,strict-match",
+    "gsm8k_cot": "exact_match,strict-match",
+    "mmlu_pro": "exact_match,custom-extract",
+}
+
+K8sLabelName = Annotated[str, AfterValidator(dns_label)]
+Hostname = Annotated[str, AfterValidator(valid_hostname)]
+ApiKeyName = Annotated[str, AfterValidator(secret_key)]
+RoleArn = Annotated[str, AfterValidator(role_arn)]
+Score = Annotated[float, Field(ge=0, le=1)]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    # allow_inf_nan=False: NaN and infinity pass every `<= 0` check, so no float field takes them.
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False)
 
 
 class WorkloadSettings(_Strict):
@@ -53,13 +73,18 @@ class ModelSettings(_Strict):
     weights: Literal["fp8", "bf16", "fp16"] = "fp8"
     kvCacheDtype: Literal["fp8", "bf16", "fp16"] = "bf16"
     tensorParallel: int | None = Field(None, ge=1)
-    checkpoint: str | None = None      # overrides the catalog's prequantized checkpoint
+    checkpoint: str | None = None      # overrides the catalog's prequantized checkpoint (a hub id or /models/...)
 
     @field_validator("id")
     @classmethod
     def _known(cls, v: str) -> str:
         load_catalog().model(v)
         return v
+
+    @field_validator("checkpoint")
+    @classmethod
+    def _checkpoint(cls, v: str | None) -> str | None:
+        return None if v is None else valid_checkpoint(v)
 
 
 class CapacityBlock(_Strict):
@@ -107,6 +132,7 @@ class NetworkSettings(_Strict):
     @classmethod
     def _cidr(cls, v: str) -> str:
         net = ipaddress.ip_network(v, strict=True)
+        private_cidr(v)
         if not 16 <= net.prefixlen <= 20:
             # AWS allows /16 at most; below /20 each zone's private subnet (an eighth of the VPC)
             # has too few addresses for the VPC CNI, which gives every pod a VPC address.
@@ -115,12 +141,12 @@ class NetworkSettings(_Strict):
 
 
 class SystemNodeSettings(_Strict):
-    instanceType: str = "m7i.2xlarge"
+    instanceType: Annotated[str, AfterValidator(system_instance_type)] = "m7i.2xlarge"
     nodesPerZone: int = Field(1, ge=1, le=10)
 
 
 class GatewaySettings(_Strict):
-    hostname: str = "llm.example.com"
+    hostname: Hostname = "llm.example.com"
     # acme: cert-manager issues the certificate over Route 53 DNS-01 and external-dns publishes
     # the name, both in `hostedZoneId`; provided: the tlsCertificate/tlsPrivateKey secrets.
     certificate: Literal["acme", "provided"] = "acme"
@@ -129,8 +155,19 @@ class GatewaySettings(_Strict):
     acmeServer: str = LETS_ENCRYPT
     tlsSecretName: str = Field("llm-gateway-tls", pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
     inferenceExtension: bool = True
-    apiKeyNames: tuple[str, ...] = ("default",)   # one rate-limit share per key; values are secrets
+    # one rate-limit share per key; values are secrets
+    apiKeyNames: tuple[ApiKeyName, ...] = Field(("default",), min_length=1, max_length=MAX_API_KEYS)
     rateLimitShare: float = Field(0.9, gt=0, le=1)  # of the capacity after a zone loss
+
+    @field_validator("apiKeyNames")
+    @classmethod
+    def _unique(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        repeated = sorted({k for k in v if v.count(k) > 1})
+        if GATE_KEY_NAME in v:
+            raise ValueError(f"{GATE_KEY_NAME} is the accuracy gate's own key; name the tenant's key otherwise")
+        if repeated:
+            raise ValueError(f"{', '.join(repeated)} named more than once; give each key its own name")
+        return v
 
     @model_validator(mode="after")
     def _certificate_source(self):
@@ -147,14 +184,32 @@ class GatewaySettings(_Strict):
 
 class ServingSettings(_Strict):
     burstScaling: bool = False               # KEDA into the nodes' idle GPUs
-    namespace: str = SERVING_NAMESPACE
+    namespace: K8sLabelName = SERVING_NAMESPACE
+
+    @field_validator("namespace")
+    @classmethod
+    def _own_namespace(cls, v: str) -> str:
+        if v in RESERVED_NAMESPACES or v.startswith("kube-"):
+            raise ValueError(f"'{v}' belongs to the cluster or another component; use a namespace of its own, "
+                             f"e.g. {SERVING_NAMESPACE}")
+        return v
 
 
 class AccuracyGateSettings(_Strict):
     enabled: bool | None = None              # default: on in staging and prod
-    tasks: tuple[str, ...] = ("gsm8k", "mmlu_pro")
-    baseline: dict[str, float] = Field(default_factory=lambda: {"gsm8k": 0.93, "mmlu_pro": 0.69})
+    tasks: tuple[str, ...] = Field(("gsm8k", "mmlu_pro"), min_length=1)
+    baseline: dict[str, Score] = Field(default_factory=lambda: {"gsm8k": 0.93, "mmlu_pro": 0.69})
     maxDrop: float = Field(0.01, gt=0, lt=1)
+
+    @field_validator("tasks")
+    @classmethod
+    def _known_tasks(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = [t for t in v if t not in ACCURACY_TASK_METRICS]
+        if unknown:
+            raise ValueError(f"no known metric for {', '.join(unknown)}; supported: {', '.join(ACCURACY_TASK_METRICS)}")
+        if len(set(v)) != len(v):
+            raise ValueError("a task is listed twice; list each once")
+        return v
 
     @model_validator(mode="after")
     def _baselines(self):
@@ -183,7 +238,9 @@ class StackSettings(_Strict):
     sizing: SizingSettings = SizingSettings()
     kubernetesVersion: Literal[KUBERNETES_VERSIONS] = "1.35"
     apiAllowedCidrs: tuple[str, ...] = Field(min_length=1)
-    gatewayAllowedCidrs: tuple[str, ...] = ("0.0.0.0/0",)
+    # Who may reach the gateway's load balancer. Open to all only when said so: ["0.0.0.0/0"];
+    # an empty list would render an empty loadBalancerSourceRanges, which Kubernetes reads as open.
+    gatewayAllowedCidrs: tuple[str, ...] = Field(("0.0.0.0/0",), min_length=1)
     tags: dict[str, str] = Field(default_factory=dict)
     network: NetworkSettings = NetworkSettings()
     systemNodes: SystemNodeSettings = SystemNodeSettings()
@@ -191,13 +248,21 @@ class StackSettings(_Strict):
     serving: ServingSettings = ServingSettings()
     accuracyGate: AccuracyGateSettings = AccuracyGateSettings()
     loadTest: LoadTestSettings = LoadTestSettings()
-    adminRoleArns: tuple[str, ...] = ()
+    adminRoleArns: tuple[RoleArn, ...] = ()
 
     @field_validator("apiAllowedCidrs", "gatewayAllowedCidrs")
     @classmethod
     def _cidrs(cls, v: tuple[str, ...]) -> tuple[str, ...]:
         for c in v:
-            ipaddress.ip_network(c, strict=True)
+            if ipaddress.ip_network(c, strict=True).version != 4:
+                raise ValueError(f"{c}: use IPv4 CIDRs (the cluster and its load balancer are IPv4)")
+        return v
+
+    @field_validator("tags")
+    @classmethod
+    def _tags(cls, v: dict[str, str]) -> dict[str, str]:
+        for key, value in v.items():
+            tag(key, value)
         return v
 
     @field_validator("replicas")

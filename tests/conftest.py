@@ -28,7 +28,6 @@ def upstream_file():
     return upstream_path
 
 
-
 def _record(stack: str, overrides: dict | None = None, config: dict | None = None):
     from offline.engine import run_program
     raw = with_overrides(config if config is not None else stack_config(stack), overrides)

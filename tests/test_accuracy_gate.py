@@ -10,7 +10,9 @@ from types import SimpleNamespace
 import pytest
 
 from components import accuracy_check
-from components.accuracy_gate import GATE_TIMEOUT_S, LM_EVAL, PYTHON_IMAGE, gate_spec, rollout_digest
+from components.accuracy_gate import GATE_TIMEOUT_S, LM_EVAL, PYTHON_IMAGE, GateJob, gate_spec, rollout_digest
+from components.api_keys import gate_key
+from components.gateway import gate_rate_limit
 from offline.engine import unwrap
 from offline.manifests import kubernetes_objects
 from tests.k8s_schema import validate
@@ -90,17 +92,16 @@ def test_every_task_needs_a_baseline():
     assert "tasks mmlu_pro have no BF16 baseline; add them to baseline" in str(exc.value)
 
 
-def test_a_task_without_a_known_metric_is_refused():
-    settings = settings_for("prod", {"accuracyGate": {"tasks": ["hellaswag"], "baseline": {"hellaswag": 0.85}}})
-    with pytest.raises(ValueError) as exc:
-        gate_spec(settings)
-    assert str(exc.value) == ("accuracyGate.tasks: no known metric for hellaswag; "
-                              "supported: gsm8k, gsm8k_cot, mmlu_pro")
+def test_a_task_without_a_known_metric_is_refused_by_the_settings():
+    with pytest.raises(SettingsError) as exc:
+        settings_for("prod", {"accuracyGate": {"tasks": ["hellaswag"], "baseline": {"hellaswag": 0.85}}})
+    assert exc.value.problems == ["llm-serving:accuracyGate.tasks: no known metric for hellaswag; "
+                                  "supported: gsm8k, gsm8k_cot, mmlu_pro"]
 
 
 def test_the_gate_judges_the_configured_tasks_baselines_and_margin():
     settings = settings_for("prod", {"accuracyGate": {"tasks": ["gsm8k"], "baseline": {"gsm8k": 0.9}, "maxDrop": 0.02}})
-    assert gate_spec(settings) == {"max_drop": 0.02,
+    assert gate_spec(settings.accuracyGate) == {"max_drop": 0.02,
                                    "tasks": {"gsm8k": {"metric": "exact_match,strict-match", "baseline": 0.9}}}
 
 
@@ -112,8 +113,9 @@ def test_the_gate_judges_the_configured_tasks_baselines_and_margin():
 def test_a_new_rollout_or_new_thresholds_run_the_gate_again(overrides):
     base = settings_for("prod")
     changed = settings_for("prod", overrides)
-    assert rollout_digest(make_plan(base.plan_request()), base) != \
-        rollout_digest(make_plan(changed.plan_request()), changed)
+    base_plan, changed_plan = make_plan(base.plan_request()), make_plan(changed.plan_request())
+    assert rollout_digest(base_plan, GateJob.for_stack(base_plan, base)) != \
+        rollout_digest(changed_plan, GateJob.for_stack(changed_plan, changed))
 
 
 # -- the Job in the program ------------------------------------------------------------------------------
@@ -138,7 +140,13 @@ def test_the_job_is_awaited_and_fails_on_the_first_failed_check(recorded):
     assert "pulumi.com/skipAwait" not in annotations
     assert annotations["pulumi.com/replaceUnready"] == "true"
     assert job["spec"]["backoffLimit"] == 0
-    assert job["spec"]["activeDeadlineSeconds"] == GATE_TIMEOUT_S
+    # Long enough for every question at the gate's own quota, never under GATE_TIMEOUT_S.
+    settings = settings_for("prod")
+    plan = make_plan(settings.plan_request())
+    limit = gate_rate_limit(plan, settings.gateway.rateLimitShare, 2)
+    questions = 1319 + 12032                       # gsm8k and mmlu_pro test splits
+    gate_qps = limit.requests * 2 / limit.unit_s   # its buckets on both proxies
+    assert job["spec"]["activeDeadlineSeconds"] >= max(GATE_TIMEOUT_S, questions / gate_qps)
 
 
 def test_the_job_runs_after_the_serving_rollout_and_the_gateway(recorded):
@@ -152,13 +160,16 @@ def test_the_job_runs_after_the_serving_rollout_and_the_gateway(recorded):
 
 def test_the_job_runs_pinned_lm_eval_and_ships_the_tested_check(recorded):
     res = gate_resources(recorded("prod"))
-    container = res[JOB].inputs["spec"]["template"]["spec"]["containers"][0]
+    pod = res[JOB].inputs["spec"]["template"]["spec"]
+    container, (install,) = pod["containers"][0], pod["initContainers"]
     assert container["image"] == PYTHON_IMAGE and ":" in PYTHON_IMAGE and "latest" not in PYTHON_IMAGE
     assert "==" in LM_EVAL
     data = res["kubernetes:core/v1:ConfigMap"].inputs["data"]
     assert data["accuracy_check.py"] == Path(accuracy_check.__file__).read_text()
-    assert json.loads(data["gate.json"]) == gate_spec(settings_for("prod"))
-    assert f"'{LM_EVAL}'" in data["run.sh"]
+    assert json.loads(data["gate.json"]) == gate_spec(settings_for("prod").accuracyGate)
+    # The install runs in the init container, which sees no secret; the gate installs nothing.
+    assert install["command"][:2] == ["pip", "install"] and LM_EVAL in install["command"]
+    assert "valueFrom" not in json.dumps(install) and "pip" not in data["run.sh"]
     assert "base_url=https://llm.example.com/v1/completions" in data["run.sh"]
     assert {e["name"] for e in container["env"]} >= {"OPENAI_API_KEY"}
 
@@ -166,7 +177,11 @@ def test_the_job_runs_pinned_lm_eval_and_ships_the_tested_check(recorded):
 def test_the_key_reaches_kubernetes_only_as_a_secret(recorded):
     res = gate_resources(recorded("prod"))
     string_data = res["kubernetes:core/v1:Secret"].inputs["stringData"]
-    assert unwrap(string_data)["api-key"] == "offline-preview-secret-apiKeys-team-a"
+    # The gate's own key (derived from the apiKeys secret), not a tenant's.
+    api_keys = json.dumps({"team-a": "offline-preview-secret-apiKeys-team-a",
+                           "team-b": "offline-preview-secret-apiKeys-team-b"})
+    assert unwrap(string_data)["api-key"] == gate_key(api_keys)
+    assert unwrap(string_data)["api-key"] not in api_keys
     assert "offline-preview-secret" not in json.dumps(res[JOB].inputs)
     assert "offline-preview-secret" not in json.dumps(res["kubernetes:core/v1:ConfigMap"].inputs)
 
@@ -174,6 +189,6 @@ def test_the_key_reaches_kubernetes_only_as_a_secret(recorded):
 def test_the_rendered_objects_are_valid_kubernetes(recorded):
     res = gate_resources(recorded("prod"))
     objects = kubernetes_objects(SimpleNamespace(resources=[r for t, r in res.items() if t.startswith("kubernetes:")]))
-    assert len(objects) == 3
+    assert len(objects) == 4        # Secret, ConfigMap, egress NetworkPolicy, Job
     for obj in objects:
         validate(obj, "1.33")

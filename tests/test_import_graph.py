@@ -10,7 +10,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("conventions", "sizing", "settings", "components", "observability", "policies", "simulator",
-            "offline", "twin", "llmserve")
+            "offline", "twin", "proving", "llmserve")
 CLI = "llmserve"
 LIBRARIES = tuple(p for p in PACKAGES if p != CLI)
 # Which parts each part may import (besides itself and third-party code): the layers of the README.
@@ -24,6 +24,7 @@ ALLOWED = {
     "policies": {"conventions"},
     "offline": {"conventions", "sizing", "settings", "observability", "policies"},
     "twin": {"conventions", "sizing", "settings", "observability", "simulator"},
+    "proving": {"conventions", "sizing", "settings", "simulator"},     # the load-test report and its verdict
     "llmserve": set(PACKAGES) - {"llmserve"},
 }
 

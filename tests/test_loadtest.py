@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from components.loadtest import GUIDELLM_IMAGE, loadtest_rates
 from llmserve.cli import app
 from offline.engine import is_secret, unwrap
-from llmserve.loadtest_cmd import Benchmark, Report, ReportError, Stat, assess, parse_report, read_report
+from proving.loadtest_report import Benchmark, Report, ReportError, Stat, assess, parse_report, read_report
 from offline.manifests import kubernetes_objects
 from tests.k8s_schema import validate
 from settings import load_stack
@@ -62,11 +62,36 @@ def test_achieved_rate_is_the_successful_requests_per_second(sample):
         b["metrics"]["requests_per_second"]["successful"]["mean"] for b in raw["benchmarks"]]
 
 
+def _nest(depth: int):
+    value: object = 1
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
 @pytest.mark.parametrize("mutate, message", [
     (lambda d: d["metadata"].update(version=1), "report schema version 1; this parser reads version 2 (GuideLLM 0.8)"),
-    (lambda d: d.pop("metadata"), "missing key metadata.version"),
+    (lambda d: d.pop("metadata"), "metadata: missing"),
     (lambda d: d["benchmarks"][1]["metrics"].pop("inter_token_latency_ms"),
-     "benchmarks[1]: missing key inter_token_latency_ms.successful"),
+     "benchmarks[1].metrics.inter_token_latency_ms: missing"),
+    (lambda d: d.update(benchmarks=7), "benchmarks: Input should be a valid list"),
+    (lambda d: d.update(benchmarks=["x"]), "benchmarks[0]: Input should be a valid dictionary"),
+    (lambda d: d["benchmarks"][0]["config"]["strategy"].update(rate="fast"),
+     "benchmarks[0].config.strategy.rate: Input should be a valid number"),
+    (lambda d: d["benchmarks"][0]["config"]["strategy"].update(rate="2"),
+     "benchmarks[0].config.strategy.rate: Input should be a valid number"),
+    (lambda d: d["benchmarks"][0]["config"]["strategy"].update(rate=float("inf")),
+     "benchmarks[0].config.strategy.rate: Input should be a finite number"),
+    (lambda d: d["benchmarks"][0]["config"]["strategy"].update(rate=-1),
+     "benchmarks[0].config.strategy.rate: Input should be greater than 0"),
+    (lambda d: d["benchmarks"][0]["config"]["strategy"].pop("rate"),
+     "benchmarks[0].config.strategy: a constant strategy needs its offered rate"),
+    (lambda d: d["benchmarks"][1]["metrics"]["requests_per_second"].update(successful=[1, 2]),
+     "benchmarks[1].metrics.requests_per_second.successful: Input should be a valid dictionary or instance of "
+     "Distribution"),
+    (lambda d: d["benchmarks"][0]["metrics"]["request_totals"].update(errored=_nest(3000)),
+     "benchmarks[0].metrics.request_totals.errored: Input should be a valid integer"),
+    (lambda d: d["config"].update(spec="x"), "config.spec: Input should be a valid dictionary or instance of Spec"),
 ])
 def test_a_report_this_parser_cannot_read_says_why(sample, mutate, message):
     data = json.loads(sample.read_text())
@@ -112,6 +137,23 @@ def test_the_plan_fails_on_the_check_that_breaks(prod_plan, steps, failed, detai
     assert [(c["name"], c["detail"]) for c in broken][0] == (failed, detail)
 
 
+def short(rate: float, achieved: float, ttft: float = 120, tpot: float = 17) -> Benchmark:
+    b = step(rate, ttft, tpot)
+    return Benchmark(b.strategy, rate, achieved, b.duration_s, b.successful, b.errored, b.incomplete,
+                     b.ttft_ms, b.tpot_ms, b.e2e_ms)
+
+
+@pytest.mark.parametrize("steps, holds, capacity", [
+    ([short(10, 3.0), step(20, 300, 30)], False, 20),     # the planned step achieved 30% of its rate
+    ([short(10, 9.0), short(24, 22.0)], True, 22.0),       # 90%+ counts; capacity is what was achieved
+    ([step(10, 120, 17), short(20, 11.0)], False, 10),     # a short step adds no capacity: 10 left 5 after loss
+])
+def test_a_step_counts_only_at_the_rate_it_achieved(prod_plan, steps, holds, capacity):
+    v = verdict(prod_plan, *steps)
+    assert v["holds"] is holds
+    assert v["measured"]["capacity_qps"] == capacity
+
+
 def test_a_sweep_that_never_broke_the_slos_gives_a_lower_bound(prod_plan):
     v = verdict(prod_plan, step(10, 120, 17), step(16, 200, 25))
     assert v["measured"]["capacity_reached"] is False
@@ -123,11 +165,14 @@ def run(*args: str):
     return CliRunner().invoke(app, ["loadtest-report", *args])
 
 
-def test_dev_plan_holds_on_the_sample(sample):
+def test_the_sample_does_not_prove_the_dev_plan_its_steps_fell_short_of_their_rates(sample):
+    """The capture sent 2 requests in 5 s at "2 QPS": 0.40 QPS achieved is not a test of 2 QPS."""
     result = run(str(sample), "--stack", "dev")
-    assert result.exit_code == 0, result.stderr
+    assert result.exit_code == 1, result.stderr
     assert "GuideLLM 0.8.0.dev18 against http://127.0.0.1:8765 (e2e-mock-model); plan: stack dev." in result.stdout
-    assert result.stdout.rstrip().endswith("The plan holds.")
+    assert "achieved only 0.40 of 2 QPS offered (needs 90%), so the planned rate was not tested" in \
+        " ".join(result.stdout.split())
+    assert result.stdout.rstrip().endswith("The plan does not hold (see FAIL above).")
 
 
 def test_prod_plan_is_not_shown_by_the_sample_and_exits_1(sample):
@@ -151,6 +196,14 @@ def test_json_puts_measured_plan_and_simulation_side_by_side(sample):
      "error: RESULTS: {tmp}/x.json: not JSON (Expecting property name enclosed in double quotes at line 1)"),
     (lambda tmp: (tmp / "y.json").write_text("[1]") and tmp / "y.json",
      "error: RESULTS: {tmp}/y.json: not a GuideLLM report (a JSON object with metadata, config, benchmarks)"),
+    (lambda tmp: (tmp / "l.json").write_bytes('{"metadata": "caf\u00e9"}'.encode("latin-1")) and tmp / "l.json",
+     "error: RESULTS: {tmp}/l.json: not UTF-8 text (byte 0xe9 at offset 17)"),
+    (lambda tmp: (tmp / "u.json").write_text("{}", encoding="utf-16") and tmp / "u.json",
+     "error: RESULTS: {tmp}/u.json: not UTF-8 text (byte 0xff at offset 0)"),
+    (lambda tmp: (tmp / "d.json").write_text("[" * 100_000 + "]" * 100_000) and tmp / "d.json",
+     "error: RESULTS: {tmp}/d.json: nested too deeply to be a GuideLLM report"),
+    (lambda tmp: (tmp / "n.json").write_text("42") and tmp / "n.json",
+     "error: RESULTS: {tmp}/n.json: not a GuideLLM report (a JSON object with metadata, config, benchmarks)"),
 ])
 def test_bad_results_are_one_line_and_exit_code_2(tmp_path, make, message):
     result = run(str(make(tmp_path)))
@@ -171,7 +224,8 @@ def test_enabled_it_runs_guidellm_pinned_against_the_gateway_with_a_key(recorded
     rec = recorded("prod", ENABLED)
     names = {r.type: r for r in loadtest_resources(rec)}
     assert set(names) == {"llm-serving:loadtest:LoadTest", "kubernetes:core/v1:Secret",
-                          "kubernetes:core/v1:ConfigMap", "kubernetes:core/v1:PersistentVolumeClaim", JOB}
+                          "kubernetes:core/v1:ConfigMap", "kubernetes:core/v1:PersistentVolumeClaim", JOB,
+                          "kubernetes:networking.k8s.io/v1:NetworkPolicy"}
     job = names[JOB].inputs
     assert re.fullmatch(r"ghcr\.io/vllm-project/guidellm:v\d+\.\d+\.\d+", GUIDELLM_IMAGE)
     container = job["spec"]["template"]["spec"]["containers"][0]
@@ -179,6 +233,8 @@ def test_enabled_it_runs_guidellm_pinned_against_the_gateway_with_a_key(recorded
     assert job["metadata"]["annotations"]["pulumi.com/skipAwait"] == "true"
     env = {e["name"]: e for e in container["env"]}
     assert env["GUIDELLM__SPEC__BACKEND__API_KEY"]["valueFrom"]["secretKeyRef"]["key"] == "api-key"
+    assert env["HF_TOKEN_PATH"] == {"name": "HF_TOKEN_PATH", "value": "/var/run/secrets/hub/token"}
+    assert "HF_TOKEN" not in env         # the hub token is a file, not an environment variable
     secret = names["kubernetes:core/v1:Secret"].inputs["stringData"]
     assert is_secret(secret) or all(is_secret(v) for v in secret.values())
     assert unwrap(secret)["api-key"] == "offline-preview-secret-apiKeys-team-a"
@@ -198,6 +254,15 @@ def test_the_rendered_objects_are_valid_kubernetes(recorded):
     rec = recorded("prod", ENABLED)
     ours = {r.urn for r in loadtest_resources(rec)}
     objects = kubernetes_objects(SimpleNamespace(resources=[r for r in rec.resources if r.urn in ours]))
-    assert len(objects) == 4
+    assert len(objects) == 5        # Secret, ConfigMap, PVC, egress NetworkPolicy, Job
     for obj in objects:
         validate(obj, "1.33")
+
+
+def test_the_slos_are_judged_at_the_plans_statistic():
+    """dev states its SLOs at p95 (the default): a step whose mean TPOT fits but whose p95 does not fails."""
+    dev_plan = make_plan(load_stack("dev").plan_request())
+    assert dev_plan.request.workload.slo_statistic == "p95"
+    v = verdict(dev_plan, step(2, 120, 40), step(4, 120, 20))       # TPOT p95 = 1.5 x mean = 60 ms > 50
+    assert not v["checks"][0]["ok"]
+    assert v["checks"][0]["detail"].startswith("at 2 QPS: p95 TTFT 180.0 ms (SLO 1000), p95 TPOT 60.0 ms (SLO 50)")

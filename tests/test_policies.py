@@ -47,6 +47,10 @@ SPREAD_AND_CAPACITY = {"gpu-capacity-spans-zones", "serving-replicas-spread-acro
     pytest.param("prod", {"workload": WORKLOAD_40_QPS, "replicas": 2}, {"capacity-after-zone-loss"},
                  id="40 QPS the surviving zone cannot carry"),
     pytest.param("prod", {"apiAllowedCidrs": ["0.0.0.0/0"]}, {"eks-api-endpoint-restricted"}, id="open API endpoint"),
+    pytest.param("prod", {"apiAllowedCidrs": ["0.0.0.0/1", "128.0.0.0/1"]}, {"eks-api-endpoint-restricted"},
+                 id="API endpoint open through two halves"),
+    pytest.param("prod", {"apiAllowedCidrs": ["203.0.113.0/24", "198.51.100.0/24"]}, set(),
+                 id="API endpoint open to two office ranges"),
     pytest.param("prod", {"hubToken": "hf_plaintext_token"}, set(), id="plain-text hub token in the stack file"),
 ])
 def test_program_layouts(build_program, stack, overrides, expected):
@@ -57,7 +61,7 @@ def test_program_layouts(build_program, stack, overrides, expected):
 
 def test_dev_single_replica_is_advised_not_blocked(build_program):
     violations = evaluate(build_program("dev"), "dev")
-    assert names(violations) == SPREAD_AND_CAPACITY | {"eks-api-endpoint-restricted"}
+    assert names(violations) == SPREAD_AND_CAPACITY
     assert {v["level"] for v in violations} == {"advisory"}
     assert messages(violations, "serving-replicas-spread-across-zones") == [
         "serving runs 1 replica; at least 2 are needed so that losing a node or a zone leaves one serving"]
@@ -94,6 +98,10 @@ def test_exact_messages_of_program_layouts(build_program):
         "all 2 serving replicas run in us-east-1a; spread them over at least two zones"]
     open_api = evaluate(build_program("prod", {"apiAllowedCidrs": ["0.0.0.0/0"]}), "prod")
     assert messages(open_api, "eks-api-endpoint-restricted") == ["the EKS API endpoint is open to 0.0.0.0/0"]
+    halves = evaluate(build_program("prod", {"apiAllowedCidrs": ["0.0.0.0/1", "128.0.0.0/1"]}), "prod")
+    assert messages(halves, "eks-api-endpoint-restricted") == [
+        "the EKS API endpoint is open to 100.0% of IPv4 (0.0.0.0/1, 128.0.0.0/1), more than a /8; list only your "
+        "own egress ranges"]
 
 
 # -- hand-built resource sets ---------------------------------------------------------------
@@ -364,6 +372,13 @@ CASES = {
         lambda lay: lay.remove("auth") or route_policy(lay, SP, "keys", {"apiKeyAuth": {"credentialRefs": []}}),
         set()),
     "no rate limit": (lambda lay: spec_of(lay, "traffic").pop("rateLimit"), {"rate-limit-exists"}),
+    "quotas above the budget the program sized": (
+        lambda lay: lay.find("traffic").inputs["metadata"].update(
+            annotations={"llm-serving.io/quota-budget-qps": "0.5", "llm-serving.io/proxies": "2"}),
+        {"quotas-within-capacity-after-zone-loss"}),
+    "quotas within the budget the program sized": (
+        lambda lay: lay.find("traffic").inputs["metadata"].update(
+            annotations={"llm-serving.io/quota-budget-qps": "1000", "llm-serving.io/proxies": "2"}), set()),
     "rate limit on the Gateway": (
         lambda lay: spec_of(lay, "traffic").update(targetRefs=[{"kind": "Gateway", "name": "llm"}]), set()),
     # cost
@@ -465,6 +480,8 @@ def test_levels_per_stack(stack, level):
     expected = {name: level for name in ALL_POLICIES}
     expected["capacity-block-opt-in"] = "mandatory"     # money cannot be refunded, even in dev
     expected["controller-contract"] = "mandatory"       # without its controller nothing deploys, even in dev
+    if stack == "staging":      # where the load test belongs: its key above the quota budget is advised
+        expected["quotas-within-capacity-after-zone-loss"] = "advisory"
     assert {name: lvl.value for name, lvl in config.items()} == expected
 
 
@@ -595,3 +612,20 @@ def test_a_stack_named_mine_gets_its_environments_levels_offline_and_in_the_pack
     assert ("eks-api-endpoint-restricted", level) in {(v["policy"], v["level"]) for v in offline}
     served = _served_violations(recording, "mine", environment=environment)
     assert sorted(map(_key, served)) == sorted(map(_key, offline))
+
+
+# -- quotas and N+1 ------------------------------------------------------------------------------
+@pytest.mark.parametrize("stack, overrides, level", [
+    ("prod", {}, None),
+    ("staging", {}, None),
+    ("prod", {"loadTest": {"enabled": True}}, "mandatory"),     # the load test belongs before prod takes traffic
+    ("staging", {"loadTest": {"enabled": True}}, "advisory"),
+])
+def test_quotas_stay_within_the_capacity_after_a_zone_loss_or_the_preview_says_why(build_program, stack, overrides,
+                                                                                    level):
+    violations = [v for v in evaluate(build_program(stack, overrides), stack)
+                  if v["policy"] == "quotas-within-capacity-after-zone-loss"]
+    assert [v["level"] for v in violations] == ([level] if level else [])
+    if level:
+        assert "above the" in violations[0]["message"] and "team-a" in violations[0]["message"] or \
+            "staging" in violations[0]["message"]

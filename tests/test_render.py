@@ -123,7 +123,7 @@ def test_no_secret_value_reaches_disk(rendered, stack):
 
 def test_a_secret_keeps_its_keys_and_hides_its_values(rendered):
     (obj,) = [o for p, o in manifests(rendered["prod"]) if p.name == "llm-serving_secret_gateway-api-keys.yaml"]
-    assert obj["stringData"] == {"team-a": "[secret]", "team-b": "[secret]"}
+    assert obj["stringData"] == {"team-a": "[secret]", "team-b": "[secret]", "accuracy-gate": "[secret]"}
 
 
 @pytest.mark.parametrize("value,expected", [

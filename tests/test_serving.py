@@ -233,11 +233,18 @@ def test_only_the_gateway_reaches_the_api_and_only_monitoring_the_metrics(record
     assert pods == [{"app.kubernetes.io/name": "endpoint-picker", "llm-serving.io/role": "gateway"}]
 
 
-def test_hub_token_reaches_kubernetes_only_as_a_secret(recorded):
-    secret = recorded("prod").named("serving-hub-token").inputs
+def test_hub_token_reaches_vllm_only_as_a_secret_file(recorded):
+    recording = recorded("prod")
+    secret = recording.named("serving-hub-token").inputs
     assert is_secret(secret["stringData"])
-    env = vllm_container(next(iter(serving_deployments(recorded("prod")).values())))["env"]
-    assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hub-token", "key": "HF_TOKEN"}}} in env
+    deployment = next(iter(serving_deployments(recording).values()))
+    vllm = vllm_container(deployment)
+    assert {"name": "HF_TOKEN_PATH", "value": "/var/run/secrets/hub/token"} in vllm["env"]
+    assert not any("valueFrom" in e or "TOKEN" in e["name"] and "value" in e and e["name"] != "HF_TOKEN_PATH"
+                   for e in vllm["env"])
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["hub-token"]["secret"] == {"secretName": "hub-token", "defaultMode": 0o440}
+    assert {"name": "hub-token", "mountPath": "/var/run/secrets/hub", "readOnly": True} in vllm["volumeMounts"]
 
 
 # -- burst scaling -------------------------------------------------------------------------
@@ -260,3 +267,12 @@ def test_burst_scaling_fills_the_nodes_idle_gpus(recorded):
         assert int(trigger["metadata"]["threshold"]) >= 1
         validate({"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject", "metadata": {"name": "x"},
                   "spec": {**spec, "minReplicaCount": count, "maxReplicaCount": ceiling, "cooldownPeriod": 600}}, "1.33")
+
+
+def test_the_stacks_checkpoint_is_what_vllm_serves(build_program):
+    """model.checkpoint (validated by settings as a hub id or a path in the model cache) replaces the
+    catalog's prequantized checkpoint; without it the catalog's is served."""
+    model = {"id": "llama-3-70b", "weights": "fp8", "kvCacheDtype": "bf16", "checkpoint": "my-org/llama-3-70b-fp8"}
+    recording = build_program("prod", {"model": model})
+    args = vllm_container(next(iter(serving_deployments(recording).values())))["args"]
+    assert args[args.index("--model") + 1] == "my-org/llama-3-70b-fp8"

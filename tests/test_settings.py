@@ -83,11 +83,11 @@ INVALID = [
         id="tp-does-not-divide-the-heads"),
     pytest.param(
         prod_with(replica=2),
-        ["llm-serving:replica: unknown key; check its spelling against stacks/README.md"],
+        ["llm-serving:replica: unknown key; did you mean replicas?"],
         id="unknown-key"),
     pytest.param(
         prod_with(workload={"qps": 10, "inputToken": 1000}),
-        ["llm-serving:workload.inputToken: unknown key; check its spelling against stacks/README.md"],
+        ["llm-serving:workload.inputToken: unknown key; did you mean inputTokens?"],
         id="unknown-nested-key"),
     pytest.param(
         prod_with(workload={"inputTokens": 1000, "outputTokens": 300}),
@@ -161,4 +161,4 @@ def test_invalid_config_fails_with_its_exact_message(config, expected):
 def test_every_problem_is_reported_at_once():
     config = prod_with(environment="qa", replica=2)
     assert problems(config) == ["llm-serving:environment: Input should be 'dev', 'staging' or 'prod'",
-                                "llm-serving:replica: unknown key; check its spelling against stacks/README.md"]
+                                "llm-serving:replica: unknown key; did you mean replicas?"]

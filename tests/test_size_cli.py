@@ -79,7 +79,7 @@ BAD_INPUT = [
     (["--slo-statistic", "p42"], "error: --slo-statistic: unknown statistic 'p42'; choose one of: mean, p50, p90, p95, p99"),
     (["--qps", "5", "--concurrency", "5"], "error: --qps and --concurrency: give one (open loop) or the other (closed loop), not both"),
     (["--tpot-slo", "0.004"], "error: SLOs: no TP degree works; at TP=8, the most capable: one replica cannot meet the SLOs even unloaded: one decode step takes 4.2 ms with a single sequence, above the 4 ms TPOT SLO"),
-    (["--qps", "40", "--tp", "4", "--slo-statistic", "mean"], "error: after losing us-east-1a, 2 TP=4 replica slots remain, carrying 31.9 QPS; 40 QPS needs 3 replicas of 15.9 QPS each (add nodes or zones, or lower the load)"),
+    (["--qps", "40", "--tp", "4", "--slo-statistic", "mean"], "error: --qps: after losing us-east-1a, 2 TP=4 replica slots remain, carrying 31.9 QPS; 40 QPS needs 3 replicas of 15.9 QPS each (add nodes or zones, or lower the load)"),
     (["--stack", "nope"], None),
     (["--qps", "abc"], "error: Invalid value for '--qps': 'abc' is not a valid float. (see `llmserve size --help`)"),
 ]

@@ -1,0 +1,340 @@
+"""GuideLLM's load-test report, parsed into typed models, and the verdict on the plan.
+
+The parser reads GuideLLM's JSON report schema version 2 (`metadata.version: 2`), written by
+GuideLLM 0.8 (tested on a 0.8.0.dev18 capture; the LoadTest job pins 0.8.1). Every field it reads
+is declared below (pydantic, strict numbers, finite only); the first one that does not fit is
+reported with its path, e.g. `benchmarks[1].metrics.inter_token_latency_ms.successful.mean`.
+TPOT is GuideLLM's `inter_token_latency_ms` (time per output token after the first, as vLLM and
+the plan count it); GuideLLM's own `time_per_output_token_ms` divides the whole latency by all
+tokens, first included.
+
+The verdict counts a step only at the rate it achieved: a step whose successful requests per
+second fall short of its offered rate did not test that rate, so it can neither show that the
+SLOs hold at the planned rate nor raise the measured capacity.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+SCHEMA_VERSION = 2
+RATE_STRATEGIES = ("constant", "poisson")   # GuideLLM strategies with an offered rate
+RATE_MATCH = 0.05        # a benchmark is "at the planned rate" within 5% of it
+ACHIEVED_SHARE = 0.9     # a step counts when it achieved >= 90% of its offered rate (Poisson noise over a
+                         # 300 s step is ~2%; a shortfall beyond 10% means the client or the quota held it back)
+ERROR_BUDGET = 0.01      # at most 1% errored requests in a step that counts as meeting the SLOs
+MAX_REPORT_BYTES = 512 * 1024 * 1024
+
+
+class ReportError(ValueError):
+    """The file is not a GuideLLM report this parser reads; the message names the field."""
+
+
+# -- the report as GuideLLM writes it (only what is read) ------------------------------------
+class _Fields(BaseModel):
+    # Unknown fields are GuideLLM's to add; numbers must be numbers (no "12" strings), finite.
+    model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False, frozen=True)
+
+
+NonNegative = Annotated[float, Field(ge=0)]
+Count = Annotated[int, Field(ge=0)]
+
+
+class Percentiles(_Fields):
+    p50: NonNegative
+    p90: NonNegative
+    p95: NonNegative
+    p99: NonNegative
+
+
+class Distribution(_Fields):
+    mean: NonNegative
+    count: Count
+    percentiles: Percentiles
+
+
+class BySuccess(_Fields):
+    successful: Distribution
+
+
+class RateBySuccess(_Fields):
+    successful: Distribution
+
+
+class RequestTotals(_Fields):
+    successful: Count
+    errored: Count
+    incomplete: Count
+
+
+class Metrics(_Fields):
+    request_totals: RequestTotals
+    requests_per_second: RateBySuccess
+    time_to_first_token_ms: BySuccess
+    inter_token_latency_ms: BySuccess
+    request_latency: BySuccess           # seconds
+
+
+class Strategy(_Fields):
+    type_: str
+    rate: Annotated[float, Field(gt=0)] | None = None
+
+    @model_validator(mode="after")
+    def _rate_when_rated(self):
+        if self.type_ in RATE_STRATEGIES and self.rate is None:
+            raise ValueError(f"a {self.type_} strategy needs its offered rate")
+        return self
+
+
+class BenchmarkConfig(_Fields):
+    strategy: Strategy
+
+
+class GenerativeBenchmark(_Fields):
+    type_: Literal["generative_benchmark"]
+    config: BenchmarkConfig
+    metrics: Metrics
+    duration: NonNegative
+
+
+class Backend(_Fields):
+    target: str | None = None
+    model: str | None = None
+
+
+class Spec(_Fields):
+    backend: Backend
+
+
+class RunConfig(_Fields):
+    spec: Spec
+
+
+class Metadata(_Fields):
+    version: int
+    guidellm_version: str
+
+
+class ReportHead(_Fields):
+    metadata: Metadata
+    config: RunConfig
+    benchmarks: list[dict[str, Any]]     # each generative one is read below; other kinds are skipped
+
+
+# -- what the verdict works with ---------------------------------------------------------------
+@dataclass(frozen=True)
+class Stat:
+    mean: float
+    p50: float
+    p95: float
+    p99: float
+    count: int
+    p90: float | None = None
+
+    def at(self, statistic: str) -> float:
+        """The figure the SLO is stated at (the workload's `slo_statistic`: mean, p50, p90, p95, p99)."""
+        value = getattr(self, statistic)
+        return self.p95 if value is None else value      # p90 missing: judge at the stricter p95
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    strategy: str
+    rate: float | None          # offered requests/s (constant and poisson strategies)
+    requests_per_s: float       # achieved, successful requests
+    duration_s: float
+    successful: int
+    errored: int
+    incomplete: int
+    ttft_ms: Stat
+    tpot_ms: Stat               # inter-token latency
+    e2e_ms: Stat
+
+    @property
+    def error_share(self) -> float:
+        total = self.successful + self.errored + self.incomplete
+        return (self.errored + self.incomplete) / total if total else 1.0
+
+    @property
+    def reached_rate(self) -> bool:
+        """It achieved (nearly) the rate it offered, so it tested that rate."""
+        return self.rate is not None and self.requests_per_s >= ACHIEVED_SHARE * self.rate
+
+    def meets(self, ttft_slo_ms: float, tpot_slo_ms: float, statistic: str = "mean") -> bool:
+        """TTFT and TPOT within the SLOs at the plan's statistic (mean, p50, ... p99), errors within budget."""
+        return (self.successful > 0 and self.ttft_ms.at(statistic) <= ttft_slo_ms
+                and self.tpot_ms.at(statistic) <= tpot_slo_ms and self.error_share <= ERROR_BUDGET)
+
+
+@dataclass(frozen=True)
+class Report:
+    guidellm_version: str
+    target: str
+    model: str
+    benchmarks: tuple[Benchmark, ...]
+
+
+def _path(loc: tuple, prefix: str = "") -> str:
+    out = prefix
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "<report>"
+
+
+def _first_problem(exc: ValidationError, prefix: str = "") -> str:
+    err = exc.errors()[0]
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "missing":
+        msg = "missing"
+    return f"{_path(tuple(err['loc']), prefix)}: {msg}"
+
+
+def _stat(d: Distribution, scale: float = 1.0) -> Stat:
+    p = d.percentiles
+    return Stat(mean=scale * d.mean, p50=scale * p.p50, p95=scale * p.p95, p99=scale * p.p99, count=d.count,
+                p90=scale * p.p90)
+
+
+def _benchmark(b: GenerativeBenchmark) -> Benchmark:
+    m, s = b.metrics, b.config.strategy
+    return Benchmark(
+        strategy=s.type_, rate=s.rate if s.type_ in RATE_STRATEGIES else None,
+        requests_per_s=m.requests_per_second.successful.mean, duration_s=b.duration,
+        successful=m.request_totals.successful, errored=m.request_totals.errored,
+        incomplete=m.request_totals.incomplete,
+        ttft_ms=_stat(m.time_to_first_token_ms.successful), tpot_ms=_stat(m.inter_token_latency_ms.successful),
+        e2e_ms=_stat(m.request_latency.successful, scale=1e3))
+
+
+def parse_report(data: Any) -> Report:
+    if not isinstance(data, dict):
+        raise ReportError("not a GuideLLM report (a JSON object with metadata, config, benchmarks)")
+    version = data.get("metadata", {}).get("version") if isinstance(data.get("metadata"), dict) else None
+    if isinstance(version, int) and version != SCHEMA_VERSION:
+        raise ReportError(f"report schema version {version}; this parser reads version {SCHEMA_VERSION} "
+                          "(GuideLLM 0.8)")
+    try:
+        head = ReportHead.model_validate(data)
+    except ValidationError as exc:
+        raise ReportError(_first_problem(exc)) from None
+    benches = []
+    for i, raw in enumerate(head.benchmarks):
+        if raw.get("type_") != "generative_benchmark":
+            continue
+        try:
+            benches.append(_benchmark(GenerativeBenchmark.model_validate(raw)))
+        except ValidationError as exc:
+            raise ReportError(_first_problem(exc, f"benchmarks[{i}]")) from None
+    backend = head.config.spec.backend
+    return Report(guidellm_version=head.metadata.guidellm_version, target=str(backend.target),
+                  model=str(backend.model), benchmarks=tuple(benches))
+
+
+def read_report(path: Path) -> Report:
+    if path.is_dir():
+        path = path / "benchmarks.json"       # GuideLLM's default file name in a folder
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ReportError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise ReportError(f"{path}: cannot be read ({exc.strerror})") from None
+    if len(raw) > MAX_REPORT_BYTES:
+        raise ReportError(f"{path}: {len(raw):,} bytes; a report is at most {MAX_REPORT_BYTES:,}")
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ReportError(f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        raise ReportError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:
+        raise ReportError(f"{path}: nested too deeply to be a GuideLLM report") from None
+    try:
+        return parse_report(data)
+    except ReportError as exc:
+        raise ReportError(f"{path}: {exc}") from None
+    except RecursionError:
+        raise ReportError(f"{path}: nested too deeply to be a GuideLLM report") from None
+
+
+# -- the verdict -------------------------------------------------------------------------------
+def _planned_step_check(at_plan: list[Benchmark], rated: list[Benchmark], qps: float,
+                        ttft_slo: float, tpot_slo: float, stat: str) -> dict:
+    if not at_plan:
+        rates = ", ".join(f"{b.rate:g}" for b in rated) or "none"
+        return {"name": "slos_at_planned_rate", "ok": False,
+                "detail": f"no constant or poisson step at the planned {qps:g} QPS (rates: {rates})"}
+    b = at_plan[0]
+    detail = (f"at {b.rate:g} QPS: {stat} TTFT {b.ttft_ms.at(stat):.1f} ms (SLO {ttft_slo:g}), {stat} TPOT "
+              f"{b.tpot_ms.at(stat):.1f} ms (SLO {tpot_slo:g}), errors {100 * b.error_share:.1f}% "
+              f"(budget {100 * ERROR_BUDGET:g}%)")
+    if not b.reached_rate:
+        detail += (f"; achieved only {b.requests_per_s:.2f} of {b.rate:g} QPS offered (needs "
+                   f"{100 * ACHIEVED_SHARE:g}%), so the planned rate was not tested")
+    return {"name": "slos_at_planned_rate", "ok": b.reached_rate and b.meets(ttft_slo, tpot_slo, stat),
+            "detail": detail}
+
+
+def assess(report: Report, plan, simulation: dict) -> dict:
+    """The verdict: each check with its numbers, and whether the plan holds."""
+    w = plan.request.workload
+    ttft_slo, tpot_slo = 1e3 * w.ttft_slo_s, 1e3 * w.tpot_slo_s
+    stat = getattr(w, "slo_statistic", "mean")
+
+    def counts(b: Benchmark) -> bool:
+        return b.reached_rate and b.meets(ttft_slo, tpot_slo, stat)
+
+    rated = sorted((b for b in report.benchmarks if b.rate is not None), key=lambda b: b.rate)
+    at_plan = [b for b in rated if abs(b.rate - w.qps) <= RATE_MATCH * w.qps]
+    good = [b for b in rated if counts(b)]
+    best = max((g.rate for g in good), default=0.0)
+    reached = any(b.rate > best and not counts(b) for b in rated)
+    # What the fleet carried at the SLOs: the achieved rate, never more than was offered.
+    measured_cap = max((min(b.rate, b.requests_per_s) for b in good), default=0.0)
+    # With no redundancy the plan claims only that its node carries the load.
+    share_left = (plan.replicas if plan.redundancy == "none" else plan.replicas_after_loss) / plan.replicas
+    checks = [_planned_step_check(at_plan, rated, w.qps, ttft_slo, tpot_slo, stat)]
+    after_loss = measured_cap * share_left
+    bound = "" if reached else "at least "
+    loss = (f"{plan.replicas_after_loss} left after losing {plan.lost_domain} carry" if plan.redundancy != "none"
+            else "no failure domain to lose (one node); they carry")
+    checks.append({"name": "n_plus_one", "ok": after_loss >= w.qps, "detail": (
+        f"measured capacity {bound}{measured_cap:g} QPS on {plan.replicas} replica(s); {loss} {bound}"
+        f"{after_loss:.2f} QPS against {w.qps:g} planned")})
+    return {
+        "report": {"guidellm_version": report.guidellm_version, "target": report.target, "model": report.model,
+                   "benchmarks": [{**asdict(b), "error_share": round(b.error_share, 4), "reached_rate": b.reached_rate,
+                                   "meets_slos": b.meets(ttft_slo, tpot_slo, stat)} for b in report.benchmarks]},
+        "measured": {
+            "ttft_p95_ms": at_plan[0].ttft_ms.p95 if at_plan else None,
+            "tpot_p95_ms": at_plan[0].tpot_ms.p95 if at_plan else None,
+            "capacity_qps": measured_cap, "capacity_reached": reached,
+        },
+        "plan": {"qps": w.qps, "replicas": plan.replicas, "ttft_slo_ms": ttft_slo, "tpot_slo_ms": tpot_slo,
+                 "slo_statistic": stat,
+                 **simulation.pop("analytic"), "capacity_qps": round(plan.capacity_qps, 3),
+                 "capacity_after_zone_loss_qps": round(plan.capacity_after_zone_loss_qps, 3)},
+        "simulation": simulation,
+        "checks": checks,
+        "holds": all(c["ok"] for c in checks),
+    }
+
+
+def simulate_plan(plan, duration_s: float = 600.0) -> dict:
+    """The simulation and the analytic model at the planned rate on all replicas, and the capacity."""
+    from simulator import config_from_plan, replica_model, simulate, simulated_capacity_qps, summarize
+
+    w = plan.request.workload
+    cfg = config_from_plan(plan, duration_s)
+    stats = summarize(simulate(cfg).requests, cfg.ttft_slo_s, cfg.tpot_slo_s)
+    point = replica_model(plan).at(w.qps / plan.replicas)
+    return {
+        "analytic": {"ttft_p95_ms": round(point.ttft_p95_ms, 3), "tpot_p95_ms": round(point.tpot_p95_ms, 3)},
+        "ttft_p95_ms": stats["ttft_ms"]["p95"], "tpot_p95_ms": stats["tpot_ms"]["p95"],
+        "capacity_qps": round(plan.replicas * simulated_capacity_qps(plan), 3),
+        "duration_s": duration_s,
+    }

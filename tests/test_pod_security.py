@@ -1,0 +1,141 @@
+"""Least privilege for every pod the program defines itself (Helm charts configure their own):
+the restricted Pod Security Standard, memory limits, tokens only where the API server is called,
+no secret in an environment variable where the consumer reads a file, and egress denied by default."""
+from __future__ import annotations
+
+import ipaddress
+
+import pytest
+
+from offline.manifests import kubernetes_objects
+
+WORKLOADS = ("Deployment", "Job", "DaemonSet", "StatefulSet")
+# The one pod that calls the API server: the endpoint picker watches pods and its InferencePool.
+API_CLIENTS = {"vllm-epp"}
+# vLLM's compilers (torch inductor, Triton, FlashInfer JIT) write inside the image: its root stays writable.
+WRITABLE_ROOT = {"vllm"}
+# Consumers that read their key only from the environment (lm-eval's OPENAI_API_KEY, GuideLLM's settings).
+ENV_ONLY_KEYS = {"OPENAI_API_KEY", "GUIDELLM__SPEC__BACKEND__API_KEY"}
+METADATA = "169.254.0.0/16"
+
+
+@pytest.fixture
+def objects(recorded):
+    """prod with every optional workload on: the load test and (by default) the accuracy gate."""
+    return kubernetes_objects(recorded("prod", {"loadTest": {"enabled": True}}))
+
+
+def pods(objects):
+    for obj in objects:
+        if obj["kind"] in WORKLOADS:
+            yield obj["metadata"]["name"], obj["spec"]["template"]["spec"]
+
+
+def containers(spec):
+    return [*spec.get("initContainers", []), *spec["containers"]]
+
+
+def test_every_workload_of_ours_is_checked(objects):
+    assert sorted(name for name, _ in pods(objects)) == [
+        "accuracy-gate-run", "load-test-run", "vllm-epp", "vllm-us-east-1a", "vllm-us-east-1b"]
+
+
+def test_pods_run_as_non_root_with_the_default_seccomp_profile(objects):
+    for name, spec in pods(objects):
+        ctx = spec["securityContext"]
+        assert ctx["runAsNonRoot"] is True and ctx["runAsUser"] > 0, name
+        assert ctx["seccompProfile"] == {"type": "RuntimeDefault"}, name
+
+
+def test_containers_drop_every_privilege(objects):
+    for name, spec in pods(objects):
+        for c in containers(spec):
+            ctx = c["securityContext"]
+            assert ctx["allowPrivilegeEscalation"] is False, (name, c["name"])
+            assert ctx["capabilities"] == {"drop": ["ALL"]}, (name, c["name"])
+            assert ctx.get("privileged", False) is False, (name, c["name"])
+
+
+def test_root_filesystems_are_read_only_except_where_the_process_writes_inside_its_image(objects):
+    for name, spec in pods(objects):
+        for c in containers(spec):
+            assert c["securityContext"]["readOnlyRootFilesystem"] is (c["name"] not in WRITABLE_ROOT), (name, c["name"])
+            if c["name"] not in WRITABLE_ROOT:      # somewhere to write: an emptyDir at /tmp
+                assert any(m["mountPath"] == "/tmp" for m in c["volumeMounts"]), (name, c["name"])
+
+
+def test_every_container_has_a_memory_limit(objects):
+    for name, spec in pods(objects):
+        for c in containers(spec):
+            assert c["resources"]["limits"]["memory"], (name, c["name"])
+
+
+def test_service_account_tokens_only_where_the_api_server_is_called(objects):
+    for name, spec in pods(objects):
+        assert spec["automountServiceAccountToken"] is (name in API_CLIENTS), name
+
+
+def test_no_secret_in_the_environment_where_the_consumer_reads_a_file(objects):
+    for name, spec in pods(objects):
+        for c in containers(spec):
+            from_secrets = {e["name"] for e in c.get("env", []) if "secretKeyRef" in e.get("valueFrom", {})}
+            assert from_secrets <= ENV_ONLY_KEYS, (name, c["name"], from_secrets)
+
+
+def test_the_install_step_of_the_gate_sees_no_secret(objects):
+    spec = dict(pods(objects))["accuracy-gate-run"]
+    (install,) = spec["initContainers"]
+    assert "valueFrom" not in str(install) and install["command"][:2] == ["pip", "install"]
+
+
+def test_the_model_cache_is_a_directory_the_node_prepared(objects):
+    for name, spec in pods(objects):
+        for v in spec.get("volumes", []):
+            if "hostPath" in v:
+                assert v["hostPath"]["type"] == "Directory", name     # never created root-owned by the kubelet
+
+
+def test_images_are_pinned(objects):
+    for name, spec in pods(objects):
+        for c in containers(spec):
+            image = c["image"]
+            assert ("@sha256:" in image or ":" in image.rsplit("/", 1)[-1]) and not image.endswith(":latest"), image
+
+
+def egress_policies(objects, namespace="llm-serving"):
+    return {o["metadata"]["name"]: o["spec"] for o in objects
+            if o["kind"] == "NetworkPolicy" and o["metadata"]["namespace"] == namespace
+            and "Egress" in o["spec"]["policyTypes"]}
+
+
+def test_egress_is_denied_by_default_in_the_serving_namespace(objects):
+    policies = egress_policies(objects)
+    assert policies["default-deny-egress"] == {"podSelector": {}, "policyTypes": ["Egress"]}
+    dns = policies["dns-egress"]["egress"][0]
+    assert {p["port"] for p in dns["ports"]} == {53}
+
+
+def test_no_egress_rule_reaches_the_instance_metadata_service(objects):
+    metadata = ipaddress.ip_address("169.254.169.254")
+    for name, spec in egress_policies(objects).items():
+        for rule in spec.get("egress", []):
+            for peer in rule.get("to", []):
+                block = peer.get("ipBlock")
+                if block and metadata in ipaddress.ip_network(block["cidr"]):
+                    assert METADATA in block.get("except", []), name
+                if block:       # HTTPS only (443; 10443 is the gateway's Envoy pods behind its Service)
+                    assert {p["port"] for p in rule["ports"]} <= {443, 10443}, name
+
+
+@pytest.mark.parametrize("pod, policy", [
+    ("vllm-us-east-1a", "vllm-hub-egress"),
+    ("vllm-epp", "epp-egress"),
+    ("accuracy-gate-run", "accuracy-gate-egress"),
+    ("load-test-run", "load-test-egress"),
+])
+def test_each_pod_has_the_egress_it_needs(objects, pod, policy):
+    spec = dict(pods(objects))[pod]
+    workload = next(o for o in objects if o["kind"] in WORKLOADS and o["metadata"]["name"] == pod)
+    labels = workload["spec"]["template"]["metadata"]["labels"]
+    selector = egress_policies(objects)[policy]["podSelector"]["matchLabels"]
+    assert spec and selector.items() <= labels.items()
