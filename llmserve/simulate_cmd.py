@@ -33,22 +33,15 @@ def simulate(
     as_json: bool = options.JSON,
     plot: Optional[Path] = typer.Option(None, help="Write a PNG: latency percentiles over time."),
 ) -> None:
-    from simulator import ARRIVALS, LENGTHS, ROUTERS, config_from_plan, parse_fail_zone, simulate as run, to_dict
+    from simulator import ARRIVALS, LENGTHS, ROUTERS, config_from_plan, simulate as run, to_dict
 
     from simulator.workload import WorkLimitError, check_work
 
     if plot is not None:
         check_output_file("--plot", plot)
-
-    for name, value in (("--duration", duration), ("--qps", qps), ("--burstiness", burstiness),
-                        ("--length-cv", length_cv), ("--max-num-batched-tokens", max_num_batched_tokens),
-                        ("--max-num-seqs", max_num_seqs)):
-        if value is not None and not (math.isfinite(value) and value > 0):
-            fail(f"{name}: must be a finite number greater than 0 (got {value:g})")
-    for name, value, choices in (("--router", router, ROUTERS), ("--arrivals", arrivals, ARRIVALS),
-                                 ("--lengths", lengths, LENGTHS)):
-        if value not in choices:
-            fail(f"{name}: unknown value '{value}'; choose one of: {', '.join(choices)}")
+    _check_options({"--duration": duration, "--qps": qps, "--burstiness": burstiness, "--length-cv": length_cv,
+                    "--max-num-batched-tokens": max_num_batched_tokens, "--max-num-seqs": max_num_seqs},
+                   {"--router": (router, ROUTERS), "--arrivals": (arrivals, ARRIVALS), "--lengths": (lengths, LENGTHS)})
     p = _plan(stack)
     rate = qps if qps is not None else p.request.workload.qps
     try:    # bound the work before any of it (the plan's load when --qps is not given)
@@ -56,15 +49,7 @@ def simulate(
             check_work(rate, duration, burstiness, length_cv)
     except WorkLimitError as exc:
         fail(str(exc))
-    failure = None
-    if fail_zone is not None:
-        try:
-            failure = parse_fail_zone(fail_zone, duration)
-        except ValueError as exc:
-            fail(f"--fail-zone: {exc}")
-        if failure.zone not in p.replicas_by_zone or not p.replicas_by_zone[failure.zone]:
-            zones = ", ".join(z for z, n in p.replicas_by_zone.items() if n)
-            fail(f"--fail-zone: zone {failure.zone} holds no replica of this plan (zones: {zones})")
+    failure = _failure(fail_zone, duration, p) if fail_zone is not None else None
     batched = max_num_batched_tokens or p.engine_args["max_num_batched_tokens"]
     seqs = max_num_seqs or p.engine_args["max_num_seqs"]
     if batched < seqs:
@@ -86,6 +71,29 @@ def simulate(
         _print(data, cfg, stack, plot)
     if data["requests_lost"]:
         raise typer.Exit(1)
+
+
+def _check_options(positive: dict[str, float | None], choices: dict[str, tuple[str, tuple[str, ...]]]) -> None:
+    for name, value in positive.items():
+        if value is not None and not (math.isfinite(value) and value > 0):
+            fail(f"{name}: must be a finite number greater than 0 (got {value:g})")
+    for name, (value, allowed) in choices.items():
+        if value not in allowed:
+            fail(f"{name}: unknown value '{value}'; choose one of: {', '.join(allowed)}")
+
+
+def _failure(fail_zone: str, duration: float, p):
+    """--fail-zone as a ZoneFailure of a zone that holds replicas of the plan."""
+    from simulator import parse_fail_zone
+
+    try:
+        failure = parse_fail_zone(fail_zone, duration)
+    except ValueError as exc:
+        fail(f"--fail-zone: {exc}")
+    if failure.zone not in p.replicas_by_zone or not p.replicas_by_zone[failure.zone]:
+        zones = ", ".join(z for z, n in p.replicas_by_zone.items() if n)
+        fail(f"--fail-zone: zone {failure.zone} holds no replica of this plan (zones: {zones})")
+    return failure
 
 
 def _plan(stack: str | None):

@@ -57,14 +57,10 @@ def size(
     if nodes_per_zone is not None and nodes_per_zone > MAX_NODES_PER_ZONE:
         fail(f"--nodes-per-zone: at most {MAX_NODES_PER_ZONE} nodes per zone (got {nodes_per_zone})")
     base, region = _base_request(stack)
-    if qps is not None and concurrency is not None:
-        fail("--qps and --concurrency: give one (open loop) or the other (closed loop), not both")
-    _check_positive({"--qps": qps, "--concurrency": concurrency, "--input-tokens": input_tokens,
-                     "--output-tokens": output_tokens, "--ttft-slo": ttft_slo, "--tpot-slo": tpot_slo,
-                     "--gpu-hour-price": gpu_hour_price, "--tp": tp, "--nodes-per-zone": nodes_per_zone,
-                     "--replicas": replicas})
-    if slo_statistic is not None and slo_statistic not in STATISTICS:
-        fail(f"--slo-statistic: unknown statistic '{slo_statistic}'; choose one of: {', '.join(STATISTICS)}")
+    _check_numbers(qps, concurrency, slo_statistic, {
+        "--qps": qps, "--concurrency": concurrency, "--input-tokens": input_tokens, "--output-tokens": output_tokens,
+        "--ttft-slo": ttft_slo, "--tpot-slo": tpot_slo, "--gpu-hour-price": gpu_hour_price, "--tp": tp,
+        "--nodes-per-zone": nodes_per_zone, "--replicas": replicas})
     catalog = _check_names(model, instance, gpu, profile, {"--weights": weights, "--kv-dtype": kv_dtype})
     workload = _workload(base.workload, qps, concurrency, input_tokens, output_tokens, ttft_slo, tpot_slo,
                          slo_statistic)
@@ -96,10 +92,15 @@ def size(
         _print_report(data, plot)
 
 
-def _check_positive(values: dict[str, float | None]) -> None:
+def _check_numbers(qps: float | None, concurrency: int | None, slo_statistic: str | None,
+                   values: dict[str, float | None]) -> None:
+    if qps is not None and concurrency is not None:
+        fail("--qps and --concurrency: give one (open loop) or the other (closed loop), not both")
     for name, value in values.items():
         if value is not None and not (math.isfinite(value) and value > 0):
             fail(f"{name}: must be a finite number greater than 0 (got {value:g})")
+    if slo_statistic is not None and slo_statistic not in STATISTICS:
+        fail(f"--slo-statistic: unknown statistic '{slo_statistic}'; choose one of: {', '.join(STATISTICS)}")
 
 
 def _check_names(model: str | None, instance: str | None, gpu: str | None, profile: str | None,

@@ -28,18 +28,6 @@ def upstream_file():
     return upstream_path
 
 
-# The shared reference folder (../shared/reference: measurements the calibration tests compare
-# with); not an upstream file, so not fetched. tests/test_calibration.py reads it.
-SHARED = Path(os.environ.get("LLM_SERVING_SHARED", ROOT.parent / "shared"))
-
-
-@pytest.fixture
-def shared_dir() -> Path:
-    if not SHARED.exists():
-        pytest.fail(f"shared reference folder not found at {SHARED}; set LLM_SERVING_SHARED", pytrace=False)
-    return SHARED
-
-
 def _record(stack: str, overrides: dict | None = None, config: dict | None = None):
     from offline.engine import run_program
     raw = with_overrides(config if config is not None else stack_config(stack), overrides)
