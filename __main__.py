@@ -38,7 +38,11 @@ network = Network("llm", NetworkArgs(
     nat_per_zone=settings.nat_per_zone,
     tags=settings.tags,
 ))
-cluster = Cluster("llm", ClusterArgs(settings=settings, network=network))
+cluster = Cluster("llm", ClusterArgs(
+    stack=settings.stack, environment=settings.environment, region=settings.region,
+    kubernetes_version=settings.kubernetesVersion, api_allowed_cidrs=settings.apiAllowedCidrs,
+    admin_role_arns=settings.adminRoleArns, system_nodes=settings.systemNodes, tags=settings.tags,
+    network=network))
 gpu_pools: list[GpuNodePool] = []
 for pool, pool_settings in zip(plan.request.pools, settings.gpuPools):     # each updates after the one before
     gpu_pools.append(GpuNodePool(f"gpu-{pool.label}", GpuNodePoolArgs(
