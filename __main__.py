@@ -46,8 +46,8 @@ cluster = Cluster("llm", ClusterArgs(
 gpu_pools: list[GpuNodePool] = []
 for pool, pool_settings in zip(plan.request.pools, settings.gpuPools):     # each updates after the one before
     gpu_pools.append(GpuNodePool(f"gpu-{pool.label}", GpuNodePoolArgs(
-        settings=settings, plan=plan, pool=pool, pool_settings=pool_settings, cluster=cluster, network=network,
-        update_after=tuple(p.node_group for p in gpu_pools[-1:]))))
+        tags=settings.tags, plan=plan, pool=pool, pool_settings=pool_settings, cluster=cluster, network=network),
+        opts=pulumi.ResourceOptions(depends_on=[p.node_group for p in gpu_pools[-1:]])))
 
 # -- controllers the gateway needs: load balancer, certificate, DNS (each through Pod Identity) ---
 gw_settings = settings.gateway
