@@ -52,18 +52,19 @@ for pool, pool_settings in zip(plan.request.pools, settings.gpuPools):     # eac
 # -- controllers the gateway needs: load balancer, certificate, DNS (each through Pod Identity) ---
 gw_settings = settings.gateway
 controller_base = dict(cluster_name=cluster.cluster_name, region=settings.region, provider=cluster.k8s_provider,
-                       depends_on=(cluster.pod_identity_agent,), tags=settings.tags)
+                       tags=settings.tags)
+after_pod_identity_agent = pulumi.ResourceOptions(depends_on=[cluster.pod_identity_agent])
 load_balancer_controller = LoadBalancerController("aws-lb-controller", LoadBalancerControllerArgs(
-    vpc_id=network.vpc.id, **controller_base))
+    vpc_id=network.vpc.id, **controller_base), opts=after_pod_identity_agent)
 gateway_controllers = [load_balancer_controller.release]
 cert_manager = None
 if gw_settings.certificate == "acme":
     cert_manager = CertManager("cert-manager", CertManagerArgs(
         hosted_zone_id=gw_settings.hostedZoneId, acme_server=gw_settings.acmeServer,
-        acme_email=gw_settings.acmeEmail, **controller_base))
+        acme_email=gw_settings.acmeEmail, **controller_base), opts=after_pod_identity_agent)
 if gw_settings.manages_dns:
     gateway_controllers.append(ExternalDns("external-dns", ExternalDnsArgs(
-        hosted_zone_id=gw_settings.hostedZoneId, **controller_base)).release)
+        hosted_zone_id=gw_settings.hostedZoneId, **controller_base), opts=after_pod_identity_agent).release)
 
 # -- Kubernetes: GPU plugin -> vLLM replicas (per zone) -> gateway (auth, quotas, routing) --------
 gpu_plugin = GpuPlugin("gpu-plugin", GpuPluginArgs(provider=cluster.k8s_provider),
@@ -78,8 +79,9 @@ certificate = GatewayCertificate("gateway-certificate", GatewayCertificateArgs(
     provider=cluster.k8s_provider,
     issuer_name=cert_manager.issuer_name if cert_manager else None,
     certificate_pem=secret("tlsCertificate") if cert_manager is None else None,
-    private_key_pem=secret("tlsPrivateKey") if cert_manager is None else None,
-    depends_on=(serving.namespace, *((cert_manager.release, cert_manager.issuer) if cert_manager else ()))))
+    private_key_pem=secret("tlsPrivateKey") if cert_manager is None else None),
+    opts=pulumi.ResourceOptions(depends_on=[
+        serving.namespace, *((cert_manager.release, cert_manager.issuer) if cert_manager else ())]))
 gateway = Gateway("llm-gateway", GatewayArgs(
     plan=plan, settings=settings, provider=cluster.k8s_provider, api_keys=secret("apiKeys"),
     namespace=serving.namespace_name, service_name=serving.service_name, tls_secret_name=certificate.secret_name,
