@@ -83,9 +83,11 @@ certificate = GatewayCertificate("gateway-certificate", GatewayCertificateArgs(
     opts=pulumi.ResourceOptions(depends_on=[
         serving.namespace, *((cert_manager.release, cert_manager.issuer) if cert_manager else ())]))
 gateway = Gateway("llm-gateway", GatewayArgs(
-    plan=plan, settings=settings, provider=cluster.k8s_provider, api_keys=secret("apiKeys"),
+    plan=plan, gateway=gw_settings, zones=settings.zones, allowed_cidrs=settings.gatewayAllowedCidrs,
+    accuracy_gate_enabled=settings.accuracy_gate_enabled, load_test_enabled=settings.loadTest.enabled,
+    provider=cluster.k8s_provider, api_keys=secret("apiKeys"),
     namespace=serving.namespace_name, service_name=serving.service_name, tls_secret_name=certificate.secret_name,
-    controllers=(*gateway_controllers, certificate), depends_on=(serving,)))
+    controllers=(*gateway_controllers, certificate)), opts=pulumi.ResourceOptions(depends_on=[serving]))
 
 # -- proving the rollout: the FP8 accuracy gate (awaited: a failed gate fails `pulumi up`; on by
 # default in staging and prod), then the load test against the plan (opt-in: loadTest.enabled)
