@@ -105,9 +105,10 @@ if settings.loadTest.enabled:
 
 # -- monitoring: Prometheus, Grafana, DCGM exporter; alert thresholds and dashboard lines from the plan
 monitoring = Monitoring("monitoring", MonitoringArgs(
-    plan=plan, settings=settings, provider=cluster.k8s_provider,
-    grafana_admin_password=secret("grafanaAdminPassword"), gateway_namespace=CONTROLLER_NAMESPACE,
-    depends_on=(gpu_plugin,)))
+    plan=plan, stack=settings.stack, environment=settings.environment, zones=settings.zones,
+    serving_namespace=settings.serving.namespace, inference_extension=gw_settings.inferenceExtension,
+    provider=cluster.k8s_provider, grafana_admin_password=secret("grafanaAdminPassword"),
+    gateway_namespace=CONTROLLER_NAMESPACE), opts=pulumi.ResourceOptions(depends_on=[gpu_plugin]))
 
 # -- outputs --------------------------------------------------------------------------------------
 pulumi.export("clusterName", cluster.cluster_name)
