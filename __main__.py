@@ -96,12 +96,12 @@ if settings.accuracy_gate_enabled:
     proof.append(AccuracyGate("accuracy-gate", AccuracyGateArgs(
         plan=plan, job=GateJob.for_stack(plan, settings), provider=cluster.k8s_provider,
         namespace=serving.namespace_name,
-        api_keys=secret("apiKeys"), depends_on=tuple(proof))))
+        api_keys=secret("apiKeys")), opts=pulumi.ResourceOptions(depends_on=list(proof))))
 if settings.loadTest.enabled:
     LoadTest("load-test", LoadTestArgs(
         plan=plan, run=LoadTestRun.for_stack(plan, settings), provider=cluster.k8s_provider,
         namespace=serving.namespace_name,
-        api_keys=secret("apiKeys"), hub_token=secret("hubToken"), depends_on=tuple(proof)))
+        api_keys=secret("apiKeys"), hub_token=secret("hubToken")), opts=pulumi.ResourceOptions(depends_on=list(proof)))
 
 # -- monitoring: Prometheus, Grafana, DCGM exporter; alert thresholds and dashboard lines from the plan
 monitoring = Monitoring("monitoring", MonitoringArgs(

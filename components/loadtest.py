@@ -30,6 +30,7 @@ from sizing.planner import Plan
 from .api_keys import client_key
 from .cluster import SYSTEM_ROLE_LABEL
 from .gateway import GATEWAY_CLUSTER_IP
+from .options import after
 from .serving import HUB_TOKEN_DIR, HUB_TOKEN_KEY, egress_policies, served_checkpoint
 from .pod_security import SCRATCH_MOUNT, SCRATCH_VOLUME, container_security, pod_security
 
@@ -137,16 +138,17 @@ class LoadTestArgs:
     namespace: str                      # the serving namespace (its policies restrict ingress only)
     api_keys: pulumi.Input[str]         # the apiKeys Pulumi secret: JSON {name: key}
     hub_token: pulumi.Input[str]        # the tokenizer of a gated model comes from the hub
-    depends_on: tuple = ()              # the gateway: test only what is there
 
 
 class LoadTest(pulumi.ComponentResource):
-    """Credentials Secret, scenario ConfigMap, results volume and the GuideLLM Job."""
+    """Credentials Secret, scenario ConfigMap, results volume and the GuideLLM Job.
+
+    `opts.depends_on`: the serving replicas and the gateway (test only what is there); every child waits for them."""
 
     def __init__(self, name: str, args: LoadTestArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llm-serving:loadtest:LoadTest", name, None, opts)
         plan, run, ns = args.plan, args.run, args.namespace
-        child = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=list(args.depends_on))
+        child = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=after(opts))
         self.scenario = scenario(plan, run)
         self.report_path = self.scenario["spec"]["outputs"][0]["path"]
         key_name = run.key_name
