@@ -126,10 +126,10 @@ class Replica:
             break
         self._begin_step(n, used, chunks, c_total)
 
-    def _prefill_chunks(self, budget: int, free: int) -> tuple[list | None, int]:
+    def _prefill_chunks(self, budget: int, free: int) -> tuple[list, int]:
         """This step's prefill chunks within the token budget and the free cache: the partial
         prefills first, then waiting requests admitted while a sequence slot is left."""
-        chunks = None
+        chunks: list = []
         c_total = 0
         for r in self.prefilling:
             if budget <= 0 or free <= 0:
@@ -139,8 +139,6 @@ class Replica:
                 c = budget
             if c > free:
                 c = free
-            if chunks is None:
-                chunks = []
             chunks.append((r, c))
             budget -= c
             free -= c
@@ -157,15 +155,13 @@ class Replica:
             self.prefilling.append(r)
             if r.t_sched is None:
                 r.t_sched = self.clock
-            if chunks is None:
-                chunks = []
             chunks.append((r, c))
             budget -= c
             free -= c
             c_total += c
         return chunks, c_total
 
-    def _begin_step(self, n: int, used: int, chunks: list | None, c_total: int) -> None:
+    def _begin_step(self, n: int, used: int, chunks: list, c_total: int) -> None:
         a = self._a1 + self._b1 * n
         b = self._a2 + self._b2 * n
         dec = (a if a > b else b) if n else 0.0
