@@ -52,10 +52,7 @@ def size(
     plot: Optional[Path] = typer.Option(None, help="Write a PNG: TTFT and TPOT against QPS."),
     sweep: bool = typer.Option(False, help="Rank every feasible (instance, TP, weights) by cost per 1M output tokens."),
 ) -> None:
-    if plot is not None:
-        check_output_file("--plot", plot)
-    if nodes_per_zone is not None and nodes_per_zone > MAX_NODES_PER_ZONE:
-        fail(f"--nodes-per-zone: at most {MAX_NODES_PER_ZONE} nodes per zone (got {nodes_per_zone})")
+    _check_before_reading(plot, nodes_per_zone)
     base, region = _base_request(stack)
     _check_numbers(qps, concurrency, slo_statistic, {
         "--qps": qps, "--concurrency": concurrency, "--input-tokens": input_tokens, "--output-tokens": output_tokens,
@@ -95,6 +92,14 @@ def _show(result, as_json: bool, plot: Path | None) -> None:
         print(json.dumps(data, indent=2))
     else:
         _print_report(data, plot)
+
+
+def _check_before_reading(plot: Path | None, nodes_per_zone: int | None) -> None:
+    """What fails without reading anything: the plot's path, a node count past the limit."""
+    if plot is not None:
+        check_output_file("--plot", plot)
+    if nodes_per_zone is not None and nodes_per_zone > MAX_NODES_PER_ZONE:
+        fail(f"--nodes-per-zone: at most {MAX_NODES_PER_ZONE} nodes per zone (got {nodes_per_zone})")
 
 
 def _check_numbers(qps: float | None, concurrency: int | None, slo_statistic: str | None,

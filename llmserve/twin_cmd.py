@@ -10,6 +10,7 @@ calibrate: fit the profile's prefill and decode efficiencies to the fleet; write
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Optional
 
@@ -49,8 +50,8 @@ def twin(
 
     for name, value in (("--qps", qps), ("--duration", duration), ("--time-scale", time_scale),
                         ("--slowdown", slowdown)):
-        if value is not None and value <= 0:
-            fail(f"{name}: must be greater than 0 (got {value:g})")
+        if value is not None and not (math.isfinite(value) and value > 0):     # NaN passes `<= 0`
+            fail(f"{name}: must be a finite number greater than 0 (got {value:g})")
     if time_scale > MAX_TIME_SCALE:
         fail(f"--time-scale: at most {MAX_TIME_SCALE:g} (got {time_scale:g}): faster, a 5m rate window would hold "
              "too few scrapes")

@@ -289,6 +289,39 @@ def test_stack_commands_with_bad_options(tmp_path_factory, command, stack_args, 
     check(run_cli(argv, limit_s=30), command, argv)
 
 
+# -- the monitoring twin and the live checks (values that must be refused before any server starts;
+# a Prometheus that cannot be reached is exit 1 with one error line: nothing could be judged) --------
+TWIN_BAD = st.sampled_from([["--time-scale", v] for v in ("0", "-1", "nan", "inf", "1e9", "x")]
+                           + [["--duration", v] for v in ("0", "nan", "inf", "1e9")]
+                           + [["--qps", v] for v in ("0", "nan", "-inf")]
+                           + [["--slowdown", v] for v in ("0", "nan", "inf")]
+                           + [["--fail-zone", v] for v in ("x", "us-east-1z@5", "@", "us-east-1b@-1")])
+LIVE_BAD = st.sampled_from([["--prometheus", v] for v in ("notaurl", "", "ftp://x", "http://127.0.0.1:1")]
+                           + [["--prometheus", "http://127.0.0.1:1", "--window", v] for v in ("abc", "0", "-5m")]
+                           + [["--prometheus", "http://127.0.0.1:1", "--tolerance", v] for v in ("nan", "-1", "2")])
+
+
+@settings(max_examples=20, **FUZZ)
+@given(TWIN_BAD, st.sampled_from(["prod", "dev", "nope"]))
+def test_twin_refuses_bad_options_before_starting(args, stack):
+    argv = ["twin", "--stack", stack, *args]
+    result = run_cli(argv, limit_s=10)
+    check(result, "twin", argv)
+    assert result.exit_code == 2
+
+
+@settings(max_examples=20, **FUZZ)
+@given(st.sampled_from(["check", "calibrate"]), LIVE_BAD, st.sampled_from(["prod", "nope"]))
+def test_live_checks_on_bad_options_or_no_prometheus(command, args, stack):
+    argv = [command, "--stack", stack, *args]
+    result = run_cli(argv, limit_s=15)
+    if result.exit_code == 1:          # Prometheus unreachable: one error line, not a verdict
+        assert result.stderr.startswith("error: cannot reach Prometheus") and len(result.stderr.splitlines()) == 1
+        CASES[command] += 1
+        return
+    check(result, command, argv)
+
+
 # -- GuideLLM reports ----------------------------------------------------------------------------
 SAMPLE = UPSTREAM / "samples" / "guidellm-report-0.8.0.dev18.json"
 
