@@ -35,7 +35,7 @@ from . import accuracy_check
 from .api_keys import gate_key
 from .gateway import gate_rate_limit, proxy_replicas
 from .loadtest import gateway_url, job_egress, one_shot_pod_spec
-from .options import after
+from .options import after, own
 from .serving import VLLM_IMAGE, served_checkpoint
 
 PYTHON_IMAGE = conventions.PYTHON_IMAGE
@@ -170,7 +170,7 @@ class AccuracyGate(pulumi.ComponentResource):
     `opts.depends_on`: the serving replicas and the gateway (judge the live rollout); every child waits for them."""
 
     def __init__(self, name: str, args: AccuracyGateArgs, opts: pulumi.ResourceOptions | None = None):
-        super().__init__("llm-serving:accuracy_gate:AccuracyGate", name, None, opts)
+        super().__init__("llm-serving:accuracy_gate:AccuracyGate", name, None, own(opts))
         plan, job, ns = args.plan, args.job, args.namespace
         child = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=after(opts))
         self.gate = gate_spec(job.gate)

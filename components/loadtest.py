@@ -30,7 +30,7 @@ from sizing.planner import Plan
 from .api_keys import client_key
 from .cluster import SYSTEM_ROLE_LABEL
 from .gateway import GATEWAY_CLUSTER_IP
-from .options import after
+from .options import after, own
 from .serving import HUB_TOKEN_DIR, HUB_TOKEN_KEY, egress_policies, served_checkpoint
 from .pod_security import SCRATCH_MOUNT, SCRATCH_VOLUME, container_security, pod_security
 
@@ -168,7 +168,7 @@ class LoadTest(pulumi.ComponentResource):
     `opts.depends_on`: the serving replicas and the gateway (test only what is there); every child waits for them."""
 
     def __init__(self, name: str, args: LoadTestArgs, opts: pulumi.ResourceOptions | None = None):
-        super().__init__("llm-serving:loadtest:LoadTest", name, None, opts)
+        super().__init__("llm-serving:loadtest:LoadTest", name, None, own(opts))
         plan, run, ns = args.plan, args.run, args.namespace
         child = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=after(opts))
         self.scenario = scenario(plan, run)
