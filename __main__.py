@@ -38,28 +38,33 @@ network = Network("llm", NetworkArgs(
     nat_per_zone=settings.nat_per_zone,
     tags=settings.tags,
 ))
-cluster = Cluster("llm", ClusterArgs(settings=settings, network=network))
+cluster = Cluster("llm", ClusterArgs(
+    stack=settings.stack, environment=settings.environment, region=settings.region,
+    kubernetes_version=settings.kubernetesVersion, api_allowed_cidrs=settings.apiAllowedCidrs,
+    admin_role_arns=settings.adminRoleArns, system_nodes=settings.systemNodes, tags=settings.tags,
+    network=network))
 gpu_pools: list[GpuNodePool] = []
 for pool, pool_settings in zip(plan.request.pools, settings.gpuPools):     # each updates after the one before
     gpu_pools.append(GpuNodePool(f"gpu-{pool.label}", GpuNodePoolArgs(
-        settings=settings, plan=plan, pool=pool, pool_settings=pool_settings, cluster=cluster, network=network,
-        update_after=tuple(p.node_group for p in gpu_pools[-1:]))))
+        tags=settings.tags, plan=plan, pool=pool, pool_settings=pool_settings, cluster=cluster, network=network),
+        opts=pulumi.ResourceOptions(depends_on=[p.node_group for p in gpu_pools[-1:]])))
 
 # -- controllers the gateway needs: load balancer, certificate, DNS (each through Pod Identity) ---
 gw_settings = settings.gateway
 controller_base = dict(cluster_name=cluster.cluster_name, region=settings.region, provider=cluster.k8s_provider,
-                       depends_on=(cluster.pod_identity_agent,), tags=settings.tags)
+                       tags=settings.tags)
+after_pod_identity_agent = pulumi.ResourceOptions(depends_on=[cluster.pod_identity_agent])
 load_balancer_controller = LoadBalancerController("aws-lb-controller", LoadBalancerControllerArgs(
-    vpc_id=network.vpc.id, **controller_base))
+    vpc_id=network.vpc.id, **controller_base), opts=after_pod_identity_agent)
 gateway_controllers = [load_balancer_controller.release]
 cert_manager = None
 if gw_settings.certificate == "acme":
     cert_manager = CertManager("cert-manager", CertManagerArgs(
         hosted_zone_id=gw_settings.hostedZoneId, acme_server=gw_settings.acmeServer,
-        acme_email=gw_settings.acmeEmail, **controller_base))
+        acme_email=gw_settings.acmeEmail, **controller_base), opts=after_pod_identity_agent)
 if gw_settings.manages_dns:
     gateway_controllers.append(ExternalDns("external-dns", ExternalDnsArgs(
-        hosted_zone_id=gw_settings.hostedZoneId, **controller_base)).release)
+        hosted_zone_id=gw_settings.hostedZoneId, **controller_base), opts=after_pod_identity_agent).release)
 
 # -- Kubernetes: GPU plugin -> vLLM replicas (per zone) -> gateway (auth, quotas, routing) --------
 gpu_plugin = GpuPlugin("gpu-plugin", GpuPluginArgs(provider=cluster.k8s_provider),
@@ -74,12 +79,15 @@ certificate = GatewayCertificate("gateway-certificate", GatewayCertificateArgs(
     provider=cluster.k8s_provider,
     issuer_name=cert_manager.issuer_name if cert_manager else None,
     certificate_pem=secret("tlsCertificate") if cert_manager is None else None,
-    private_key_pem=secret("tlsPrivateKey") if cert_manager is None else None,
-    depends_on=(serving.namespace, *((cert_manager.release, cert_manager.issuer) if cert_manager else ()))))
+    private_key_pem=secret("tlsPrivateKey") if cert_manager is None else None),
+    opts=pulumi.ResourceOptions(depends_on=[
+        serving.namespace, *((cert_manager.release, cert_manager.issuer) if cert_manager else ())]))
 gateway = Gateway("llm-gateway", GatewayArgs(
-    plan=plan, settings=settings, provider=cluster.k8s_provider, api_keys=secret("apiKeys"),
+    plan=plan, gateway=gw_settings, zones=settings.zones, allowed_cidrs=settings.gatewayAllowedCidrs,
+    accuracy_gate_enabled=settings.accuracy_gate_enabled, load_test_enabled=settings.loadTest.enabled,
+    provider=cluster.k8s_provider, api_keys=secret("apiKeys"),
     namespace=serving.namespace_name, service_name=serving.service_name, tls_secret_name=certificate.secret_name,
-    controllers=(*gateway_controllers, certificate), depends_on=(serving,)))
+    controllers=(*gateway_controllers, certificate)), opts=pulumi.ResourceOptions(depends_on=[serving]))
 
 # -- proving the rollout: the FP8 accuracy gate (awaited: a failed gate fails `pulumi up`; on by
 # default in staging and prod), then the load test against the plan (opt-in: loadTest.enabled)
@@ -88,18 +96,19 @@ if settings.accuracy_gate_enabled:
     proof.append(AccuracyGate("accuracy-gate", AccuracyGateArgs(
         plan=plan, job=GateJob.for_stack(plan, settings), provider=cluster.k8s_provider,
         namespace=serving.namespace_name,
-        api_keys=secret("apiKeys"), depends_on=tuple(proof))))
+        api_keys=secret("apiKeys")), opts=pulumi.ResourceOptions(depends_on=list(proof))))
 if settings.loadTest.enabled:
     LoadTest("load-test", LoadTestArgs(
         plan=plan, run=LoadTestRun.for_stack(plan, settings), provider=cluster.k8s_provider,
         namespace=serving.namespace_name,
-        api_keys=secret("apiKeys"), hub_token=secret("hubToken"), depends_on=tuple(proof)))
+        api_keys=secret("apiKeys"), hub_token=secret("hubToken")), opts=pulumi.ResourceOptions(depends_on=list(proof)))
 
 # -- monitoring: Prometheus, Grafana, DCGM exporter; alert thresholds and dashboard lines from the plan
 monitoring = Monitoring("monitoring", MonitoringArgs(
-    plan=plan, settings=settings, provider=cluster.k8s_provider,
-    grafana_admin_password=secret("grafanaAdminPassword"), gateway_namespace=CONTROLLER_NAMESPACE,
-    depends_on=(gpu_plugin,)))
+    plan=plan, stack=settings.stack, environment=settings.environment, zones=settings.zones,
+    serving_namespace=settings.serving.namespace, inference_extension=gw_settings.inferenceExtension,
+    provider=cluster.k8s_provider, grafana_admin_password=secret("grafanaAdminPassword"),
+    gateway_namespace=CONTROLLER_NAMESPACE), opts=pulumi.ResourceOptions(depends_on=[gpu_plugin]))
 
 # -- outputs --------------------------------------------------------------------------------------
 pulumi.export("clusterName", cluster.cluster_name)

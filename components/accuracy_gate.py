@@ -35,6 +35,7 @@ from . import accuracy_check
 from .api_keys import gate_key
 from .gateway import gate_rate_limit, proxy_replicas
 from .loadtest import gateway_url, job_egress, one_shot_pod_spec
+from .options import after, own
 from .serving import VLLM_IMAGE, served_checkpoint
 
 PYTHON_IMAGE = conventions.PYTHON_IMAGE
@@ -161,16 +162,17 @@ class AccuracyGateArgs:
     provider: k8s.Provider
     namespace: str
     api_keys: pulumi.Input[str]         # the apiKeys Pulumi secret: JSON {name: key}
-    depends_on: tuple = ()              # the serving replicas and the gateway: judge the live rollout
 
 
 class AccuracyGate(pulumi.ComponentResource):
-    """Credentials Secret, the check script and thresholds (ConfigMap), its egress, and the awaited Job."""
+    """Credentials Secret, the check script and thresholds (ConfigMap), its egress, and the awaited Job.
+
+    `opts.depends_on`: the serving replicas and the gateway (judge the live rollout); every child waits for them."""
 
     def __init__(self, name: str, args: AccuracyGateArgs, opts: pulumi.ResourceOptions | None = None):
-        super().__init__("llm-serving:accuracy_gate:AccuracyGate", name, None, opts)
+        super().__init__("llm-serving:accuracy_gate:AccuracyGate", name, None, own(opts))
         plan, job, ns = args.plan, args.job, args.namespace
-        child = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=list(args.depends_on))
+        child = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=after(opts))
         self.gate = gate_spec(job.gate)
         self.digest = rollout_digest(plan, job)
         self.timeout_s = gate_timeout_s(plan, job)

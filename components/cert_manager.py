@@ -22,6 +22,7 @@ import pulumi_kubernetes as k8s
 from conventions import CERT_MANAGER_CHART_VERSION
 
 from .cluster import SYSTEM_ROLE_LABEL
+from .options import after
 from .pod_identity import PodIdentity, PodIdentityArgs
 
 CHART, CHART_VERSION, CHART_REPO = "cert-manager", CERT_MANAGER_CHART_VERSION, "https://charts.jetstack.io"
@@ -79,7 +80,6 @@ class CertManagerArgs:
     acme_server: str
     acme_email: str
     provider: k8s.Provider
-    depends_on: tuple = ()                 # the pod identity agent add-on
     tags: dict[str, str] = field(default_factory=dict)
 
 
@@ -94,8 +94,8 @@ class CertManager(pulumi.ComponentResource):
         super().__init__("llm-serving:cert_manager:CertManager", name, None, opts)
         identity = PodIdentity(f"{name}-identity", PodIdentityArgs(
             cluster_name=args.cluster_name, namespace=NAMESPACE, service_account=SERVICE_ACCOUNT,
-            policy_json=route53_dns01_policy(args.hosted_zone_id), depends_on=tuple(args.depends_on),
-            tags=dict(args.tags)), opts=pulumi.ResourceOptions(parent=self))
+            policy_json=route53_dns01_policy(args.hosted_zone_id),
+            tags=dict(args.tags)), opts=pulumi.ResourceOptions(parent=self, depends_on=after(opts)))
         self.release = k8s.helm.v3.Release(
             f"{name}-release", name=RELEASE, chart=CHART, version=CHART_VERSION,
             repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=CHART_REPO),
@@ -125,7 +125,6 @@ class GatewayCertificateArgs:
     issuer_name: str | None = None         # acme: cert-manager's ClusterIssuer
     certificate_pem: pulumi.Input[str] | None = None   # provided: Pulumi secrets
     private_key_pem: pulumi.Input[str] | None = None
-    depends_on: tuple = ()                 # cert-manager and its issuer; the namespace
 
 
 class GatewayCertificate(pulumi.ComponentResource):
@@ -134,7 +133,8 @@ class GatewayCertificate(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: GatewayCertificateArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llm-serving:cert_manager:GatewayCertificate", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=list(args.depends_on))
+        # opts.depends_on: cert-manager and its issuer; the namespace
+        child = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=after(opts))
         metadata = {"name": args.secret_name, "namespace": args.namespace}
         if args.issuer_name is not None:
             self.resource = k8s.apiextensions.CustomResource(

@@ -10,13 +10,15 @@ Kubernetes provider every Kubernetes resource in the program uses.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
-from settings import NAMESPACE, StackSettings
+from settings import NAMESPACE
+from settings.schema import SystemNodeSettings
 
 from .network import Network
 
@@ -80,12 +82,22 @@ def _assume_role_policy(service: str) -> str:
 
 @dataclass(frozen=True)
 class ClusterArgs:
-    settings: StackSettings
+    stack: str                              # names the cluster: f"{NAMESPACE}-{stack}"
+    environment: str                        # prod turns on deletion protection
+    region: str                             # the kubeconfig's `aws eks get-token --region`
+    kubernetes_version: str
+    api_allowed_cidrs: tuple[str, ...]      # who may reach the public API endpoint
+    admin_role_arns: tuple[str, ...]        # IAM roles granted cluster admin through access entries
+    system_nodes: SystemNodeSettings
+    tags: Mapping[str, str]
     network: Network
 
 
 class Cluster(pulumi.ComponentResource):
-    """EKS control plane, access entries, managed add-ons, system nodes and a Kubernetes provider."""
+    """EKS control plane, access entries, managed add-ons, system nodes and a Kubernetes provider.
+
+    Built in named steps, in order: IAM roles, encryption and logs, control plane, admin access,
+    the add-ons nodes need, system nodes, the add-ons that need nodes, the Kubernetes provider."""
 
     eks_cluster: aws.eks.Cluster
     node_role: aws.iam.Role
@@ -97,57 +109,82 @@ class Cluster(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llm-serving:cluster:Cluster", name, None, opts)
-        s, network = args.settings, args.network
-        child = pulumi.ResourceOptions(parent=self)
-        tags = dict(s.tags)
+        self._name, self._args = name, args
+        self._child = pulumi.ResourceOptions(parent=self)
+        self._tags = dict(args.tags)
         # Output-returning invokes: they resolve alongside registrations instead of blocking the program.
-        partition = aws.get_partition_output().partition
-        cluster_name = f"{NAMESPACE}-{s.stack}"
+        self._partition = aws.get_partition_output().partition
+        self._cluster_name = f"{NAMESPACE}-{args.stack}"
 
-        def managed_policy(policy: str) -> pulumi.Output[str]:
-            return pulumi.Output.concat("arn:", partition, ":iam::aws:policy/", policy)
+        cluster_role, cluster_policy, node_policies = self._iam_roles()
+        secrets_key, log_group = self._encryption_and_logs()
+        self._control_plane(cluster_role, cluster_policy, secrets_key, log_group)
+        self._admin_access()
+        self._node_addons(node_policies)
+        self._system_nodes()
+        self._deployment_addons()
+        self._kubernetes_provider()
+        cluster = self.eks_cluster
+        self.register_outputs({
+            "clusterName": cluster.name,
+            "endpoint": cluster.endpoint,
+            "nodeRoleArn": self.node_role.arn,
+            "kubeconfig": self.kubeconfig,
+        })
 
-        # -- IAM ---------------------------------------------------------------------------
+    def _managed_policy(self, policy: str) -> pulumi.Output[str]:
+        return pulumi.Output.concat("arn:", self._partition, ":iam::aws:policy/", policy)
+
+    def _iam_roles(self) -> tuple[aws.iam.Role, aws.iam.RolePolicyAttachment, list[aws.iam.RolePolicyAttachment]]:
+        """The control plane's role and the nodes' role, each with its AWS managed policies."""
+        name, tags = self._name, self._tags
         cluster_role = aws.iam.Role(
             f"{name}-cluster-role", assume_role_policy=_assume_role_policy("eks.amazonaws.com"),
-            tags=tags, opts=child)
+            tags=tags, opts=self._child)
         cluster_policy = aws.iam.RolePolicyAttachment(
-            f"{name}-cluster-policy", role=cluster_role.name, policy_arn=managed_policy("AmazonEKSClusterPolicy"),
+            f"{name}-cluster-policy", role=cluster_role.name,
+            policy_arn=self._managed_policy("AmazonEKSClusterPolicy"),
             opts=pulumi.ResourceOptions(parent=cluster_role))
 
         self.node_role = aws.iam.Role(
-            f"{name}-node-role", assume_role_policy=_assume_role_policy("ec2.amazonaws.com"), tags=tags, opts=child)
+            f"{name}-node-role", assume_role_policy=_assume_role_policy("ec2.amazonaws.com"), tags=tags,
+            opts=self._child)
         node_policies = [
             aws.iam.RolePolicyAttachment(
-                f"{name}-node-{policy}", role=self.node_role.name, policy_arn=managed_policy(policy),
+                f"{name}-node-{policy}", role=self.node_role.name, policy_arn=self._managed_policy(policy),
                 opts=pulumi.ResourceOptions(parent=self.node_role))
             for policy in ("AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy",
                            "AmazonEC2ContainerRegistryReadOnly",
                            "AmazonSSMManagedInstanceCore")   # shell access without SSH keys or open ports
         ]
+        return cluster_role, cluster_policy, node_policies
 
-        # -- encryption and logs -----------------------------------------------------------
+    def _encryption_and_logs(self) -> tuple[aws.kms.Key, aws.cloudwatch.LogGroup]:
+        name, tags, cluster_name = self._name, self._tags, self._cluster_name
         secrets_key = aws.kms.Key(
             f"{name}-secrets-key", description=f"EKS secrets envelope encryption for {cluster_name}",
-            enable_key_rotation=True, deletion_window_in_days=30, tags=tags, opts=child)
+            enable_key_rotation=True, deletion_window_in_days=30, tags=tags, opts=self._child)
         aws.kms.Alias(f"{name}-secrets-key-alias", name=f"alias/{cluster_name}-eks-secrets",
                       target_key_id=secrets_key.key_id, opts=pulumi.ResourceOptions(parent=secrets_key))
         # Created before the cluster so EKS writes into a group with a retention, not an unbounded one.
         log_group = aws.cloudwatch.LogGroup(
             f"{name}-control-plane-logs", name=f"/aws/eks/{cluster_name}/cluster",
-            retention_in_days=CONTROL_PLANE_LOG_RETENTION_DAYS, tags=tags, opts=child)
+            retention_in_days=CONTROL_PLANE_LOG_RETENTION_DAYS, tags=tags, opts=self._child)
+        return secrets_key, log_group
 
-        # -- control plane -----------------------------------------------------------------
+    def _control_plane(self, cluster_role: aws.iam.Role, cluster_policy: aws.iam.RolePolicyAttachment,
+                       secrets_key: aws.kms.Key, log_group: aws.cloudwatch.LogGroup) -> None:
+        args, network = self._args, self._args.network
         self.eks_cluster = aws.eks.Cluster(
-            f"{name}-eks",
-            name=cluster_name,
-            version=s.kubernetesVersion,
+            f"{self._name}-eks",
+            name=self._cluster_name,
+            version=args.kubernetes_version,
             role_arn=cluster_role.arn,
             vpc_config=aws.eks.ClusterVpcConfigArgs(
                 subnet_ids=network.private_subnet_ids,
                 endpoint_private_access=True,
                 endpoint_public_access=True,
-                public_access_cidrs=list(s.apiAllowedCidrs),
+                public_access_cidrs=list(args.api_allowed_cidrs),
             ),
             access_config=aws.eks.ClusterAccessConfigArgs(
                 authentication_mode="API",
@@ -164,55 +201,60 @@ class Cluster(pulumi.ComponentResource):
             # Lets an operator (or ARC autoshift) move traffic off an impaired zone: the failure
             # this stack is sized to survive.
             zonal_shift_config=aws.eks.ClusterZonalShiftConfigArgs(enabled=len(network.private_subnets) > 1),
-            deletion_protection=s.environment == "prod",
-            tags=tags,
+            deletion_protection=args.environment == "prod",
+            tags=self._tags,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[cluster_policy, log_group]),
         )
-        cluster = self.eks_cluster
-        in_cluster = pulumi.ResourceOptions(parent=cluster)
 
-        for i, arn in enumerate(s.adminRoleArns):
+    def _admin_access(self) -> None:
+        cluster, name = self.eks_cluster, self._name
+        for i, arn in enumerate(self._args.admin_role_arns):
             entry = aws.eks.AccessEntry(
                 f"{name}-admin-{i}", cluster_name=cluster.name, principal_arn=arn, type="STANDARD",
-                tags=tags, opts=in_cluster)
+                tags=self._tags, opts=pulumi.ResourceOptions(parent=cluster))
             aws.eks.AccessPolicyAssociation(
                 f"{name}-admin-{i}-policy", cluster_name=cluster.name, principal_arn=entry.principal_arn,
-                policy_arn=pulumi.Output.concat("arn:", partition, ADMIN_POLICY),
+                policy_arn=pulumi.Output.concat("arn:", self._partition, ADMIN_POLICY),
                 access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"),
                 opts=pulumi.ResourceOptions(parent=entry))
 
-        # -- add-ons that nodes need to become Ready (DaemonSets: created before any node) --
-        def addon(addon_name: str, depends_on=(), **kwargs) -> aws.eks.Addon:
-            # The version EKS marks as default for this Kubernetes version, resolved when the
-            # program runs and kept in state; bump kubernetesVersion to move it.
-            version = aws.eks.get_addon_version_output(addon_name=addon_name, kubernetes_version=s.kubernetesVersion)
-            return aws.eks.Addon(
-                f"{name}-{addon_name}", cluster_name=cluster.name, addon_name=addon_name,
-                addon_version=version.version, resolve_conflicts_on_create="OVERWRITE",
-                resolve_conflicts_on_update="PRESERVE", tags=tags,
-                opts=pulumi.ResourceOptions(parent=cluster, depends_on=list(depends_on)), **kwargs)
+    def _addon(self, addon_name: str, depends_on=(), **kwargs) -> aws.eks.Addon:
+        # The version EKS marks as default for this Kubernetes version, resolved when the
+        # program runs and kept in state; bump kubernetesVersion to move it.
+        cluster = self.eks_cluster
+        version = aws.eks.get_addon_version_output(addon_name=addon_name,
+                                                   kubernetes_version=self._args.kubernetes_version)
+        return aws.eks.Addon(
+            f"{self._name}-{addon_name}", cluster_name=cluster.name, addon_name=addon_name,
+            addon_version=version.version, resolve_conflicts_on_create="OVERWRITE",
+            resolve_conflicts_on_update="PRESERVE", tags=self._tags,
+            opts=pulumi.ResourceOptions(parent=cluster, depends_on=list(depends_on)), **kwargs)
 
-        pod_identity_agent = addon("eks-pod-identity-agent")
-        self.pod_identity_agent = pod_identity_agent      # what every Pod Identity association waits for
-        vpc_cni = addon("vpc-cni", configuration_values=json.dumps({
+    def _node_addons(self, node_policies: list[aws.iam.RolePolicyAttachment]) -> None:
+        """Add-ons that nodes need to become Ready (DaemonSets: created before any node)."""
+        self.pod_identity_agent = self._addon("eks-pod-identity-agent")   # every Pod Identity association waits for it
+        vpc_cni = self._addon("vpc-cni", configuration_values=json.dumps({
             # NetworkPolicy enforcement: the serving namespace's policies rely on it.
             "enableNetworkPolicy": "true",
         }))
-        kube_proxy = addon("kube-proxy")
-        self.node_dependencies = [vpc_cni, kube_proxy, pod_identity_agent, *node_policies]
+        kube_proxy = self._addon("kube-proxy")
+        self.node_dependencies = [vpc_cni, kube_proxy, self.pod_identity_agent, *node_policies]
 
-        # -- system node group (CPU, every zone): gateway, monitoring, CoreDNS ---------------
-        zones = list(network.private_subnets)
-        desired = s.systemNodes.nodesPerZone * len(zones)
+    def _system_nodes(self) -> None:
+        """System node group (CPU, every zone): gateway, monitoring, CoreDNS."""
+        name, network, cluster_name = self._name, self._args.network, self._cluster_name
+        system_nodes = self._args.system_nodes
+        desired = system_nodes.nodesPerZone * len(network.private_subnets)
         system_template = hardened_launch_template(
             f"{name}-system-lt", name_tag=f"{cluster_name}-system", root_gib=SYSTEM_ROOT_VOLUME_GIB,
-            description=f"{cluster_name} system nodes: IMDSv2 only, encrypted root volume", tags=tags, opts=child)
+            description=f"{cluster_name} system nodes: IMDSv2 only, encrypted root volume", tags=self._tags,
+            opts=self._child)
         self.system_node_group = aws.eks.NodeGroup(
             f"{name}-system",
-            cluster_name=cluster.name,
+            cluster_name=self.eks_cluster.name,
             node_role_arn=self.node_role.arn,
             subnet_ids=network.private_subnet_ids,
-            instance_types=[s.systemNodes.instanceType],
+            instance_types=[system_nodes.instanceType],
             ami_type="AL2023_x86_64_STANDARD",
             capacity_type="ON_DEMAND",
             scaling_config=aws.eks.NodeGroupScalingConfigArgs(
@@ -221,40 +263,37 @@ class Cluster(pulumi.ComponentResource):
             launch_template=aws.eks.NodeGroupLaunchTemplateArgs(
                 id=system_template.id, version=system_template.latest_version.apply(str)),
             labels=dict(SYSTEM_ROLE_LABEL),
-            tags=tags,
-            opts=pulumi.ResourceOptions(parent=cluster, depends_on=self.node_dependencies),
+            tags=self._tags,
+            opts=pulumi.ResourceOptions(parent=self.eks_cluster, depends_on=self.node_dependencies),
         )
 
-        # -- add-ons that run as Deployments: they need nodes first -------------------------
-        addon("coredns", depends_on=[self.system_node_group])
+    def _deployment_addons(self) -> None:
+        """Add-ons that run as Deployments: they need nodes first."""
+        name = self._name
+        self._addon("coredns", depends_on=[self.system_node_group])
         ebs_csi_role = aws.iam.Role(
             f"{name}-ebs-csi-role", assume_role_policy=_assume_role_policy("pods.eks.amazonaws.com"),
-            tags=tags, opts=child)
+            tags=self._tags, opts=self._child)
         ebs_csi_policy = aws.iam.RolePolicyAttachment(
             f"{name}-ebs-csi-policy", role=ebs_csi_role.name,
-            policy_arn=managed_policy("service-role/AmazonEBSCSIDriverPolicy"),
+            policy_arn=self._managed_policy("service-role/AmazonEBSCSIDriverPolicy"),
             opts=pulumi.ResourceOptions(parent=ebs_csi_role))
-        addon("aws-ebs-csi-driver", depends_on=[self.system_node_group, pod_identity_agent, ebs_csi_policy],
-              pod_identity_associations=[aws.eks.AddonPodIdentityAssociationArgs(
-                  role_arn=ebs_csi_role.arn, service_account=EBS_CSI_SERVICE_ACCOUNT)])
+        self._addon("aws-ebs-csi-driver", depends_on=[self.system_node_group, self.pod_identity_agent, ebs_csi_policy],
+                    pod_identity_associations=[aws.eks.AddonPodIdentityAssociationArgs(
+                        role_arn=ebs_csi_role.arn, service_account=EBS_CSI_SERVICE_ACCOUNT)])
 
-        # -- Kubernetes provider -----------------------------------------------------------
+    def _kubernetes_provider(self) -> None:
+        cluster, region = self.eks_cluster, self._args.region
         self.cluster_name = cluster.name
         self.kubeconfig = pulumi.Output.secret(pulumi.Output.all(
             cluster.name, cluster.endpoint, cluster.certificate_authority.data,
-        ).apply(lambda parts: kubeconfig_json(*parts, region=s.region)))
+        ).apply(lambda parts: kubeconfig_json(*parts, region=region)))
         self.k8s_provider = k8s.Provider(
-            f"{name}-k8s",
+            f"{self._name}-k8s",
             kubeconfig=self.kubeconfig,
             # Kubernetes objects wait for the system nodes, so webhooks and charts have somewhere to run.
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.system_node_group]),
         )
-        self.register_outputs({
-            "clusterName": cluster.name,
-            "endpoint": cluster.endpoint,
-            "nodeRoleArn": self.node_role.arn,
-            "kubeconfig": self.kubeconfig,
-        })
 
 
 def kubeconfig_json(cluster_name: str, endpoint: str, ca_data: str, region: str) -> str:

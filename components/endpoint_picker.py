@@ -24,6 +24,7 @@ import pulumi_kubernetes as k8s
 from conventions import ENDPOINT_PICKER_IMAGE, PICKER_GRPC_PORT, PICKER_HEALTH_PORT, PICKER_METRICS_PORT
 
 from .cluster import SYSTEM_ROLE_LABEL
+from .options import after
 from .pod_security import SCRATCH_MOUNT, SCRATCH_VOLUME, container_security, pod_security
 from .serving import API_PORT, APP_LABELS, METADATA_RANGE
 
@@ -67,7 +68,6 @@ class EndpointPickerArgs:
     namespace: str                  # the serving namespace: a pool selects pods in its own namespace
     gateway_namespace: str          # where the Envoy proxies that call the picker run
     monitoring_namespace: str
-    depends_on: tuple = ()          # the CRDs (InferencePool) and the serving namespace
 
 
 def picker_container(pool_name: str, namespace: str) -> dict:
@@ -117,12 +117,16 @@ def picker_network_policies(gateway_namespace: str, monitoring_namespace: str) -
 
 
 class EndpointPicker(pulumi.ComponentResource):
+    """The Gateway API Inference Extension's endpoint picker and the InferencePool it serves.
+
+    `opts.depends_on`: the CRDs (InferencePool) and the serving namespace; every child waits for them."""
+
     def __init__(self, name: str, args: EndpointPickerArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llm-serving:endpoint_picker:EndpointPicker", name, None, opts)
         ns = args.namespace
         self.pool_name, self.picker_name = "vllm", "vllm-epp"
         self.replicas = picker_replicas(args.zones)
-        o = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=list(args.depends_on))
+        o = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=after(opts))
 
         account = self._access(name, ns, args, o)
         config = k8s.core.v1.ConfigMap(f"{name}-config", metadata={"name": self.picker_name, "namespace": ns},
@@ -132,6 +136,14 @@ class EndpointPicker(pulumi.ComponentResource):
         self.pdb = k8s.policy.v1.PodDisruptionBudget(
             f"{name}-pdb", metadata={"name": self.picker_name, "namespace": ns},
             spec={"minAvailable": 1, "selector": {"matchLabels": dict(PICKER_LABELS)}}, opts=o)
+        self._service_and_pool(name, ns, o)
+        for key, spec in picker_network_policies(args.gateway_namespace, args.monitoring_namespace).items():
+            k8s.networking.v1.NetworkPolicy(f"{name}-{key}", metadata={"name": key, "namespace": ns},
+                                            spec=spec, opts=o)
+        self.register_outputs({"pool": self.pool_name, "replicas": self.replicas})
+
+    def _service_and_pool(self, name: str, ns: str, o: pulumi.ResourceOptions) -> None:
+        """The picker's Service (gRPC for the proxies, metrics) and the InferencePool that names it."""
         self.service = k8s.core.v1.Service(
             f"{name}-svc", metadata={"name": self.picker_name, "namespace": ns},
             spec={"selector": dict(PICKER_LABELS), "ports": [
@@ -146,10 +158,6 @@ class EndpointPicker(pulumi.ComponentResource):
                   "endpointPickerRef": {"name": self.picker_name, "port": {"number": GRPC_PORT},
                                         "failureMode": FAILURE_MODE}},
             opts=o)
-        for key, spec in picker_network_policies(args.gateway_namespace, args.monitoring_namespace).items():
-            k8s.networking.v1.NetworkPolicy(f"{name}-{key}", metadata={"name": key, "namespace": ns},
-                                            spec=spec, opts=o)
-        self.register_outputs({"pool": self.pool_name, "replicas": self.replicas})
 
     def _access(self, name: str, ns: str, args: EndpointPickerArgs, o: pulumi.ResourceOptions):
         """The picker's service account: read pods and its pool in its own namespace, nothing else."""

@@ -22,6 +22,7 @@ import pulumi_kubernetes as k8s
 from conventions import EXTERNAL_DNS_CHART_VERSION
 
 from .cluster import SYSTEM_ROLE_LABEL
+from .options import after
 from .pod_identity import PodIdentity, PodIdentityArgs
 
 CHART, CHART_VERSION, CHART_REPO = "external-dns", EXTERNAL_DNS_CHART_VERSION, "https://kubernetes-sigs.github.io/external-dns/"
@@ -61,7 +62,6 @@ class ExternalDnsArgs:
     region: str
     hosted_zone_id: str
     provider: k8s.Provider
-    depends_on: tuple = ()                 # the pod identity agent add-on
     tags: dict[str, str] = field(default_factory=dict)
 
 
@@ -74,8 +74,8 @@ class ExternalDns(pulumi.ComponentResource):
         super().__init__("llm-serving:external_dns:ExternalDns", name, None, opts)
         identity = PodIdentity(f"{name}-identity", PodIdentityArgs(
             cluster_name=args.cluster_name, namespace=NAMESPACE, service_account=SERVICE_ACCOUNT,
-            policy_json=route53_records_policy(args.hosted_zone_id), depends_on=tuple(args.depends_on),
-            tags=dict(args.tags)), opts=pulumi.ResourceOptions(parent=self))
+            policy_json=route53_records_policy(args.hosted_zone_id),
+            tags=dict(args.tags)), opts=pulumi.ResourceOptions(parent=self, depends_on=after(opts)))
         self.release = k8s.helm.v3.Release(
             f"{name}-release", name=RELEASE, chart=CHART, version=CHART_VERSION,
             repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=CHART_REPO),

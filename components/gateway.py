@@ -26,7 +26,7 @@ from conventions import (
     AI_GATEWAY_NAMESPACE, ENVOY_AI_GATEWAY_VERSION, ENVOY_GATEWAY_VERSION, GATEWAY_CONTROLLER_NAMESPACE,
     INFERENCE_EXTENSION_VERSION, MONITORING_NAMESPACE,
 )
-from settings import StackSettings
+from settings.schema import GatewaySettings
 from sizing.planner import Plan
 
 from .api_keys import GATE_KEY_NAME, gate_key, parse_api_keys
@@ -34,6 +34,7 @@ from .cluster import SERVICE_CIDR, SYSTEM_ROLE_LABEL
 from .external_dns import HOSTNAME_ANNOTATION
 from .load_balancer_controller import LB_TYPE_ANNOTATION, LB_TYPE_VALUE
 from .endpoint_picker import POOL_API, EndpointPicker, EndpointPickerArgs
+from .options import after
 from .drain import longest_request_s
 from .serving import API_PORT
 
@@ -233,7 +234,11 @@ def envoy_proxy_spec(gateway_name: str, proxies: int, allowed_cidrs: tuple[str, 
 @dataclass(frozen=True)
 class GatewayArgs:
     plan: Plan
-    settings: StackSettings
+    gateway: GatewaySettings               # hostname, key names, quota share, TLS, DNS, inference extension
+    zones: tuple[str, ...]                 # the serving zones: proxy (and picker) replicas spread over them
+    allowed_cidrs: tuple[str, ...]         # who may reach the load balancer (gatewayAllowedCidrs)
+    accuracy_gate_enabled: bool            # the gate's own key and quota share
+    load_test_enabled: bool                # the load test's key may reach the sweep's top rate
     provider: k8s.Provider
     api_keys: pulumi.Input[str]            # a Pulumi secret: JSON {name: key}
     namespace: str                         # the serving namespace (routes, policies, pool live there)
@@ -241,16 +246,48 @@ class GatewayArgs:
     tls_secret_name: str                   # the listener's certificate (components.cert_manager.GatewayCertificate)
     monitoring_namespace: str = MONITORING_NAMESPACE
     controllers: tuple = ()                # load balancer and DNS controllers, the certificate
-    depends_on: tuple = ()                 # the serving component
 
 
 class Gateway(pulumi.ComponentResource):
+    """Envoy Gateway and its custom resources: proxies, listener, route, API-key auth, quotas.
+
+    `opts.depends_on`: the serving component; the custom resources and the key Secret wait for it.
+    Built in named steps: quota figures, controllers, gateway, routing, auth, traffic policy."""
+
     def __init__(self, name: str, args: GatewayArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llm-serving:gateway:Gateway", name, None, opts)
-        plan, settings, gw = args.plan, args.settings, args.settings.gateway
-        ns = args.namespace
-        proxies = proxy_replicas(len(settings.zones))
-        gate_on = settings.accuracy_gate_enabled
+        self._name, self._args, self._after = name, args, after(opts)
+        gw = args.gateway
+        self._quota_figures(args)
+        child = pulumi.ResourceOptions(parent=self, provider=args.provider)
+
+        crds = self._controllers(name, args, child)
+        # The proxies' Service needs its load balancer (and DNS) controllers, the listener its
+        # certificate: installed first, removed last (the NLB is deleted before its controller).
+        self._cr_opts = pulumi.ResourceOptions(parent=self, provider=args.provider,
+                                               depends_on=crds + list(args.controllers) + self._after)
+        self._listener()
+        self._routing(crds)
+        self._auth(child)
+        # What the quotas may share out, for the guard policy that sums the rules against it.
+        budget_share = sum(quota_shares(gw.rateLimitShare, args.accuracy_gate_enabled))
+        budget = {"llm-serving.io/quota-budget-qps": f"{quota_capacity_qps(args.plan) * budget_share:.4f}",
+                  "llm-serving.io/proxies": str(self.proxy_replicas)}
+        self.traffic_policy = self._cr("traffic", EG_API, "BackendTrafficPolicy",
+                                       {"name": "openai", "namespace": args.namespace, "annotations": budget},
+                                       self._traffic_spec(args.plan, gw.apiKeyNames, self.proxy_replicas),
+                                       deps=[self.route])
+        # The load balancer's address, once Envoy Gateway has provisioned it (unknown in a preview).
+        self.address = self.gateway.status.apply(gateway_address)
+        self.register_outputs({"gateway": name, "hostname": gw.hostname, "address": self.address,
+                               "proxyReplicas": self.proxy_replicas,
+                               "rateLimitPerKey": f"{self.rate_limit.requests}/{self.rate_limit.unit}"})
+
+    # -- pieces --------------------------------------------------------------------------------
+    def _quota_figures(self, args: GatewayArgs) -> None:
+        gw, plan = args.gateway, args.plan
+        proxies = proxy_replicas(len(args.zones))
+        gate_on = args.accuracy_gate_enabled
         self.rate_limit = per_key_rate_limit(quota_capacity_qps(plan), quota_shares(gw.rateLimitShare, gate_on)[0],
                                              len(gw.apiKeyNames), proxies)
         # The accuracy gate's own key (derived from the apiKeys secret), metered at its own share.
@@ -259,50 +296,48 @@ class Gateway(pulumi.ComponentResource):
         # While the load test is on, its key (LoadTestRun.key_name) may reach the sweep's top
         # rate: the test measures the engines, not the quota. Run it in staging or before prod
         # takes traffic; the other keys keep their shares.
-        self.load_test_key = settings.gateway.apiKeyNames[0] if settings.loadTest.enabled else None
+        self.load_test_key = gw.apiKeyNames[0] if args.load_test_enabled else None
         self.timeouts = route_timeouts(plan)
         self.proxy_replicas = proxies
-        child = pulumi.ResourceOptions(parent=self, provider=args.provider)
 
-        crds = self._controllers(name, args, child)
-        # The proxies' Service needs its load balancer (and DNS) controllers, the listener its
-        # certificate: installed first, removed last (the NLB is deleted before its controller).
-        cr_opts = pulumi.ResourceOptions(parent=self, provider=args.provider,
-                                         depends_on=crds + list(args.controllers) + list(args.depends_on))
+    def _cr(self, suffix: str, api: str, kind: str, metadata: dict, spec: dict, deps=(), with_status=False):
+        cls = StatusCustomResource if with_status else k8s.apiextensions.CustomResource
+        return cls(
+            f"{self._name}-{suffix}", api_version=api, kind=kind, metadata=metadata, spec=spec,
+            opts=pulumi.ResourceOptions.merge(self._cr_opts, pulumi.ResourceOptions(depends_on=list(deps))))
 
-        def cr(suffix: str, api: str, kind: str, metadata: dict, spec: dict, deps=(), with_status=False):
-            cls = StatusCustomResource if with_status else k8s.apiextensions.CustomResource
-            return cls(
-                f"{name}-{suffix}", api_version=api, kind=kind, metadata=metadata, spec=spec,
-                opts=pulumi.ResourceOptions.merge(cr_opts, pulumi.ResourceOptions(depends_on=list(deps))))
-
-        proxy_config = cr("envoyproxy", EG_API, "EnvoyProxy", {"name": name, "namespace": CONTROLLER_NAMESPACE},
-                          envoy_proxy_spec(name, proxies, settings.gatewayAllowedCidrs,
-                                           gw.hostname if gw.manages_dns else None))
-        self.gateway_class = cr("class", GATEWAY_API, "GatewayClass", {"name": name}, {
+    def _listener(self) -> None:
+        """EnvoyProxy -> GatewayClass -> Gateway (the HTTPS listener with its certificate)."""
+        name, args, gw = self._name, self._args, self._args.gateway
+        proxy_config = self._cr("envoyproxy", EG_API, "EnvoyProxy", {"name": name, "namespace": CONTROLLER_NAMESPACE},
+                                envoy_proxy_spec(name, self.proxy_replicas, args.allowed_cidrs,
+                                                 gw.hostname if gw.manages_dns else None))
+        self.gateway_class = self._cr("class", GATEWAY_API, "GatewayClass", {"name": name}, {
             "controllerName": "gateway.envoyproxy.io/gatewayclass-controller",
             "parametersRef": {"group": "gateway.envoyproxy.io", "kind": "EnvoyProxy", "name": name,
                               "namespace": CONTROLLER_NAMESPACE}}, deps=[proxy_config])
-
-        tls_secret = args.tls_secret_name
-        self.gateway = cr("gateway", GATEWAY_API, "Gateway",
-                          {"name": name, "namespace": ns}, with_status=True, spec={
+        self.gateway = self._cr("gateway", GATEWAY_API, "Gateway",
+                                {"name": name, "namespace": args.namespace}, with_status=True, spec={
             "gatewayClassName": name,
             "listeners": [{"name": "https", "protocol": "HTTPS", "port": 443, "hostname": gw.hostname,
-                           "tls": {"mode": "Terminate", "certificateRefs": [{"kind": "Secret", "name": tls_secret}]},
+                           "tls": {"mode": "Terminate",
+                                   "certificateRefs": [{"kind": "Secret", "name": args.tls_secret_name}]},
                            "allowedRoutes": {"namespaces": {"from": "Same"}}}]}, deps=[self.gateway_class])
 
+    def _routing(self, crds: list) -> None:
+        """The OpenAI route: to the endpoint picker's InferencePool, or straight to the vLLM Service."""
+        name, args, gw = self._name, self._args, self._args.gateway
         self.picker = None
         if gw.inferenceExtension:
             self.picker = EndpointPicker(f"{name}-picker", EndpointPickerArgs(
-                zones=len(settings.zones), provider=args.provider, namespace=ns, gateway_namespace=CONTROLLER_NAMESPACE,
-                monitoring_namespace=args.monitoring_namespace, depends_on=tuple(crds) + tuple(args.depends_on)),
-                opts=pulumi.ResourceOptions(parent=self))
+                zones=len(args.zones), provider=args.provider, namespace=args.namespace,
+                gateway_namespace=CONTROLLER_NAMESPACE, monitoring_namespace=args.monitoring_namespace),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[*crds, *self._after]))
             backend = {"group": POOL_API.split("/")[0], "kind": "InferencePool", "name": self.picker.pool_name}
         else:
             backend = {"kind": "Service", "name": args.service_name, "port": API_PORT}
         t = self.timeouts
-        self.route = cr("route", GATEWAY_API, "HTTPRoute", {"name": "openai", "namespace": ns}, {
+        self.route = self._cr("route", GATEWAY_API, "HTTPRoute", {"name": "openai", "namespace": args.namespace}, {
             "parentRefs": [{"name": name, "sectionName": "https"}],
             "hostnames": [gw.hostname],
             "rules": [{"matches": [{"path": {"type": "Exact", "value": p}} for p in OPENAI_PATHS],
@@ -310,45 +345,35 @@ class Gateway(pulumi.ComponentResource):
                        "timeouts": {"request": t.request, "backendRequest": t.backend_request}}]},
             deps=[self.gateway] + ([self.picker] if self.picker else []))
 
+    def _auth(self, child: pulumi.ResourceOptions) -> None:
+        """The client keys Secret and the SecurityPolicy that checks every request against it."""
+        name, args, gw, ns = self._name, self._args, self._args.gateway, self._args.namespace
         self.api_key_secret = k8s.core.v1.Secret(
             f"{name}-api-keys", metadata={"name": "gateway-api-keys", "namespace": ns}, type="Opaque",
             string_data=pulumi.Output.from_input(args.api_keys).apply(
                 lambda text: self._client_keys(text, gw.apiKeyNames)),
-            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=list(args.depends_on))))
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=self._after)))
         # On the Gateway, not the route: every route this Gateway ever carries needs a key.
-        self.security_policy = cr("auth", EG_API, "SecurityPolicy", {"name": "api-keys", "namespace": ns}, {
+        self.security_policy = self._cr("auth", EG_API, "SecurityPolicy", {"name": "api-keys", "namespace": ns}, {
             "targetRefs": [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": name}],
             "apiKeyAuth": {"credentialRefs": [{"kind": "Secret", "name": "gateway-api-keys"}],
                            "extractFrom": [{"headers": ["authorization"]}],   # OpenAI clients: "Bearer <key>"
                            "forwardClientIDHeader": CLIENT_ID_HEADER, "sanitize": True}},
             deps=[self.gateway, self.api_key_secret])
-        # What the quotas may share out, for the guard policy that sums the rules against it.
-        budget_share = sum(quota_shares(gw.rateLimitShare, gate_on))
-        budget = {"llm-serving.io/quota-budget-qps": f"{quota_capacity_qps(plan) * budget_share:.4f}",
-                  "llm-serving.io/proxies": str(proxies)}
-        self.traffic_policy = cr("traffic", EG_API, "BackendTrafficPolicy",
-                                 {"name": "openai", "namespace": ns, "annotations": budget},
-                                 self._traffic_spec(plan, gw.apiKeyNames, proxies), deps=[self.route])
-        # The load balancer's address, once Envoy Gateway has provisioned it (unknown in a preview).
-        self.address = self.gateway.status.apply(gateway_address)
-        self.register_outputs({"gateway": name, "hostname": gw.hostname, "address": self.address,
-                               "proxyReplicas": proxies,
-                               "rateLimitPerKey": f"{self.rate_limit.requests}/{self.rate_limit.unit}"})
 
-    # -- pieces --------------------------------------------------------------------------------
     def _controllers(self, name: str, args: GatewayArgs, opts: pulumi.ResourceOptions) -> list:
         """Envoy Gateway (and, with the inference extension, the InferencePool CRD and the AI
         Gateway), each after the CRDs it watches: both controllers look for the InferencePool
         CRD once at start-up and never again (AI Gateway v1.0.0
         `internal/controller/controller.go` skips its InferencePool controller for good).
         Returns what custom resources must wait for."""
-        inference = args.settings.gateway.inferenceExtension
+        inference = args.gateway.inferenceExtension
         pool_crd = [k8s.yaml.v2.ConfigFile(f"{name}-inference-crds", file=INFERENCE_CRDS_URL, opts=opts)] \
             if inference else []
         eg = k8s.helm.v3.Release(
             f"{name}-envoy-gateway", name="envoy-gateway", chart=EG_CHART, version=EG_VERSION,
             namespace=CONTROLLER_NAMESPACE, create_namespace=True,
-            values=envoy_gateway_values(len(args.settings.zones), inference),
+            values=envoy_gateway_values(len(args.zones), inference),
             opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=pool_crd)))
         if not inference:
             return [eg]

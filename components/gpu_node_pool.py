@@ -12,19 +12,20 @@ from __future__ import annotations
 
 import base64
 import textwrap
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import pulumi
 import pulumi_aws as aws
 
 import conventions
-from settings import StackSettings
 from settings.schema import GpuPoolSettings
 from sizing.planner import Plan, Pool
 
 from .cluster import Cluster, hardened_launch_template
 from .drain import CRITICAL_PODS_S, drain_timing, longest_request_s, node_shutdown_grace_s
 from .network import Network
+from .options import after
 from .pod_security import APP_GID, APP_UID
 
 GPU_AMI_TYPE = "AL2023_x86_64_NVIDIA"
@@ -108,19 +109,23 @@ def gpu_update_config() -> aws.eks.NodeGroupUpdateConfigArgs:
 
 @dataclass(frozen=True)
 class GpuNodePoolArgs:
-    settings: StackSettings
+    tags: Mapping[str, str]
     plan: Plan
     pool: Pool                       # the plan's pool (zone, instance type, nodes, label)
     pool_settings: GpuPoolSettings   # capacity reservation / block, EFA
     cluster: Cluster
     network: Network
-    # Node groups updated before this one: pools update one after another, so a launch template
-    # change never drains two zones at once (MINIMAL takes the node down before replacing it).
-    update_after: tuple = ()
+
+
+# `opts.depends_on` names the node groups updated before this one: pools update one after another,
+# so a launch template change never drains two zones at once (MINIMAL takes the node down before
+# replacing it).
 
 
 class GpuNodePool(pulumi.ComponentResource):
-    """A managed node group of `pool.nodes` GPU nodes in the one zone `pool.zone`."""
+    """A managed node group of `pool.nodes` GPU nodes in the one zone `pool.zone`.
+
+    Built in named steps: capacity (reservation or block), EFA interfaces, launch template, node group."""
 
     launch_template: aws.ec2.LaunchTemplate
     node_group: aws.eks.NodeGroup
@@ -128,12 +133,40 @@ class GpuNodePool(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: GpuNodePoolArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llm-serving:gpu:GpuNodePool", name, None, opts)
-        s, plan, pool, ps, cluster = args.settings, args.plan, args.pool, args.pool_settings, args.cluster
+        pool = args.pool
         child = pulumi.ResourceOptions(parent=self)
-        tags = {**s.tags, TAG_GPUS_PER_NODE: str(plan.instance.gpus)}
+        tags = {**args.tags, TAG_GPUS_PER_NODE: str(args.plan.instance.gpus)}
         self.zone, self.label = pool.zone, pool.label
 
-        # -- capacity: an ODCR, an existing Capacity Block, or one bought here -----------------
+        reservation_id, uses_block = self._capacity(name, args.pool_settings, tags, child)
+        capacity_spec = market = None
+        if reservation_id is not None:
+            capacity_spec = aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs(
+                capacity_reservation_target=aws.ec2.LaunchTemplateCapacityReservationSpecificationCapacityReservationTargetArgs(
+                    capacity_reservation_id=reservation_id))
+        if uses_block:
+            market = aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(market_type="capacity-block")
+
+        self.launch_template = hardened_launch_template(
+            f"{name}-lt", name_tag=name, root_gib=GPU_ROOT_VOLUME_GIB, tags=tags, opts=child,
+            description=f"GPU nodes of pool {pool.label} ({pool.instance_type}, {pool.zone})",
+            user_data=user_data(args.plan),
+            # A Capacity Block node group must name the instance type in its launch template.
+            instance_type=pool.instance_type if uses_block else None,
+            capacity_reservation_specification=capacity_spec,
+            instance_market_options=market,
+            network_interfaces=_efa_interfaces(pool, args.cluster) if args.pool_settings.efa else None,
+        )
+        self.node_group = self._node_group(name, args, uses_block, tags, after(opts))
+        self.register_outputs({
+            "nodeGroupName": self.node_group.node_group_name,
+            "zone": pool.zone,
+            "nodes": pool.nodes,
+        })
+
+    def _capacity(self, name: str, ps: GpuPoolSettings, tags: dict[str, str],
+                  child: pulumi.ResourceOptions) -> tuple[pulumi.Input[str] | None, bool]:
+        """An ODCR, an existing Capacity Block, or one bought here: (reservation id, block-backed?)."""
         self.capacity_block = None
         block = ps.capacityBlock
         reservation_id: pulumi.Input[str] | None = ps.capacityReservationId
@@ -150,42 +183,12 @@ class GpuNodePool(pulumi.ComponentResource):
             reservation_id = self.capacity_block.id
         # A Capacity Block launches instances only between its start and end: deploy (or scale)
         # a block-backed pool inside that window; EKS drains the nodes before the block ends.
-        uses_block = block is not None and reservation_id is not None
+        return reservation_id, block is not None and reservation_id is not None
 
-        capacity_spec = market = None
-        if reservation_id is not None:
-            capacity_spec = aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs(
-                capacity_reservation_target=aws.ec2.LaunchTemplateCapacityReservationSpecificationCapacityReservationTargetArgs(
-                    capacity_reservation_id=reservation_id))
-        if uses_block:
-            market = aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(market_type="capacity-block")
-
-        # -- EFA: one interface per network card, all in the cluster security group ------------
-        # Without EFA, EKS attaches the cluster security group itself; with explicit interfaces
-        # it cannot, so each interface carries it (it also allows the EFA traffic node to node).
-        network_interfaces = None
-        if ps.efa:
-            facts = aws.ec2.get_instance_type(instance_type=pool.instance_type)
-            if not facts.efa_supported:
-                raise ValueError(f"{pool.instance_type} does not support EFA; set efa: false for pool {pool.label}")
-            cards = min(facts.maximum_network_cards or 1, facts.efa_maximum_interfaces or 1)
-            sg = cluster.eks_cluster.vpc_config.cluster_security_group_id
-            network_interfaces = [aws.ec2.LaunchTemplateNetworkInterfaceArgs(
-                network_card_index=card, device_index=0 if card == 0 else 1, interface_type="efa",
-                delete_on_termination="true", security_groups=[sg]) for card in range(cards)]
-
-        self.launch_template = hardened_launch_template(
-            f"{name}-lt", name_tag=name, root_gib=GPU_ROOT_VOLUME_GIB, tags=tags, opts=child,
-            description=f"GPU nodes of pool {pool.label} ({pool.instance_type}, {pool.zone})",
-            user_data=user_data(args.plan),
-            # A Capacity Block node group must name the instance type in its launch template.
-            instance_type=pool.instance_type if uses_block else None,
-            capacity_reservation_specification=capacity_spec,
-            instance_market_options=market,
-            network_interfaces=network_interfaces,
-        )
-
-        self.node_group = aws.eks.NodeGroup(
+    def _node_group(self, name: str, args: GpuNodePoolArgs, uses_block: bool, tags: dict[str, str],
+                    update_after: list[pulumi.Resource]) -> aws.eks.NodeGroup:
+        pool, cluster = args.pool, args.cluster
+        return aws.eks.NodeGroup(
             f"{name}-ng",
             cluster_name=cluster.eks_cluster.name,
             node_role_arn=cluster.node_role.arn,
@@ -201,10 +204,20 @@ class GpuNodePool(pulumi.ComponentResource):
             labels={LABEL_POOL: pool.label, LABEL_ROLE: "gpu", LABEL_ZONE: pool.zone},
             taints=[GPU_TAINT],
             tags=tags,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[*cluster.node_dependencies, *args.update_after]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[*cluster.node_dependencies, *update_after]),
         )
-        self.register_outputs({
-            "nodeGroupName": self.node_group.node_group_name,
-            "zone": pool.zone,
-            "nodes": pool.nodes,
-        })
+
+
+def _efa_interfaces(pool: Pool, cluster: Cluster) -> list[aws.ec2.LaunchTemplateNetworkInterfaceArgs]:
+    """EFA: one interface per network card, all in the cluster security group.
+
+    Without EFA, EKS attaches the cluster security group itself; with explicit interfaces it
+    cannot, so each interface carries it (it also allows the EFA traffic node to node)."""
+    facts = aws.ec2.get_instance_type(instance_type=pool.instance_type)
+    if not facts.efa_supported:
+        raise ValueError(f"{pool.instance_type} does not support EFA; set efa: false for pool {pool.label}")
+    cards = min(facts.maximum_network_cards or 1, facts.efa_maximum_interfaces or 1)
+    sg = cluster.eks_cluster.vpc_config.cluster_security_group_id
+    return [aws.ec2.LaunchTemplateNetworkInterfaceArgs(
+        network_card_index=card, device_index=0 if card == 0 else 1, interface_type="efa",
+        delete_on_termination="true", security_groups=[sg]) for card in range(cards)]

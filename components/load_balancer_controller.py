@@ -28,6 +28,7 @@ import pulumi_kubernetes as k8s
 from conventions import AWS_LOAD_BALANCER_CONTROLLER_CHART_VERSION
 
 from .cluster import SYSTEM_ROLE_LABEL
+from .options import after
 from .pod_identity import PodIdentity, PodIdentityArgs
 
 CHART, CHART_VERSION, CHART_REPO = "aws-load-balancer-controller", AWS_LOAD_BALANCER_CONTROLLER_CHART_VERSION, \
@@ -72,7 +73,6 @@ class LoadBalancerControllerArgs:
     region: str
     vpc_id: pulumi.Input[str]
     provider: k8s.Provider
-    depends_on: tuple = ()                 # the pod identity agent add-on
     tags: dict[str, str] = field(default_factory=dict)
 
 
@@ -85,8 +85,8 @@ class LoadBalancerController(pulumi.ComponentResource):
         super().__init__("llm-serving:load_balancer_controller:LoadBalancerController", name, None, opts)
         identity = PodIdentity(f"{name}-identity", PodIdentityArgs(
             cluster_name=args.cluster_name, namespace=NAMESPACE, service_account=SERVICE_ACCOUNT,
-            policy_json=iam_policy_json(), depends_on=tuple(args.depends_on), tags=dict(args.tags)),
-            opts=pulumi.ResourceOptions(parent=self))
+            policy_json=iam_policy_json(), tags=dict(args.tags)),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=after(opts)))
         self.release = k8s.helm.v3.Release(
             f"{name}-release", name=RELEASE, chart=CHART, version=CHART_VERSION,
             repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=CHART_REPO), namespace=NAMESPACE,

@@ -30,6 +30,7 @@ from sizing.planner import Plan
 from .api_keys import client_key
 from .cluster import SYSTEM_ROLE_LABEL
 from .gateway import GATEWAY_CLUSTER_IP
+from .options import after, own
 from .serving import HUB_TOKEN_DIR, HUB_TOKEN_KEY, egress_policies, served_checkpoint
 from .pod_security import SCRATCH_MOUNT, SCRATCH_VOLUME, container_security, pod_security
 
@@ -128,6 +129,28 @@ def run_deadline_s(plan: Plan, lt: LoadTestSettings) -> int:
     return len(loadtest_rates(plan, lt.sweepSteps)) * lt.stepSeconds + SETUP_MARGIN_S
 
 
+def guidellm_container(secret_ref: dict) -> dict:
+    """The GuideLLM container: the API key from the credentials Secret, the hub token as a file."""
+    return {
+        "name": "guidellm", "image": GUIDELLM_IMAGE,
+        "command": ["guidellm", "run", "--scenario", f"{SCENARIO_PATH}/scenario.json",
+                    "--disable-console-interactive"],
+        "env": [
+            # GuideLLM's scenario settings read nested environment variables (GUIDELLM__ + path).
+            {"name": "GUIDELLM__SPEC__BACKEND__API_KEY",
+             "valueFrom": {"secretKeyRef": {**secret_ref, "key": "api-key"}}},
+            # The tokenizer's hub token as a file (huggingface_hub reads HF_TOKEN_PATH);
+            # GuideLLM reads its API key only from its settings, so that one stays in the env.
+            {"name": "HF_TOKEN_PATH", "value": f"{HUB_TOKEN_DIR}/{HUB_TOKEN_KEY}"},
+            {"name": "HOME", "value": "/tmp"}, {"name": "HF_HOME", "value": "/tmp/hf"},
+        ],
+        "resources": {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"memory": "8Gi"}},
+        "volumeMounts": [{"name": "scenario", "mountPath": SCENARIO_PATH, "readOnly": True},
+                         {"name": "results", "mountPath": RESULTS_PATH},
+                         {"name": "hub-token", "mountPath": HUB_TOKEN_DIR, "readOnly": True}],
+    }
+
+
 # -- the component ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class LoadTestArgs:
@@ -137,16 +160,17 @@ class LoadTestArgs:
     namespace: str                      # the serving namespace (its policies restrict ingress only)
     api_keys: pulumi.Input[str]         # the apiKeys Pulumi secret: JSON {name: key}
     hub_token: pulumi.Input[str]        # the tokenizer of a gated model comes from the hub
-    depends_on: tuple = ()              # the gateway: test only what is there
 
 
 class LoadTest(pulumi.ComponentResource):
-    """Credentials Secret, scenario ConfigMap, results volume and the GuideLLM Job."""
+    """Credentials Secret, scenario ConfigMap, results volume and the GuideLLM Job.
+
+    `opts.depends_on`: the serving replicas and the gateway (test only what is there); every child waits for them."""
 
     def __init__(self, name: str, args: LoadTestArgs, opts: pulumi.ResourceOptions | None = None):
-        super().__init__("llm-serving:loadtest:LoadTest", name, None, opts)
+        super().__init__("llm-serving:loadtest:LoadTest", name, None, own(opts))
         plan, run, ns = args.plan, args.run, args.namespace
-        child = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=list(args.depends_on))
+        child = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=after(opts))
         self.scenario = scenario(plan, run)
         self.report_path = self.scenario["spec"]["outputs"][0]["path"]
         key_name = run.key_name
@@ -163,29 +187,11 @@ class LoadTest(pulumi.ComponentResource):
             spec={"accessModes": ["ReadWriteOnce"],
                   "resources": {"requests": {"storage": f"{run.load_test.storageGi}Gi"}}},
             opts=child)
-        secret_ref = {"name": self.credentials.metadata.apply(lambda m: m["name"])}
         # HTTPS out: the gateway's public name and the model hub (the tokenizer).
         for key, spec in job_egress(LABELS, "load-test-egress").items():
             k8s.networking.v1.NetworkPolicy(f"{name}-egress", metadata={"name": key, "namespace": ns},
                                             spec=spec, opts=child)
-        container = {
-            "name": "guidellm", "image": GUIDELLM_IMAGE,
-            "command": ["guidellm", "run", "--scenario", f"{SCENARIO_PATH}/scenario.json",
-                        "--disable-console-interactive"],
-            "env": [
-                # GuideLLM's scenario settings read nested environment variables (GUIDELLM__ + path).
-                {"name": "GUIDELLM__SPEC__BACKEND__API_KEY",
-                 "valueFrom": {"secretKeyRef": {**secret_ref, "key": "api-key"}}},
-                # The tokenizer's hub token as a file (huggingface_hub reads HF_TOKEN_PATH);
-                # GuideLLM reads its API key only from its settings, so that one stays in the env.
-                {"name": "HF_TOKEN_PATH", "value": f"{HUB_TOKEN_DIR}/{HUB_TOKEN_KEY}"},
-                {"name": "HOME", "value": "/tmp"}, {"name": "HF_HOME", "value": "/tmp/hf"},
-            ],
-            "resources": {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"memory": "8Gi"}},
-            "volumeMounts": [{"name": "scenario", "mountPath": SCENARIO_PATH, "readOnly": True},
-                             {"name": "results", "mountPath": RESULTS_PATH},
-                             {"name": "hub-token", "mountPath": HUB_TOKEN_DIR, "readOnly": True}],
-        }
+        container = guidellm_container({"name": self.credentials.metadata.apply(lambda m: m["name"])})
         self.job = k8s.batch.v1.Job(
             f"{name}-run",
             metadata={"namespace": ns, "labels": LABELS, "annotations": {

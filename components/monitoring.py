@@ -27,7 +27,6 @@ from conventions import (
     MONITORING_NAMESPACE,
 )
 from observability.rules import AlertPolicy, recorded_names, rule_groups
-from settings import StackSettings
 from sizing.planner import Plan
 
 from .cluster import SYSTEM_ROLE_LABEL
@@ -35,6 +34,7 @@ from .endpoint_picker import PICKER_LABELS, PICKER_METRICS_PORT, picker_replicas
 from .gateway import CONTROLLER_NAMESPACE
 from .gpu_node_pool import LABEL_ROLE
 from .gpu_plugin import GPU_TAINT_TOLERATION
+from .options import after
 from .serving import APP_LABELS, METRICS_PORT as VLLM_METRICS_PORT
 
 MONITORING_API = "monitoring.coreos.com/v1"
@@ -55,13 +55,16 @@ PROMETHEUS_RESOURCES = {"requests": {"cpu": "500m", "memory": "2Gi"}, "limits": 
 @dataclass(frozen=True)
 class MonitoringArgs:
     plan: Plan
-    settings: StackSettings
+    stack: str                                     # names the dashboard file
+    environment: str                               # the namespace's environment label
+    zones: tuple[str, ...]                         # the serving zones (endpoint picker replicas)
+    serving_namespace: str                         # where the vLLM (and picker) pods are scraped
+    inference_extension: bool                      # the endpoint picker is scraped and charted
     provider: k8s.Provider
     grafana_admin_password: pulumi.Input[str]      # a Pulumi secret: settings.pulumi_config.secret(...)
     namespace: str = MONITORING_NAMESPACE
     gateway_namespace: str = CONTROLLER_NAMESPACE  # where the Envoy proxies and their controller run
     policy: AlertPolicy = field(default_factory=AlertPolicy)
-    depends_on: tuple = ()
 
 
 def _job(name: str) -> list[dict]:
@@ -130,7 +133,7 @@ def dcgm_values() -> dict:
 
 def scrape_targets(args: MonitoringArgs) -> list[tuple[str, str, dict]]:
     """(suffix, kind, spec) of every PodMonitor/ServiceMonitor, each setting its `job` label."""
-    serving_ns = args.settings.serving.namespace
+    serving_ns = args.serving_namespace
     targets = [
         ("vllm", "PodMonitor", {
             "namespaceSelector": {"matchNames": [serving_ns]},
@@ -157,7 +160,7 @@ def scrape_targets(args: MonitoringArgs) -> list[tuple[str, str, dict]]:
                                          "app.kubernetes.io/instance": DCGM_RELEASE}},
             "endpoints": [{"port": "metrics", "path": "/metrics", "relabelings": _job(contract.JOBS["dcgm"])}]}),
     ]
-    if args.settings.gateway.inferenceExtension:
+    if args.inference_extension:
         targets.append(("endpoint-picker", "PodMonitor", {
             "namespaceSelector": {"matchNames": [serving_ns]},
             "selector": {"matchLabels": dict(PICKER_LABELS)},
@@ -167,17 +170,37 @@ def scrape_targets(args: MonitoringArgs) -> list[tuple[str, str, dict]]:
 
 
 class Monitoring(pulumi.ComponentResource):
-    """kube-prometheus-stack, DCGM exporter, scrape targets, PrometheusRule and dashboard."""
+    """kube-prometheus-stack, DCGM exporter, scrape targets, PrometheusRule and dashboard.
+
+    `opts.depends_on`: what the namespace (and so everything in it) waits for (the GPU plugin)."""
 
     def __init__(self, name: str, args: MonitoringArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llm-serving:monitoring:Monitoring", name, None, opts)
-        plan, settings, ns = args.plan, args.settings, args.namespace
+        ns = args.namespace
         o = pulumi.ResourceOptions(parent=self, provider=args.provider)
         self.namespace = k8s.core.v1.Namespace(
-            f"{name}-ns", metadata={"name": ns, "labels": {LABEL_ENVIRONMENT: settings.environment}},
-            opts=pulumi.ResourceOptions.merge(o, pulumi.ResourceOptions(depends_on=list(args.depends_on))))
+            f"{name}-ns", metadata={"name": ns, "labels": {LABEL_ENVIRONMENT: args.environment}},
+            opts=pulumi.ResourceOptions.merge(o, pulumi.ResourceOptions(depends_on=after(opts))))
         in_ns = pulumi.ResourceOptions.merge(o, pulumi.ResourceOptions(depends_on=[self.namespace]))
+        self._releases(name, args, o, in_ns)
 
+        # Custom resources need the operator's CRDs, which the chart installs.
+        with_crds = pulumi.ResourceOptions.merge(o, pulumi.ResourceOptions(depends_on=[self.stack_release]))
+        self.monitors = {
+            suffix: k8s.apiextensions.CustomResource(
+                f"{name}-{suffix}", api_version=MONITORING_API, kind=kind,
+                metadata={"name": suffix, "namespace": ns}, spec=spec, opts=with_crds)
+            for suffix, kind, spec in scrape_targets(args)
+        }
+        groups = self._rules_and_dashboard(name, args, with_crds, in_ns)
+        self.namespace_name = ns
+        self.register_outputs({"namespace": ns, "alerts": json.dumps(sorted(
+            r["alert"] for g in groups for r in g["rules"] if "alert" in r))})
+
+    def _releases(self, name: str, args: MonitoringArgs, o: pulumi.ResourceOptions,
+                  in_ns: pulumi.ResourceOptions) -> None:
+        """Grafana's admin Secret, Prometheus's StorageClass, kube-prometheus-stack, DCGM exporter."""
+        ns = args.namespace
         admin = k8s.core.v1.Secret(
             f"{name}-grafana-admin", metadata={"name": "grafana-admin", "namespace": ns}, type="Opaque",
             string_data={GRAFANA_ADMIN_KEYS["user"]: "admin",
@@ -198,26 +221,19 @@ class Monitoring(pulumi.ComponentResource):
             repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=contract.DCGM_EXPORTER_REPO),
             namespace=ns, values=dcgm_values(), opts=in_ns)
 
-        # Custom resources need the operator's CRDs, which the chart installs.
-        with_crds = pulumi.ResourceOptions.merge(o, pulumi.ResourceOptions(depends_on=[self.stack_release]))
-        self.monitors = {
-            suffix: k8s.apiextensions.CustomResource(
-                f"{name}-{suffix}", api_version=MONITORING_API, kind=kind,
-                metadata={"name": suffix, "namespace": ns}, spec=spec, opts=with_crds)
-            for suffix, kind, spec in scrape_targets(args)
-        }
-        pickers = picker_replicas(len(settings.zones)) if settings.gateway.inferenceExtension else 0
-        groups = rule_groups(plan, settings.serving.namespace, args.policy, endpoint_picker_replicas=pickers)
+    def _rules_and_dashboard(self, name: str, args: MonitoringArgs, with_crds: pulumi.ResourceOptions,
+                             in_ns: pulumi.ResourceOptions) -> list[dict]:
+        """The PrometheusRule (alert thresholds from the plan) and the dashboard ConfigMap; returns the groups."""
+        ns = args.namespace
+        pickers = picker_replicas(len(args.zones)) if args.inference_extension else 0
+        groups = rule_groups(args.plan, args.serving_namespace, args.policy, endpoint_picker_replicas=pickers)
         self.rules = k8s.apiextensions.CustomResource(
             f"{name}-rules", api_version=MONITORING_API, kind="PrometheusRule",
             metadata={"name": "llm-serving", "namespace": ns}, spec={"groups": groups}, opts=with_crds)
-        board = build_dashboard(plan, settings.stack, recorded_names(groups), args.policy,
-                                settings.gateway.inferenceExtension)
+        board = build_dashboard(args.plan, args.stack, recorded_names(groups), args.policy,
+                                args.inference_extension)
         self.dashboard = k8s.core.v1.ConfigMap(
             f"{name}-dashboard", metadata={"name": "llm-serving-dashboard", "namespace": ns,
                                            "labels": dict(DASHBOARD_LABEL)},
-            data={f"llm-serving-{settings.stack}.json": dashboard_json(board)}, opts=in_ns)
-
-        self.namespace_name = ns
-        self.register_outputs({"namespace": ns, "alerts": json.dumps(sorted(
-            r["alert"] for g in groups for r in g["rules"] if "alert" in r))})
+            data={f"llm-serving-{args.stack}.json": dashboard_json(board)}, opts=in_ns)
+        return groups

@@ -70,7 +70,9 @@ def subnet_cidrs(vpc_cidr: str, region: str, zone: str) -> tuple[str, str]:
 
 
 class Network(pulumi.ComponentResource):
-    """VPC, subnets per zone, internet gateway, NAT gateway(s) and route tables."""
+    """VPC, subnets per zone, internet gateway, NAT gateway(s) and route tables.
+
+    Built in named steps: VPC and internet gateway, subnets, public routes, NAT, private routes."""
 
     vpc: aws.ec2.Vpc
     private_subnets: dict[str, aws.ec2.Subnet]
@@ -78,83 +80,22 @@ class Network(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llm-serving:network:Network", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self)
-
-        def tags(suffix: str, extra: dict[str, str] | None = None) -> dict[str, str]:
-            return {**args.tags, "Name": f"{name}-{suffix}", **(extra or {})}
-
+        self._name, self._args = name, args
         self.vpc = aws.ec2.Vpc(
             f"{name}-vpc",
             cidr_block=args.vpc_cidr,
             enable_dns_hostnames=True,     # EKS nodes register by their private DNS name
             enable_dns_support=True,
-            tags=tags("vpc"),
-            opts=child,
+            tags=self._tags("vpc"),
+            opts=pulumi.ResourceOptions(parent=self),
         )
-        vpc_child = pulumi.ResourceOptions(parent=self.vpc)
+        self._vpc_child = pulumi.ResourceOptions(parent=self.vpc)
         self.internet_gateway = aws.ec2.InternetGateway(
-            f"{name}-igw", vpc_id=self.vpc.id, tags=tags("igw"), opts=vpc_child)
-
-        self.public_subnets, self.private_subnets = {}, {}
-        for zone in args.zones:
-            private_cidr, public_cidr = subnet_cidrs(args.vpc_cidr, args.region, zone)
-            self.public_subnets[zone] = aws.ec2.Subnet(
-                f"{name}-public-{zone}",
-                vpc_id=self.vpc.id,
-                availability_zone=zone,
-                cidr_block=public_cidr,
-                map_public_ip_on_launch=False,   # nothing but NAT and load balancers lives here
-                tags=tags(f"public-{zone}", {ELB_ROLE_TAG: "1"}),
-                opts=vpc_child,
-            )
-            self.private_subnets[zone] = aws.ec2.Subnet(
-                f"{name}-private-{zone}",
-                vpc_id=self.vpc.id,
-                availability_zone=zone,
-                cidr_block=private_cidr,
-                tags=tags(f"private-{zone}", {INTERNAL_ELB_ROLE_TAG: "1"}),
-                opts=vpc_child,
-            )
-
-        public_routes = aws.ec2.RouteTable(
-            f"{name}-public-rt",
-            vpc_id=self.vpc.id,
-            routes=[aws.ec2.RouteTableRouteArgs(cidr_block="0.0.0.0/0", gateway_id=self.internet_gateway.id)],
-            tags=tags("public-rt"),
-            opts=vpc_child,
-        )
-        for zone, subnet in self.public_subnets.items():
-            aws.ec2.RouteTableAssociation(
-                f"{name}-public-rta-{zone}", subnet_id=subnet.id, route_table_id=public_routes.id,
-                opts=pulumi.ResourceOptions(parent=subnet))
-
-        # One NAT per zone (prod), or one NAT in the first zone that every private subnet shares.
-        nat_zones = args.zones if args.nat_per_zone else args.zones[:1]
-        self.nat_gateways: dict[str, aws.ec2.NatGateway] = {}
-        for zone in nat_zones:
-            eip = aws.ec2.Eip(f"{name}-nat-eip-{zone}", domain="vpc", tags=tags(f"nat-eip-{zone}"),
-                              opts=pulumi.ResourceOptions(parent=self.vpc, depends_on=[self.internet_gateway]))
-            self.nat_gateways[zone] = aws.ec2.NatGateway(
-                f"{name}-nat-{zone}",
-                allocation_id=eip.id,
-                subnet_id=self.public_subnets[zone].id,
-                connectivity_type="public",
-                tags=tags(f"nat-{zone}"),
-                opts=pulumi.ResourceOptions(parent=self.public_subnets[zone], depends_on=[self.internet_gateway]),
-            )
-
-        for zone, subnet in self.private_subnets.items():
-            nat = self.nat_gateways.get(zone) or self.nat_gateways[nat_zones[0]]
-            routes = aws.ec2.RouteTable(
-                f"{name}-private-rt-{zone}",
-                vpc_id=self.vpc.id,
-                routes=[aws.ec2.RouteTableRouteArgs(cidr_block="0.0.0.0/0", nat_gateway_id=nat.id)],
-                tags=tags(f"private-rt-{zone}"),
-                opts=vpc_child,
-            )
-            aws.ec2.RouteTableAssociation(
-                f"{name}-private-rta-{zone}", subnet_id=subnet.id, route_table_id=routes.id,
-                opts=pulumi.ResourceOptions(parent=subnet))
+            f"{name}-igw", vpc_id=self.vpc.id, tags=self._tags("igw"), opts=self._vpc_child)
+        self._subnets()
+        self._public_routes()
+        nat_zones = self._nat_gateways()
+        self._private_routes(nat_zones)
 
         self.vpc_id = self.vpc.id
         self.private_subnet_ids = [s.id for s in self.private_subnets.values()]
@@ -164,3 +105,77 @@ class Network(pulumi.ComponentResource):
             "privateSubnetIds": self.private_subnet_ids,
             "publicSubnetIds": self.public_subnet_ids,
         })
+
+    def _tags(self, suffix: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+        return {**self._args.tags, "Name": f"{self._name}-{suffix}", **(extra or {})}
+
+    def _subnets(self) -> None:
+        """A public and a private subnet in every zone, at CIDRs derived from the zone's letter."""
+        name, args = self._name, self._args
+        self.public_subnets, self.private_subnets = {}, {}
+        for zone in args.zones:
+            private_cidr, public_cidr = subnet_cidrs(args.vpc_cidr, args.region, zone)
+            self.public_subnets[zone] = aws.ec2.Subnet(
+                f"{name}-public-{zone}",
+                vpc_id=self.vpc.id,
+                availability_zone=zone,
+                cidr_block=public_cidr,
+                map_public_ip_on_launch=False,   # nothing but NAT and load balancers lives here
+                tags=self._tags(f"public-{zone}", {ELB_ROLE_TAG: "1"}),
+                opts=self._vpc_child,
+            )
+            self.private_subnets[zone] = aws.ec2.Subnet(
+                f"{name}-private-{zone}",
+                vpc_id=self.vpc.id,
+                availability_zone=zone,
+                cidr_block=private_cidr,
+                tags=self._tags(f"private-{zone}", {INTERNAL_ELB_ROLE_TAG: "1"}),
+                opts=self._vpc_child,
+            )
+
+    def _public_routes(self) -> None:
+        name = self._name
+        public_routes = aws.ec2.RouteTable(
+            f"{name}-public-rt",
+            vpc_id=self.vpc.id,
+            routes=[aws.ec2.RouteTableRouteArgs(cidr_block="0.0.0.0/0", gateway_id=self.internet_gateway.id)],
+            tags=self._tags("public-rt"),
+            opts=self._vpc_child,
+        )
+        for zone, subnet in self.public_subnets.items():
+            aws.ec2.RouteTableAssociation(
+                f"{name}-public-rta-{zone}", subnet_id=subnet.id, route_table_id=public_routes.id,
+                opts=pulumi.ResourceOptions(parent=subnet))
+
+    def _nat_gateways(self) -> tuple[str, ...]:
+        """One NAT per zone (prod), or one NAT in the first zone that every private subnet shares."""
+        name, args = self._name, self._args
+        nat_zones = args.zones if args.nat_per_zone else args.zones[:1]
+        self.nat_gateways: dict[str, aws.ec2.NatGateway] = {}
+        for zone in nat_zones:
+            eip = aws.ec2.Eip(f"{name}-nat-eip-{zone}", domain="vpc", tags=self._tags(f"nat-eip-{zone}"),
+                              opts=pulumi.ResourceOptions(parent=self.vpc, depends_on=[self.internet_gateway]))
+            self.nat_gateways[zone] = aws.ec2.NatGateway(
+                f"{name}-nat-{zone}",
+                allocation_id=eip.id,
+                subnet_id=self.public_subnets[zone].id,
+                connectivity_type="public",
+                tags=self._tags(f"nat-{zone}"),
+                opts=pulumi.ResourceOptions(parent=self.public_subnets[zone], depends_on=[self.internet_gateway]),
+            )
+        return tuple(nat_zones)
+
+    def _private_routes(self, nat_zones: tuple[str, ...]) -> None:
+        name = self._name
+        for zone, subnet in self.private_subnets.items():
+            nat = self.nat_gateways.get(zone) or self.nat_gateways[nat_zones[0]]
+            routes = aws.ec2.RouteTable(
+                f"{name}-private-rt-{zone}",
+                vpc_id=self.vpc.id,
+                routes=[aws.ec2.RouteTableRouteArgs(cidr_block="0.0.0.0/0", nat_gateway_id=nat.id)],
+                tags=self._tags(f"private-rt-{zone}"),
+                opts=self._vpc_child,
+            )
+            aws.ec2.RouteTableAssociation(
+                f"{name}-private-rta-{zone}", subnet_id=subnet.id, route_table_id=routes.id,
+                opts=pulumi.ResourceOptions(parent=subnet))

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
+from .options import after
+
 POD_IDENTITY_PRINCIPAL = "pods.eks.amazonaws.com"
 
 
@@ -29,12 +31,13 @@ class PodIdentityArgs:
     namespace: str
     service_account: str
     policy_json: pulumi.Input[str]            # the role's only permissions
-    depends_on: tuple = ()                    # the pod identity agent add-on
     tags: dict[str, str] = field(default_factory=dict)
 
 
 class PodIdentity(pulumi.ComponentResource):
-    """Role + inline policy + pod identity association for one service account."""
+    """Role + inline policy + pod identity association for one service account.
+
+    `opts.depends_on`: the pod identity agent add-on; the association waits for it."""
 
     role: aws.iam.Role
     association: aws.eks.PodIdentityAssociation
@@ -50,5 +53,5 @@ class PodIdentity(pulumi.ComponentResource):
         self.association = aws.eks.PodIdentityAssociation(
             f"{name}-association", cluster_name=args.cluster_name, namespace=args.namespace,
             service_account=args.service_account, role_arn=self.role.arn, tags=dict(args.tags),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[policy, *args.depends_on]))
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[policy, *after(opts)]))
         self.register_outputs({"roleArn": self.role.arn, "serviceAccount": f"{args.namespace}/{args.service_account}"})

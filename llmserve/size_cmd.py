@@ -79,6 +79,11 @@ def size(
         result = plan(req)
     except SizingError as exc:
         fail(f"{_option_label(exc, tp is not None) or _load_label(qps, concurrency, stack)}{exc}")
+    _show(result, as_json, plot)
+
+
+def _show(result, as_json: bool, plot: Path | None) -> None:
+    """The plan as JSON or as the report, and the latency plot when asked for."""
     if plot is not None:
         from .plots import plot_latency_vs_qps
         plot_latency_vs_qps(result, plot)

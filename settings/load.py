@@ -173,19 +173,39 @@ def _non_finite(path: str, value, depth: int = 0) -> list[str]:
 
 # -- checks that span keys -------------------------------------------------------------------
 def semantic_problems(s: StackSettings) -> list[str]:
-    catalog = load_catalog()
+    """Problems no single field shows: the region and its zones, pool names and capacity, the
+    gateway's quota with the gate on, the load test's workload, and whether the model fits."""
     problems = []
     region = s.region
     region_ok = bool(re.fullmatch(r"[a-z]{2}(-gov)?-[a-z]+-\d", region))
     if not region_ok and region != "missing":     # "missing" is already reported
         problems.append(f"{REGION_KEY}: '{region}' is not an AWS region name; use e.g. us-east-1")
-    names = set()
+    problems += _pool_problems(s, region if region_ok else None)
+    if s.accuracy_gate_enabled and s.gateway.rateLimitShare > MAX_TENANT_SHARE_WITH_GATE:
+        problems.append(f"{NAMESPACE}:gateway.rateLimitShare: {s.gateway.rateLimitShare:g} leaves the accuracy gate's "
+                        f"own key less than {1 - MAX_TENANT_SHARE_WITH_GATE:.0%} of the capacity; use at most "
+                        f"{MAX_TENANT_SHARE_WITH_GATE:g}, or set accuracyGate.enabled: false")
+    if s.loadTest.enabled and s.workload.qps is None:
+        problems.append(f"{NAMESPACE}:loadTest.enabled: the workload is closed-loop (concurrency); the rate "
+                        "sweep needs workload.qps, or set loadTest.enabled: false")
+    types = {p.instanceType for p in s.gpuPools}
+    if len(types) > 1:
+        problems.append(f"{NAMESPACE}:gpuPools: pools mix instance types ({', '.join(sorted(types))}); "
+                        "use one instance type for all GPU pools")
+        return problems
+    return problems + _fit_problems(s, types.pop())
+
+
+def _pool_problems(s: StackSettings, region: str | None) -> list[str]:
+    """Each GPU pool: a zone of the region (None: the region itself is wrong), its own name, and
+    one consistent way to its capacity (reservation, a block held, or a block bought)."""
+    problems, names = [], set()
     for i, pool in enumerate(s.gpuPools):
         key = f"{NAMESPACE}:gpuPools[{i}]"
-        if region_ok and not (pool.zone.startswith(region) and re.fullmatch(r"[a-z]", pool.zone[len(region):])):
+        if region and not (pool.zone.startswith(region) and re.fullmatch(r"[a-z]", pool.zone[len(region):])):
             problems.append(f"{key}.zone: '{pool.zone}' is not a zone of the stack's region {region}; "
                             f"use a zone such as {region}a")
-        elif region_ok and pool.zone[len(region):] not in ZONE_LETTERS:
+        elif region and pool.zone[len(region):] not in ZONE_LETTERS:
             problems.append(f"{key}.zone: the subnet layout covers zones {region}a to {region}{ZONE_LETTERS[-1]}; "
                             "use one of those")
         label = pool.name or pool.zone
@@ -204,19 +224,14 @@ def semantic_problems(s: StackSettings) -> list[str]:
             problems.append(f"{key}.capacityBlock: give id (a block you hold, cr-...) or purchase: true")
         if cb and cb.id and cb.purchase:
             problems.append(f"{key}.capacityBlock: set id or purchase, not both")
-    if s.accuracy_gate_enabled and s.gateway.rateLimitShare > MAX_TENANT_SHARE_WITH_GATE:
-        problems.append(f"{NAMESPACE}:gateway.rateLimitShare: {s.gateway.rateLimitShare:g} leaves the accuracy gate's "
-                        f"own key less than {1 - MAX_TENANT_SHARE_WITH_GATE:.0%} of the capacity; use at most "
-                        f"{MAX_TENANT_SHARE_WITH_GATE:g}, or set accuracyGate.enabled: false")
-    if s.loadTest.enabled and s.workload.qps is None:
-        problems.append(f"{NAMESPACE}:loadTest.enabled: the workload is closed-loop (concurrency); the rate "
-                        "sweep needs workload.qps, or set loadTest.enabled: false")
-    types = {p.instanceType for p in s.gpuPools}
-    if len(types) > 1:
-        problems.append(f"{NAMESPACE}:gpuPools: pools mix instance types ({', '.join(sorted(types))}); "
-                        "use one instance type for all GPU pools")
-        return problems
-    instance = catalog.instance(types.pop())
+    return problems
+
+
+def _fit_problems(s: StackSettings, instance_type: str) -> list[str]:
+    """The model at the stack's TP (or at some TP, when the planner picks) fits the instance type."""
+    catalog = load_catalog()
+    problems = []
+    instance = catalog.instance(instance_type)
     model = catalog.model(s.model.id)
     profile = get_profile(s.sizing.profile)
     req = s.plan_request()

@@ -57,8 +57,7 @@ class SimResult:
     lost: list[Request] = field(default_factory=list)
 
 
-def simulate(config: SimConfig, on_route=None) -> SimResult:
-    """Run it. `on_route(t, replicas, chosen)`, if given, sees every routing decision (tests)."""
+def _check(config: SimConfig) -> None:
     if not config.replicas:
         raise ValueError("no replicas to simulate")
     if config.workload.max_model_len > config.kv_capacity_tokens:
@@ -68,19 +67,53 @@ def simulate(config: SimConfig, on_route=None) -> SimResult:
     if fail is not None and fail.zone not in {r.zone for r in config.replicas}:
         zones = ", ".join(sorted({r.zone for r in config.replicas}))
         raise ValueError(f"zone {fail.zone} holds no replica (zones: {zones})")
+
+
+def _failure_events(fail) -> list[tuple[float, str]]:
+    """The zone's failure (and recovery) as (time, kind), to merge with the arrivals in time order."""
+    events: list[tuple[float, str]] = []
+    if fail is not None:
+        events.append((fail.start_s, "fail"))
+        if fail.end_s is not None:
+            events.append((fail.end_s, "recover"))
+    return events
+
+
+def _zone_event(kind: str, t: float, zone: list[Replica], replicas: list[Replica], router: Router,
+                result: SimResult, route) -> None:
+    """The failed zone goes down (its held requests retried once elsewhere) or comes back."""
+    for rep in replicas:
+        rep.run_until(t)
+    if kind == "recover":
+        for rep in zone:
+            rep.recover(t)
+        router.refresh()
+        return
+    held: list[Request] = []
+    for rep in zone:
+        if rep.up:
+            held += rep.fail(t)
+    router.refresh()
+    for r in sorted(held, key=lambda q: q.arrival):
+        if r.attempts >= 2:              # retried once already
+            r.lost = True
+            result.lost.append(r)
+            continue
+        result.retried += 1
+        route(r, t)
+
+
+def simulate(config: SimConfig, on_route=None) -> SimResult:
+    """Run it. `on_route(t, replicas, chosen)`, if given, sees every routing decision (tests)."""
+    _check(config)
+    fail = config.failure
     requests = generate(config.workload)
     done: list[Request] = []
     replicas = [Replica(r.name, r.zone, config.cost, config.max_num_batched_tokens, config.max_num_seqs,
                         config.kv_capacity_tokens, done.append) for r in config.replicas]
     router = Router(config.router, replicas)
     result = SimResult(config, requests, replicas, 0.0)
-
-    # Failure events, merged with the arrivals in time order.
-    events: list[tuple[float, str]] = []
-    if fail is not None:
-        events.append((fail.start_s, "fail"))
-        if fail.end_s is not None:
-            events.append((fail.end_s, "recover"))
+    events = _failure_events(fail)
     ei = 0
 
     def route(r: Request, t: float) -> None:
@@ -95,26 +128,7 @@ def simulate(config: SimConfig, on_route=None) -> SimResult:
         target.enqueue(r, t)
 
     def handle(kind: str, t: float) -> None:
-        zone = [rep for rep in replicas if rep.zone == fail.zone]
-        for rep in replicas:
-            rep.run_until(t)
-        if kind == "recover":
-            for rep in zone:
-                rep.recover(t)
-            router.refresh()
-            return
-        held: list[Request] = []
-        for rep in zone:
-            if rep.up:
-                held += rep.fail(t)
-        router.refresh()
-        for r in sorted(held, key=lambda q: q.arrival):
-            if r.attempts >= 2:              # retried once already
-                r.lost = True
-                result.lost.append(r)
-                continue
-            result.retried += 1
-            route(r, t)
+        _zone_event(kind, t, [rep for rep in replicas if rep.zone == fail.zone], replicas, router, result, route)
 
     for r in requests:
         t = r.arrival

@@ -117,48 +117,51 @@ class Replica:
             if used + n > cap and self.running:
                 self._preempt()
                 continue
-            budget = self.budget - n
-            free = cap - used - n
-            chunks = None
-            c_total = 0
-            for r in self.prefilling:
-                if budget <= 0 or free <= 0:
-                    break
-                c = r.pf_left
-                if c > budget:
-                    c = budget
-                if c > free:
-                    c = free
-                if chunks is None:
-                    chunks = []
-                chunks.append((r, c))
-                budget -= c
-                free -= c
-                c_total += c
-            waiting = self.waiting
-            while waiting and budget > 0 and len(self.running) < self.max_seqs:
-                r = waiting[0]
-                c = r.pf_total if r.pf_total < budget else budget
-                if c > free:
-                    break
-                waiting.popleft()
-                r.pf_left = r.pf_total
-                self.running[r.id] = r
-                self.prefilling.append(r)
-                if r.t_sched is None:
-                    r.t_sched = self.clock
-                if chunks is None:
-                    chunks = []
-                chunks.append((r, c))
-                budget -= c
-                free -= c
-                c_total += c
+            chunks, c_total = self._prefill_chunks(self.budget - n, cap - used - n)
             if n == 0 and c_total == 0:
                 if self.prefilling:         # partial prefills stuck on a full cache: make room
                     self._preempt()
                     continue
                 return                      # idle until the next arrival
             break
+        self._begin_step(n, used, chunks, c_total)
+
+    def _prefill_chunks(self, budget: int, free: int) -> tuple[list, int]:
+        """This step's prefill chunks within the token budget and the free cache: the partial
+        prefills first, then waiting requests admitted while a sequence slot is left."""
+        chunks: list = []
+        c_total = 0
+        for r in self.prefilling:
+            if budget <= 0 or free <= 0:
+                break
+            c = r.pf_left
+            if c > budget:
+                c = budget
+            if c > free:
+                c = free
+            chunks.append((r, c))
+            budget -= c
+            free -= c
+            c_total += c
+        waiting = self.waiting
+        while waiting and budget > 0 and len(self.running) < self.max_seqs:
+            r = waiting[0]
+            c = r.pf_total if r.pf_total < budget else budget
+            if c > free:
+                break
+            waiting.popleft()
+            r.pf_left = r.pf_total
+            self.running[r.id] = r
+            self.prefilling.append(r)
+            if r.t_sched is None:
+                r.t_sched = self.clock
+            chunks.append((r, c))
+            budget -= c
+            free -= c
+            c_total += c
+        return chunks, c_total
+
+    def _begin_step(self, n: int, used: int, chunks: list, c_total: int) -> None:
         a = self._a1 + self._b1 * n
         b = self._a2 + self._b2 * n
         dec = (a if a > b else b) if n else 0.0
@@ -173,7 +176,7 @@ class Replica:
         while heap[0][2] != heap[0][3].epoch:
             heapq.heappop(heap)
         steps = heap[0][0] - self.k
-        room = (cap - used) // n
+        room = (self.kv_cap - used) // n
         self.s_dur, self.s_count, self.s_chunks = dec, (steps if steps < room else room), None
 
     def _apply(self, steps: int) -> None:

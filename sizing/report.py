@@ -18,17 +18,20 @@ def _num(x: float | None, nd: int = 4):
     return round(x, nd)
 
 
-def plan_to_dict(plan: Plan) -> dict:
+def _request_fields(plan: Plan) -> dict:
     req, w = plan.request, plan.request.workload
-    ideal, real = plan.ideal, plan.real
-    mem = plan.memory
-    kv_gb = real.kv_cache_gb
-    out = {
+    return {
         "model": req.model, "instance_type": plan.instance.id, "gpu": plan.instance.gpu.id,
         "weights": req.weights, "kv_dtype": req.kv_dtype, "profile": req.profile, "tp": plan.tp,
         "workload": {"qps": w.qps, "concurrency": w.concurrency, "input_tokens": w.input_tokens,
                      "output_tokens": w.output_tokens, "ttft_slo_s": w.ttft_slo_s, "tpot_slo_s": w.tpot_slo_s,
                      "slo_statistic": w.slo_statistic},
+    }
+
+
+def _latency_fields(plan: Plan) -> dict:
+    ideal, real = plan.ideal, plan.real
+    return {
         "load_per_replica_qps": _num(plan.load_per_replica_qps),
         "prefill_ms": _num(plan.prefill_ms),
         "prefill_share": _num(real.prefill_share),
@@ -41,6 +44,12 @@ def plan_to_dict(plan: Plan) -> dict:
         "unstable_reason": real.unstable_reason or None,
         "queue_ms": _num(real.queue_ms),
         "in_flight": {"ideal": _num(ideal.in_flight, 2), "real": _num(real.in_flight, 2)},
+    }
+
+
+def _memory_fields(plan: Plan) -> dict:
+    mem, kv_gb = plan.memory, plan.real.kv_cache_gb
+    return {
         "kv_cache_gb": _num(kv_gb, 2),
         "kv_budget_gb": _num(mem.kv_budget_gb, 2),
         "max_seqs_kv": mem.max_seqs_kv,
@@ -52,6 +61,11 @@ def plan_to_dict(plan: Plan) -> dict:
         "weights_per_gpu_gb": _num(mem.weights_per_gpu_gb, 2),
         "memory_used_gb": _num(mem.weights_gb + kv_gb, 2) if math.isfinite(kv_gb) else None,
         "memory_total_gb": _num(mem.total_gb, 2),
+    }
+
+
+def _capacity_and_layout_fields(plan: Plan) -> dict:
+    return {
         "capacity_per_replica_qps": {"ideal": _num(plan.capacity_per_replica_ideal.qps),
                                      "real": _num(plan.capacity_per_replica.qps)},
         "capacity_by_constraint_qps": {k: _num(v) for k, v in plan.capacity_per_replica.by_constraint.items()},
@@ -68,6 +82,11 @@ def plan_to_dict(plan: Plan) -> dict:
         "lost_domain": plan.lost_domain,
         "capacity_qps": _num(plan.capacity_qps),
         "capacity_after_zone_loss_qps": _num(plan.capacity_after_zone_loss_qps),
+    }
+
+
+def _cost_and_engine_fields(plan: Plan) -> dict:
+    return {
         "gpu_hour_price": plan.gpu_hour_price,
         "cost_per_hour": _num(plan.cost_per_hour, 2),
         "cost_per_million_output_tokens": _num(plan.per_million(plan.cost_per_hour), 3),
@@ -79,6 +98,13 @@ def plan_to_dict(plan: Plan) -> dict:
         "engine_args": plan.engine_args,
         "notes": list(plan.notes),
     }
+
+
+def plan_to_dict(plan: Plan) -> dict:
+    """The plan's JSON, in sections (same keys, same order): request, latency, memory, capacity and
+    layout, cost and engine."""
+    out = {**_request_fields(plan), **_latency_fields(plan), **_memory_fields(plan),
+           **_capacity_and_layout_fields(plan), **_cost_and_engine_fields(plan)}
     if plan.closed_loop is not None:
         cl = plan.closed_loop
         out["closed_loop"] = {k: _num(v) if isinstance(v, float) else v for k, v in cl.items()}
