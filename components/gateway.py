@@ -23,7 +23,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from conventions import (
-    AI_GATEWAY_NAMESPACE, ENVOY_AI_GATEWAY_VERSION, ENVOY_GATEWAY_VERSION, GATEWAY_CONTROLLER_NAMESPACE,
+    AI_GATEWAY_NAMESPACE, ANNOTATION_PROXIES, ANNOTATION_QUOTA_BUDGET_QPS, ENVOY_AI_GATEWAY_VERSION, ENVOY_GATEWAY_VERSION, GATEWAY_CONTROLLER_NAMESPACE,
     INFERENCE_EXTENSION_VERSION, MONITORING_NAMESPACE,
 )
 from settings.schema import GatewaySettings
@@ -271,8 +271,8 @@ class Gateway(pulumi.ComponentResource):
         self._auth(child)
         # What the quotas may share out, for the guard policy that sums the rules against it.
         budget_share = sum(quota_shares(gw.rateLimitShare, args.accuracy_gate_enabled))
-        budget = {"llm-serving.io/quota-budget-qps": f"{quota_capacity_qps(args.plan) * budget_share:.4f}",
-                  "llm-serving.io/proxies": str(self.proxy_replicas)}
+        budget = {ANNOTATION_QUOTA_BUDGET_QPS: f"{quota_capacity_qps(args.plan) * budget_share:.4f}",
+                  ANNOTATION_PROXIES: str(self.proxy_replicas)}
         self.traffic_policy = self._cr("traffic", EG_API, "BackendTrafficPolicy",
                                        {"name": "openai", "namespace": args.namespace, "annotations": budget},
                                        self._traffic_spec(args.plan, gw.apiKeyNames, self.proxy_replicas),

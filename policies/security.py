@@ -9,6 +9,8 @@ from collections.abc import Mapping, Sequence
 
 from pulumi_policy import Severity
 
+from conventions import ANNOTATION_PROXIES, ANNOTATION_QUOTA_BUDGET_QPS
+
 from .resources import (
     BACKEND_TRAFFIC_POLICY, CLUSTER, CONFIG_MAP, GATEWAY, HELM_RELEASE, HTTP_ROUTE, LAUNCH_TEMPLATE,
     NODE_GROUP, POD_TEMPLATES, SECURITY_POLICY, as_dict, as_list, get, k8s_name, namespace,
@@ -286,7 +288,7 @@ def _per_second(limit) -> float:
 def quotas_within_capacity_after_zone_loss(args, report_violation):
     for policy in (r for r in args.resources if r.resource_type == BACKEND_TRAFFIC_POLICY):
         notes = as_dict(get(policy.props, "metadata", "annotations", default={}))
-        budget, proxies = notes.get("llm-serving.io/quota-budget-qps"), notes.get("llm-serving.io/proxies")
+        budget, proxies = notes.get(ANNOTATION_QUOTA_BUDGET_QPS), notes.get(ANNOTATION_PROXIES)
         rules = as_list(get(policy.props, "spec", "rateLimit", "local", "rules", default=[]))
         if budget is None or proxies is None or not rules:
             continue
