@@ -17,12 +17,13 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
+from conventions import IMDS_HOP_LIMIT, LABEL_ROLE
 from settings import NAMESPACE
 from settings.schema import SystemNodeSettings
 
 from .network import Network
 
-SYSTEM_ROLE_LABEL = {"llm-serving.io/role": "system"}
+SYSTEM_ROLE_LABEL = {LABEL_ROLE: "system"}
 CONTROL_PLANE_LOG_TYPES = ["api", "audit", "authenticator", "controllerManager", "scheduler"]
 CONTROL_PLANE_LOG_RETENTION_DAYS = 90       # audit trail long enough for an incident review
 SYSTEM_ROOT_VOLUME_GIB = 50
@@ -31,7 +32,6 @@ ADMIN_POLICY = ":eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"   #
 EBS_CSI_SERVICE_ACCOUNT = "ebs-csi-controller-sa"
 
 
-IMDS_HOP_LIMIT = 1      # a pod (one hop more, through its veth) cannot reach the node role's credentials
 # The cluster's Service CIDR, fixed (not EKS's pick) so the gateway can take a known in-cluster
 # address that the run-once Jobs map its hostname to (components/gateway.py).
 SERVICE_CIDR = "172.20.0.0/16"

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_kubernetes as k8s
 
-from conventions import EXTERNAL_DNS_CHART_VERSION
+from conventions import ANNOTATION_EXTERNAL_DNS_HOSTNAME, EXTERNAL_DNS_CHART_VERSION
 
 from .cluster import SYSTEM_ROLE_LABEL
 from .options import after
@@ -29,7 +29,7 @@ CHART, CHART_VERSION, CHART_REPO = "external-dns", EXTERNAL_DNS_CHART_VERSION, "
 NAMESPACE = "external-dns"
 RELEASE = "external-dns"
 SERVICE_ACCOUNT = "external-dns"
-HOSTNAME_ANNOTATION = "external-dns.alpha.kubernetes.io/hostname"
+HOSTNAME_ANNOTATION = ANNOTATION_EXTERNAL_DNS_HOSTNAME
 
 
 def route53_records_policy(hosted_zone_id: str) -> str:

@@ -25,7 +25,7 @@ from pathlib import Path
 import pulumi
 import pulumi_kubernetes as k8s
 
-from conventions import AWS_LOAD_BALANCER_CONTROLLER_CHART_VERSION
+from conventions import ANNOTATION_AWS_LB_TYPE, AWS_LB_TYPE_EXTERNAL, AWS_LOAD_BALANCER_CONTROLLER_CHART_VERSION
 
 from .cluster import SYSTEM_ROLE_LABEL
 from .options import after
@@ -33,15 +33,13 @@ from .pod_identity import PodIdentity, PodIdentityArgs
 
 CHART, CHART_VERSION, CHART_REPO = "aws-load-balancer-controller", AWS_LOAD_BALANCER_CONTROLLER_CHART_VERSION, \
     "https://aws.github.io/eks-charts"
-APP_VERSION = "v3.5.0"
 NAMESPACE = "kube-system"
 SERVICE_ACCOUNT = "aws-load-balancer-controller"
 RELEASE = "aws-load-balancer-controller"
 REPLICAS = 2
 IAM_POLICY_FILE = Path(__file__).resolve().parent / "data" / "aws-load-balancer-controller-iam-policy.json"
 # The Service annotations this controller owns (the controller contract reads them).
-LB_TYPE_ANNOTATION = "service.beta.kubernetes.io/aws-load-balancer-type"
-LB_TYPE_VALUE = "external"
+LB_TYPE_ANNOTATION, LB_TYPE_VALUE = ANNOTATION_AWS_LB_TYPE, AWS_LB_TYPE_EXTERNAL
 SELECTOR = {"app.kubernetes.io/name": CHART, "app.kubernetes.io/instance": RELEASE}
 
 

@@ -40,6 +40,12 @@ ANNOTATION_GPUS_PER_NODE = "llm-serving.io/gpus-per-node"
 ANNOTATION_ENVIRONMENT = "llm-serving.io/environment"                # the stack's environment: policy levels
 ANNOTATION_QUOTA_BUDGET_QPS = "llm-serving.io/quota-budget-qps"      # on the rate-limit policy: what quotas may sum to
 ANNOTATION_PROXIES = "llm-serving.io/proxies"                        # on the rate-limit policy: Envoy proxies metering
+# Service annotations other controllers act on (the controller contract reads the same keys).
+ANNOTATION_AWS_LB_TYPE = "service.beta.kubernetes.io/aws-load-balancer-type"   # AWS Load Balancer Controller
+AWS_LB_TYPE_EXTERNAL = "external"       # the in-tree provider answers ImplementedElsewhere for it
+ANNOTATION_EXTERNAL_DNS_HOSTNAME = "external-dns.alpha.kubernetes.io/hostname"
+# Launch templates: a pod (one hop more, through its veth) cannot reach the node role's credentials.
+IMDS_HOP_LIMIT = 1
 TAG_GPUS_PER_NODE = "llm-serving.io/gpus-per-node"                  # on GPU node groups
 TAG_PURCHASE_APPROVED = "llm-serving.io/purchase-approved"          # the capacity-block opt-in
 LABEL_GRAFANA_DASHBOARD = "grafana_dashboard"                       # the Grafana sidecar loads ConfigMaps with it

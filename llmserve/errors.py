@@ -1,6 +1,7 @@
 """One way to fail on bad input: a single line on stderr and exit code 2."""
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -10,6 +11,13 @@ import typer
 def fail(message: str, code: int = 2) -> "typer.Exit":
     print(f"error: {message}", file=sys.stderr)
     raise typer.Exit(code)
+
+
+def check_positive(values: dict[str, float | None]) -> None:
+    """Every given number finite and above 0 (NaN passes a `<= 0` check), else one line naming the option."""
+    for name, value in values.items():
+        if value is not None and not (math.isfinite(value) and value > 0):
+            fail(f"{name}: must be a finite number greater than 0 (got {value:g})")
 
 
 def check_output_file(option: str, path: Path) -> Path:

@@ -13,7 +13,7 @@ from typing import Optional
 import typer
 
 from . import options
-from .errors import check_output_file, fail
+from .errors import check_output_file, check_positive, fail
 
 
 def simulate(
@@ -74,9 +74,7 @@ def simulate(
 
 
 def _check_options(positive: dict[str, float | None], choices: dict[str, tuple[str, tuple[str, ...]]]) -> None:
-    for name, value in positive.items():
-        if value is not None and not (math.isfinite(value) and value > 0):
-            fail(f"{name}: must be a finite number greater than 0 (got {value:g})")
+    check_positive(positive)
     for name, (value, allowed) in choices.items():
         if value not in allowed:
             fail(f"{name}: unknown value '{value}'; choose one of: {', '.join(allowed)}")

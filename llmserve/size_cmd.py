@@ -4,7 +4,6 @@ option given as well overrides it."""
 from __future__ import annotations
 
 import json
-import math
 import re
 from pathlib import Path
 from typing import Optional
@@ -19,7 +18,7 @@ from sizing.queueing import STATISTICS
 from sizing.report import plan_to_dict, table_rows
 
 from . import options
-from .errors import check_output_file, fail
+from .errors import check_output_file, check_positive, fail
 
 DEFAULT_REGION = "us-east-1"
 ZONE_NAME = re.compile(r"[a-z]{2}(-gov)?-[a-z]+-\d[a-g]")
@@ -106,9 +105,7 @@ def _check_numbers(qps: float | None, concurrency: int | None, slo_statistic: st
                    values: dict[str, float | None]) -> None:
     if qps is not None and concurrency is not None:
         fail("--qps and --concurrency: give one (open loop) or the other (closed loop), not both")
-    for name, value in values.items():
-        if value is not None and not (math.isfinite(value) and value > 0):
-            fail(f"{name}: must be a finite number greater than 0 (got {value:g})")
+    check_positive(values)
     if slo_statistic is not None and slo_statistic not in STATISTICS:
         fail(f"--slo-statistic: unknown statistic '{slo_statistic}'; choose one of: {', '.join(STATISTICS)}")
 

@@ -10,14 +10,13 @@ calibrate: fit the profile's prefill and decode efficiencies to the fleet; write
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Optional
 
 import typer
 
 from . import options
-from .errors import fail
+from .errors import check_positive, fail
 
 MAX_TIME_SCALE = 150.0     # beyond it a 5m rate window holds fewer than 8 scrapes (they are 250 ms apart at least)
 MAX_DURATION_S = 4 * 3600.0
@@ -48,10 +47,7 @@ def twin(
     from twin.scenario import run
     from twin.servers import TwinError
 
-    for name, value in (("--qps", qps), ("--duration", duration), ("--time-scale", time_scale),
-                        ("--slowdown", slowdown)):
-        if value is not None and not (math.isfinite(value) and value > 0):     # NaN passes `<= 0`
-            fail(f"{name}: must be a finite number greater than 0 (got {value:g})")
+    check_positive({"--qps": qps, "--duration": duration, "--time-scale": time_scale, "--slowdown": slowdown})
     if time_scale > MAX_TIME_SCALE:
         fail(f"--time-scale: at most {MAX_TIME_SCALE:g} (got {time_scale:g}): faster, a 5m rate window would hold "
              "too few scrapes")

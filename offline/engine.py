@@ -150,7 +150,7 @@ def invoke_result(token: str, args: dict, region: str) -> dict:
         return {"instanceType": itype, "id": itype, "efaSupported": cards is not None,
                 "maximumNetworkCards": cards or 1, "efaMaximumInterfaces": cards or 0}
     if token == "aws:eks/getAddonVersion:getAddonVersion":
-        return {"version": f"v1.0.0-eksbuild.1", "addonName": args.get("addonName"), "id": args.get("addonName"),
+        return {"version": "v1.0.0-eksbuild.1", "addonName": args.get("addonName"), "id": args.get("addonName"),
                 "kubernetesVersion": args.get("kubernetesVersion")}
     return {"id": token}
 
@@ -258,8 +258,6 @@ def run_program(stack: str, raw_config: dict, program: Path = PROGRAM) -> Record
 def leaked_secret_urns(recording: Recording) -> list[str]:
     """URNs of resources whose inputs hold a (placeholder) secret outside Pulumi's secret wrapping:
     a bug in the program that would print or store it in the clear."""
-    from .values import redacted
-
     return [r.urn for r in recording.resources if PLACEHOLDER_PREFIX in json.dumps(redacted(r.inputs), default=str)]
 
 

@@ -20,19 +20,19 @@ from dataclasses import dataclass
 
 from pulumi_policy import Severity
 
-from .resources import GATEWAY, SERVICE, as_dict, as_list, get, k8s_name, namespace
+from conventions import ANNOTATION_AWS_LB_TYPE, ANNOTATION_EXTERNAL_DNS_HOSTNAME, AWS_LB_TYPE_EXTERNAL
+
+from .resources import GATEWAY, HELM_RELEASE, SERVICE, as_dict, as_list, get, k8s_name, namespace
 from .rules import Rule, stack_rule
 
 RULES: list[Rule] = []
 
-HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 CONFIG_FILE = "kubernetes:yaml/v2:ConfigFile"
 SECRET = "kubernetes:core/v1:Secret"
 CERTIFICATE = "kubernetes:cert-manager.io/v1:Certificate"
 CLUSTER_ISSUER = "kubernetes:cert-manager.io/v1:ClusterIssuer"
 ENVOY_PROXY = "kubernetes:gateway.envoyproxy.io/v1alpha1:EnvoyProxy"
 INFERENCE_CRDS = "gateway-api-inference-extension"     # in the CRD manifest's URL
-LB_TYPE = "service.beta.kubernetes.io/aws-load-balancer-type"
 
 
 @dataclass(frozen=True)
@@ -40,11 +40,6 @@ class Controller:
     charts: tuple[str, ...]            # Helm charts (last path segment) that must be installed
     crd_source: str | None = None      # a ConfigFile whose file names this, when the CRDs are not in a chart
 
-    def describe(self) -> str:
-        parts = [f"chart {c}" for c in self.charts]
-        if self.crd_source:
-            parts.append(f"the {self.crd_source} CRD manifest")
-        return " and ".join(parts)
 
 
 # Custom resources by API group.
@@ -60,8 +55,8 @@ BY_API_GROUP: dict[str, Controller] = {
 # Service annotations by the controller that acts on them (the in-tree AWS provider answers
 # ImplementedElsewhere for `aws-load-balancer-type: external`).
 BY_ANNOTATION: dict[str, Controller] = {
-    "service.beta.kubernetes.io/aws-load-balancer-type": Controller(("aws-load-balancer-controller",)),
-    "external-dns.alpha.kubernetes.io/hostname": Controller(("external-dns",)),
+    ANNOTATION_AWS_LB_TYPE: Controller(("aws-load-balancer-controller",)),
+    ANNOTATION_EXTERNAL_DNS_HOSTNAME: Controller(("external-dns",)),
 }
 BUILT_IN_GROUPS = {"core", "apps", "batch", "policy", "rbac.authorization.k8s.io", "networking.k8s.io",
                    "storage.k8s.io", "apiextensions.k8s.io", "autoscaling", "scheduling.k8s.io",
@@ -197,8 +192,9 @@ def contract_violations(resources) -> list[tuple[str, str]]:
             else:
                 out.extend((r.urn, m) for m in _check(graph, r, controller, f"{kind} {name}"))
         annotations = _service_annotations(r)
-        if _service_type(r) == "LoadBalancer" and annotations.get(LB_TYPE) != "external":
-            out.append((r.urn, f"{kind} {name}: a LoadBalancer Service without {LB_TYPE}: external falls to the "
+        if _service_type(r) == "LoadBalancer" and annotations.get(ANNOTATION_AWS_LB_TYPE) != AWS_LB_TYPE_EXTERNAL:
+            out.append((r.urn, f"{kind} {name}: a LoadBalancer Service without "
+                               f"{ANNOTATION_AWS_LB_TYPE}: {AWS_LB_TYPE_EXTERNAL} falls to the "
                                "in-tree AWS provider (a Classic Load Balancer, no source-range enforcement by "
                                "the AWS Load Balancer Controller)"))
         for key in annotations:

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 
 from pulumi_policy import Severity
 
-from conventions import ANNOTATION_PROXIES, ANNOTATION_QUOTA_BUDGET_QPS
+from conventions import ANNOTATION_PROXIES, ANNOTATION_QUOTA_BUDGET_QPS, IMDS_HOP_LIMIT
 
 from .resources import (
     BACKEND_TRAFFIC_POLICY, CLUSTER, CONFIG_MAP, GATEWAY, HELM_RELEASE, HTTP_ROUTE, LAUNCH_TEMPLATE,
@@ -77,10 +77,10 @@ def launch_template_imdsv2(args, report_violation):
     if tokens != "required":
         report_violation(f"launch template {args.name} allows IMDSv1 (metadataOptions.httpTokens: {tokens})")
     hops = get(options, "httpPutResponseHopLimit")
-    if hops != 1:
+    if hops != IMDS_HOP_LIMIT:
         shown = "unset (the AMI's default applies; EKS's own templates use 2)" if hops is None else f"{hops:g}"
         report_violation(f"launch template {args.name} lets pods reach the instance metadata "
-                         f"(httpPutResponseHopLimit {shown}); set it to 1")
+                         f"(httpPutResponseHopLimit {shown}); set it to {IMDS_HOP_LIMIT}")
 
 
 @resource_rule(

@@ -12,10 +12,9 @@ import re
 from conventions import (AI_GATEWAY_NAMESPACE, GATEWAY_CONTROLLER_NAMESPACE, GPU_PLUGIN_NAMESPACE, KEDA_NAMESPACE,
                          MONITORING_NAMESPACE)
 
-# DNS-1123 label (namespaces, most object names) and subdomain (Secret names): k8s.io/apimachinery
+# DNS-1123 label (namespaces, most object names): k8s.io/apimachinery
 # pkg/util/validation/validation.go.
 DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 # Gateway API v1 `Hostname` (apis/v1/shared_types.go): a precise name, no scheme, port or path.
 HOSTNAME = re.compile(r"(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 # A Secret's data key (IsConfigMapKey): letters, digits, '-', '_', '.'.
@@ -47,13 +46,6 @@ def dns_label(value: str, what: str = "name") -> str:
     if len(value) > 63 or not DNS1123_LABEL.fullmatch(value):
         raise ValueError(f"'{value}' is not a valid {what} (DNS-1123 label: lowercase letters, digits and '-', "
                          "starting and ending with a letter or digit, at most 63 characters)")
-    return value
-
-
-def dns_subdomain(value: str, what: str = "name") -> str:
-    if len(value) > 253 or not DNS1123_SUBDOMAIN.fullmatch(value):
-        raise ValueError(f"'{value}' is not a valid {what} (DNS-1123 subdomain: lowercase letters, digits, '-' "
-                         "and '.', at most 253 characters)")
     return value
 
 

@@ -18,7 +18,7 @@ from sizing.model import Workload
 from sizing.planner import PlanRequest, Pool
 from sizing.profiles import load_profiles
 
-from .names import RESERVED_NAMESPACES, dns_label, dns_subdomain, private_cidr, role_arn, secret_key
+from .names import RESERVED_NAMESPACES, dns_label, private_cidr, role_arn, secret_key
 from .names import checkpoint as valid_checkpoint, hostname as valid_hostname, system_instance_type, tag
 
 NAMESPACE = PROJECT    # the config namespace (llm-serving:<key>) and the cluster name prefix

@@ -182,13 +182,13 @@ def fit(base: Profile | None = None) -> tuple[Profile, float]:
 
 def write_profile(profile: Profile, rms_log_error: float) -> None:
     doc = yaml.safe_load(PROFILES_YAML.read_text())
-    _, prefill_rms = fit_prefill_mfu(profile)
+    layer_mfu, prefill_rms = fit_prefill_mfu(profile)
     body = doc["profiles"]["calibrated"]
     body.update({
         "description": (f"mixed steps; MFU fitted to the prefill-bound and the decode bandwidth fraction to "
                         f"the decode-bound of {len(load_measurements())} published TensorRT-LLM throughput runs "
                         f"(RMS log error {rms_log_error:.3f}); an H200 layer prefills at MFU "
-                        f"{fit_prefill_mfu(profile)[0]:.2f} (RMS log error {prefill_rms:.3f})."),
+                        f"{layer_mfu:.2f} (RMS log error {prefill_rms:.3f})."),
         "mfu": profile.mfu, "decode_bw_fraction": profile.decode_bw_fraction,
     })
     header = "# Efficiency profiles. `calibrated` is rewritten by `python -m sizing.calibration --write`.\n"

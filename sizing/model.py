@@ -394,12 +394,6 @@ class ReplicaModel:
             lam = min(lam, (slo_s - a) / (slo_s * share + b * (self.ttft0_s + (self.s_out - 1) * slo_s)))
         return lam
 
-    def ttft_capacity_qps(self, slo_s: float, statistic: str = "mean") -> float:
-        """QPS at which TTFT (prefill, its chunked queue) reaches the SLO at a statistic."""
-        q = QUANTILES.get(statistic)
-        top = min(self.qps_at_batch(self.memory.max_seqs), 1 / self.share_per_request_s)
-        return _largest(lambda lam: self.latencies_at(lam, q)[0] <= slo_s, top)
-
     def qps_at_batch(self, n: float) -> float:
         """The arrival (or completion) rate that keeps exactly n sequences running.
 

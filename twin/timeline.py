@@ -258,7 +258,6 @@ def values_at(rep: ReplicaTimeline, k: int, per: float = 1.0) -> dict:
     of an accelerated twin: rate() over wall-clock seconds then reads per simulated second, so
     the rules' QPS thresholds apply unchanged, and quantiles and means (ratios) are unaffected.
     """
-    fams = vm.by_name()
     out: dict = {name: series[k] for name, series in rep.gauges.items()}
     waiting = rep.gauges["vllm:num_requests_waiting"][k]
     out["vllm:num_requests_waiting_by_reason"] = {"capacity": waiting, "deferred": 0.0}
