@@ -23,6 +23,7 @@ from conventions import CERT_MANAGER_CHART_VERSION
 
 from .cluster import SYSTEM_ROLE_LABEL
 from .options import after
+from .placement import spread
 from .pod_identity import PodIdentity, PodIdentityArgs
 
 CHART, CHART_VERSION, CHART_REPO = "cert-manager", CERT_MANAGER_CHART_VERSION, "https://charts.jetstack.io"
@@ -48,9 +49,7 @@ def spread_on_system(component: str) -> dict:
     labels = {"app.kubernetes.io/instance": RELEASE, "app.kubernetes.io/component": component}
     return {"replicaCount": REPLICAS, "nodeSelector": dict(SYSTEM_ROLE_LABEL),
             "podDisruptionBudget": {"enabled": True, "maxUnavailable": 1},
-            "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
-                                           "whenUnsatisfiable": "DoNotSchedule",
-                                           "labelSelector": {"matchLabels": labels}}]}
+            "topologySpreadConstraints": spread(labels)}
 
 
 def chart_values() -> dict:

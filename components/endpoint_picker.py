@@ -25,6 +25,7 @@ from conventions import ENDPOINT_PICKER_IMAGE, PICKER_GRPC_PORT, PICKER_HEALTH_P
 
 from .cluster import SYSTEM_ROLE_LABEL
 from .options import after
+from .placement import HOST_KEY, ZONE_KEY, spread
 from .pod_security import SCRATCH_MOUNT, SCRATCH_VOLUME, container_security, pod_security
 from .serving import API_PORT, APP_LABELS, METADATA_RANGE
 
@@ -190,10 +191,7 @@ class EndpointPicker(pulumi.ComponentResource):
                     # default (off) is not used.
                     **pod_security(talks_to_api_server=True),
                     "nodeSelector": dict(SYSTEM_ROLE_LABEL),
-                    "topologySpreadConstraints": [
-                        {"maxSkew": 1, "topologyKey": key, "whenUnsatisfiable": "DoNotSchedule",
-                         "labelSelector": {"matchLabels": dict(PICKER_LABELS)}}
-                        for key in ("topology.kubernetes.io/zone", "kubernetes.io/hostname")],
+                    "topologySpreadConstraints": spread(PICKER_LABELS, keys=(ZONE_KEY, HOST_KEY)),
                     "containers": [picker_container(self.pool_name, ns)],
                     "volumes": [{"name": "config", "configMap": {"name": config.metadata["name"]}}, SCRATCH_VOLUME],
                 }},

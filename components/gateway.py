@@ -35,6 +35,7 @@ from .external_dns import HOSTNAME_ANNOTATION
 from .load_balancer_controller import LB_TYPE_ANNOTATION, LB_TYPE_VALUE
 from .endpoint_picker import POOL_API, EndpointPicker, EndpointPickerArgs
 from .options import after
+from .placement import HOST_KEY, ZONE_KEY, spread
 from .drain import longest_request_s
 from .serving import API_PORT
 
@@ -163,8 +164,7 @@ def envoy_gateway_values(zones: int, inference_extension: bool) -> dict:
     """Envoy Gateway's controller: two replicas or more (leader election is on in the chart) on
     the system nodes, spread over zones, a PDB; with the inference extension, the AI Gateway
     controller as its extension server for the InferencePool backend."""
-    spread = [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway",
-               "labelSelector": {"matchLabels": {"control-plane": "envoy-gateway"}}}]
+    controller_spread = spread({"control-plane": "envoy-gateway"}, when="ScheduleAnyway")
     config: dict = {"envoyGateway": {"gateway": {"controllerName": "gateway.envoyproxy.io/gatewayclass-controller"},
                                      "provider": {"type": "Kubernetes"}}}
     if inference_extension:
@@ -177,7 +177,7 @@ def envoy_gateway_values(zones: int, inference_extension: bool) -> dict:
             "service": {"fqdn": {"hostname": f"ai-gateway-controller.{AIGW_NAMESPACE}.svc.cluster.local",
                                  "port": 1063}}}
     return {"deployment": {"replicas": proxy_replicas(zones), "pod": {
-                "nodeSelector": dict(SYSTEM_ROLE_LABEL), "topologySpreadConstraints": spread}},
+                "nodeSelector": dict(SYSTEM_ROLE_LABEL), "topologySpreadConstraints": controller_spread}},
             "podDisruptionBudget": {"minAvailable": 1},
             "config": config}
 
@@ -207,10 +207,8 @@ def envoy_proxy_spec(gateway_name: str, proxies: int, allowed_cidrs: tuple[str, 
     internet-facing NLB with IP targets (the AWS Load Balancer Controller's annotations), open to
     `allowed_cidrs` only, at a fixed in-cluster address, and published in DNS when the stack
     manages it (external-dns reads the hostname annotation)."""
-    spread = [{"maxSkew": 1, "topologyKey": key, "whenUnsatisfiable": "DoNotSchedule",
-               "labelSelector": {"matchLabels": {"app.kubernetes.io/component": "proxy",
-                                                 "gateway.envoyproxy.io/owning-gateway-name": gateway_name}}}
-              for key in ("topology.kubernetes.io/zone", "kubernetes.io/hostname")]
+    proxy_spread = spread({"app.kubernetes.io/component": "proxy",
+                           "gateway.envoyproxy.io/owning-gateway-name": gateway_name}, keys=(ZONE_KEY, HOST_KEY))
     annotations = {LB_TYPE_ANNOTATION: LB_TYPE_VALUE,
                    "service.beta.kubernetes.io/aws-load-balancer-nlb-target-type": "ip",
                    "service.beta.kubernetes.io/aws-load-balancer-scheme": "internet-facing"}
@@ -218,7 +216,7 @@ def envoy_proxy_spec(gateway_name: str, proxies: int, allowed_cidrs: tuple[str, 
         annotations[HOSTNAME_ANNOTATION] = dns_hostname
     return {"provider": {"type": "Kubernetes", "kubernetes": {
         "envoyDeployment": {"replicas": proxies, "pod": {
-            "nodeSelector": dict(SYSTEM_ROLE_LABEL), "topologySpreadConstraints": spread}},
+            "nodeSelector": dict(SYSTEM_ROLE_LABEL), "topologySpreadConstraints": proxy_spread}},
         "envoyPDB": {"minAvailable": 1},
         "envoyService": {
             "type": "LoadBalancer", "externalTrafficPolicy": "Local",

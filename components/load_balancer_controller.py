@@ -29,6 +29,7 @@ from conventions import ANNOTATION_AWS_LB_TYPE, AWS_LB_TYPE_EXTERNAL, AWS_LOAD_B
 
 from .cluster import SYSTEM_ROLE_LABEL
 from .options import after
+from .placement import spread
 from .pod_identity import PodIdentity, PodIdentityArgs
 
 CHART, CHART_VERSION, CHART_REPO = "aws-load-balancer-controller", AWS_LOAD_BALANCER_CONTROLLER_CHART_VERSION, \
@@ -47,19 +48,13 @@ def iam_policy_json() -> str:
     return IAM_POLICY_FILE.read_text()
 
 
-def zone_spread(labels: dict[str, str]) -> list[dict]:
-    """One replica per zone where there are zones enough; a rolling update (one surge pod) still fits."""
-    return [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
-             "labelSelector": {"matchLabels": dict(labels)}}]
-
-
 def chart_values(cluster_name: pulumi.Input[str], region: str, vpc_id: pulumi.Input[str]) -> dict:
     return {
         "clusterName": cluster_name, "region": region, "vpcId": vpc_id,
         "replicaCount": REPLICAS,
         "serviceAccount": {"create": True, "name": SERVICE_ACCOUNT},
         "nodeSelector": dict(SYSTEM_ROLE_LABEL),
-        "topologySpreadConstraints": zone_spread(SELECTOR),
+        "topologySpreadConstraints": spread(SELECTOR),
         "podDisruptionBudget": {"maxUnavailable": 1},
         "enableServiceMutatorWebhook": False,
     }

@@ -35,6 +35,7 @@ from .gateway import CONTROLLER_NAMESPACE
 from .gpu_node_pool import LABEL_ROLE
 from .gpu_plugin import GPU_TAINT_TOLERATION
 from .options import after
+from .placement import ZONE_KEY
 from .serving import APP_LABELS, METRICS_PORT as VLLM_METRICS_PORT
 
 MONITORING_API = "monitoring.coreos.com/v1"
@@ -42,7 +43,6 @@ RELEASE = "kps"                              # short: the chart prefixes every o
 DCGM_RELEASE = "dcgm-exporter"
 DASHBOARD_LABEL = {LABEL_GRAFANA_DASHBOARD: "1"}   # the chart's Grafana sidecar watches this label
 GRAFANA_ADMIN_KEYS = {"user": "admin-user", "password": "admin-password"}
-ZONE_KEY = "topology.kubernetes.io/zone"
 
 # Platform figures (not workload figures), each with the reason for its value.
 SCRAPE_INTERVAL = "15s"          # rate() over 5m then sees 20 samples: steady p95s without much cost

@@ -28,6 +28,7 @@ from sizing.planner import Plan
 
 from .drain import drain_timing, longest_request_s
 from .gpu_node_pool import LABEL_ROLE, MODEL_CACHE_PATH
+from .placement import HOST_KEY, ZONE_KEY, spread
 from .pod_security import SCRATCH_MOUNT, SCRATCH_VOLUME, container_security, pod_security
 
 KEDA_CHART, KEDA_VERSION, KEDA_REPO = "keda", KEDA_CHART_VERSION, "https://kedacore.github.io/charts"   # CRD in ../shared/crds
@@ -35,7 +36,6 @@ API_PORT = VLLM_API_PORT
 METRICS_PORT = VLLM_METRICS_PORT
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Equal", "value": "true", "effect": "NoSchedule"}
-ZONE_KEY, HOST_KEY = "topology.kubernetes.io/zone", "kubernetes.io/hostname"
 APP_LABELS = {LABEL_APP_NAME: "vllm", LABEL_ROLE: "serving"}
 CONTAINER_CACHE_PATH = "/models"
 HUB_TOKEN_DIR = "/var/run/secrets/hub"       # the hub token as a file (huggingface_hub reads HF_TOKEN_PATH)
@@ -328,9 +328,7 @@ class Serving(pulumi.ComponentResource):
                     "nodeSelector": {LABEL_ROLE: "gpu", ZONE_KEY: zone},
                     "tolerations": [GPU_TOLERATION],
                     # Even over the zone's nodes, as the plan places them (round robin).
-                    "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": HOST_KEY,
-                                                   "whenUnsatisfiable": "DoNotSchedule",
-                                                   "labelSelector": {"matchLabels": labels}}],
+                    "topologySpreadConstraints": spread(labels, keys=(HOST_KEY,)),
                     "terminationGracePeriodSeconds": drain.grace_period_s,
                     "containers": [vllm_container(plan, drain, self.startup_s, self.checkpoint),
                                    metrics_proxy_container()],
