@@ -26,7 +26,7 @@ from .options import after
 from .placement import spread
 from .pod_identity import PodIdentity, PodIdentityArgs
 
-CHART, CHART_VERSION, CHART_REPO = "cert-manager", CERT_MANAGER_CHART_VERSION, "https://charts.jetstack.io"
+CHART, CHART_REPO = "cert-manager", "https://charts.jetstack.io"
 NAMESPACE = "cert-manager"
 RELEASE = "cert-manager"
 SERVICE_ACCOUNT = "cert-manager"          # the chart's controller service account (fullname)
@@ -96,7 +96,7 @@ class CertManager(pulumi.ComponentResource):
             policy_json=route53_dns01_policy(args.hosted_zone_id),
             tags=dict(args.tags)), opts=pulumi.ResourceOptions(parent=self, depends_on=after(opts)))
         self.release = k8s.helm.v3.Release(
-            f"{name}-release", name=RELEASE, chart=CHART, version=CHART_VERSION,
+            f"{name}-release", name=RELEASE, chart=CHART, version=CERT_MANAGER_CHART_VERSION,
             repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=CHART_REPO),
             namespace=NAMESPACE, create_namespace=True, values=chart_values(),
             opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[identity.association]))
@@ -106,7 +106,7 @@ class CertManager(pulumi.ComponentResource):
             metadata={"name": ISSUER_NAME},
             spec=issuer_spec(args.acme_server, args.acme_email, args.region, args.hosted_zone_id),
             opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[self.release]))
-        self.register_outputs({"chart": f"{CHART}@{CHART_VERSION}", "issuer": ISSUER_NAME})
+        self.register_outputs({"chart": f"{CHART}@{CERT_MANAGER_CHART_VERSION}", "issuer": ISSUER_NAME})
 
 
 def certificate_spec(hostname: str, secret_name: str, issuer_name: str) -> dict:
@@ -139,9 +139,7 @@ class GatewayCertificate(pulumi.ComponentResource):
             self.resource = k8s.apiextensions.CustomResource(
                 f"{name}-certificate", api_version=CERT_MANAGER_API, kind="Certificate", metadata=metadata,
                 spec=certificate_spec(args.hostname, args.secret_name, args.issuer_name), opts=child)
-        else:
-            if args.certificate_pem is None or args.private_key_pem is None:
-                raise ValueError("gateway.certificate: provided needs the tlsCertificate and tlsPrivateKey secrets")
+        else:      # certificate: provided (settings.required_secrets: the program required both PEMs)
             self.resource = k8s.core.v1.Secret(
                 f"{name}-secret", metadata=metadata, type="kubernetes.io/tls",
                 string_data={"tls.crt": args.certificate_pem, "tls.key": args.private_key_pem}, opts=child)

@@ -19,17 +19,16 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_kubernetes as k8s
 
-from conventions import ANNOTATION_EXTERNAL_DNS_HOSTNAME, EXTERNAL_DNS_CHART_VERSION
+from conventions import EXTERNAL_DNS_CHART_VERSION
 
 from .cluster import SYSTEM_ROLE_LABEL
 from .options import after
 from .pod_identity import PodIdentity, PodIdentityArgs
 
-CHART, CHART_VERSION, CHART_REPO = "external-dns", EXTERNAL_DNS_CHART_VERSION, "https://kubernetes-sigs.github.io/external-dns/"
+CHART, CHART_REPO = "external-dns", "https://kubernetes-sigs.github.io/external-dns/"
 NAMESPACE = "external-dns"
 RELEASE = "external-dns"
 SERVICE_ACCOUNT = "external-dns"
-HOSTNAME_ANNOTATION = ANNOTATION_EXTERNAL_DNS_HOSTNAME
 
 
 def route53_records_policy(hosted_zone_id: str) -> str:
@@ -77,9 +76,9 @@ class ExternalDns(pulumi.ComponentResource):
             policy_json=route53_records_policy(args.hosted_zone_id),
             tags=dict(args.tags)), opts=pulumi.ResourceOptions(parent=self, depends_on=after(opts)))
         self.release = k8s.helm.v3.Release(
-            f"{name}-release", name=RELEASE, chart=CHART, version=CHART_VERSION,
+            f"{name}-release", name=RELEASE, chart=CHART, version=EXTERNAL_DNS_CHART_VERSION,
             repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=CHART_REPO),
             namespace=NAMESPACE, create_namespace=True,
             values=chart_values(args.cluster_name, args.region, args.hosted_zone_id),
             opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[identity.association]))
-        self.register_outputs({"chart": f"{CHART}@{CHART_VERSION}"})
+        self.register_outputs({"chart": f"{CHART}@{EXTERNAL_DNS_CHART_VERSION}"})

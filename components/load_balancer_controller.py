@@ -25,22 +25,20 @@ from pathlib import Path
 import pulumi
 import pulumi_kubernetes as k8s
 
-from conventions import ANNOTATION_AWS_LB_TYPE, AWS_LB_TYPE_EXTERNAL, AWS_LOAD_BALANCER_CONTROLLER_CHART_VERSION
+from conventions import AWS_LOAD_BALANCER_CONTROLLER_CHART_VERSION
 
 from .cluster import SYSTEM_ROLE_LABEL
 from .options import after
 from .placement import spread
 from .pod_identity import PodIdentity, PodIdentityArgs
 
-CHART, CHART_VERSION, CHART_REPO = "aws-load-balancer-controller", AWS_LOAD_BALANCER_CONTROLLER_CHART_VERSION, \
-    "https://aws.github.io/eks-charts"
+CHART, CHART_REPO = "aws-load-balancer-controller", "https://aws.github.io/eks-charts"
 NAMESPACE = "kube-system"
 SERVICE_ACCOUNT = "aws-load-balancer-controller"
 RELEASE = "aws-load-balancer-controller"
 REPLICAS = 2
 IAM_POLICY_FILE = Path(__file__).resolve().parent / "data" / "aws-load-balancer-controller-iam-policy.json"
 # The Service annotations this controller owns (the controller contract reads them).
-LB_TYPE_ANNOTATION, LB_TYPE_VALUE = ANNOTATION_AWS_LB_TYPE, AWS_LB_TYPE_EXTERNAL
 SELECTOR = {"app.kubernetes.io/name": CHART, "app.kubernetes.io/instance": RELEASE}
 
 
@@ -81,11 +79,11 @@ class LoadBalancerController(pulumi.ComponentResource):
             policy_json=iam_policy_json(), tags=dict(args.tags)),
             opts=pulumi.ResourceOptions(parent=self, depends_on=after(opts)))
         self.release = k8s.helm.v3.Release(
-            f"{name}-release", name=RELEASE, chart=CHART, version=CHART_VERSION,
+            f"{name}-release", name=RELEASE, chart=CHART, version=AWS_LOAD_BALANCER_CONTROLLER_CHART_VERSION,
             repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=CHART_REPO), namespace=NAMESPACE,
             values=chart_values(args.cluster_name, args.region, args.vpc_id),
             # Wait for the pods: the gateway's Service must find a running controller (and its
             # credentials) when Envoy Gateway creates it.
             skip_await=False,
             opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[identity.association]))
-        self.register_outputs({"chart": f"{CHART}@{CHART_VERSION}", "replicas": REPLICAS})
+        self.register_outputs({"chart": f"{CHART}@{AWS_LOAD_BALANCER_CONTROLLER_CHART_VERSION}", "replicas": REPLICAS})

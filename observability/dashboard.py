@@ -57,19 +57,19 @@ def _latency(short: str, title: str, line: float | None, line_words: str) -> Pan
 def panel_specs(plan: Plan, policy: AlertPolicy = AlertPolicy(), inference_extension: bool = True) -> list[PanelSpec]:
     t = Thresholds.from_plan(plan)
     capacity_lines = ((t.capacity_qps, SLO_RED),)
-    if t.capacity_after_loss_qps is not None:
-        capacity_lines = ((t.capacity_after_loss_qps, PLAN_ORANGE),) + capacity_lines
+    if t.capacity_after_zone_loss_qps is not None:
+        capacity_lines = ((t.capacity_after_zone_loss_qps, PLAN_ORANGE),) + capacity_lines
     ready_queries = (Query(READY_SERVICE, "ready, all zones"), Query(READY_ZONE, "ready {{zone}}"))
     if inference_extension:
         ready_queries += (Query("sum by (name) (inference_pool_ready_pods)", "endpoint picker: {{name}}"),)
     return [
-        _latency("ttft", "p95 time to first token", t.ttft_p95_s,
-                 f"Red line: the {t.ttft_p95_s:g} s TTFT SLO (alert LLMServingTTFTAboveSLO)."),
-        _latency("tpot", "p95 time per output token", t.tpot_p95_s,
-                 f"vllm:request_time_per_output_token_seconds. Red line: the {t.tpot_p95_s * 1e3:g} ms TPOT SLO."),
-        _latency("itl", "inter-token latency", t.tpot_p95_s,
+        _latency("ttft", "p95 time to first token", t.ttft_slo_s,
+                 f"Red line: the {t.ttft_slo_s:g} s TTFT SLO (alert LLMServingTTFTAboveSLO)."),
+        _latency("tpot", "p95 time per output token", t.tpot_slo_s,
+                 f"vllm:request_time_per_output_token_seconds. Red line: the {t.tpot_slo_s * 1e3:g} ms TPOT SLO."),
+        _latency("itl", "inter-token latency", t.tpot_slo_s,
                  "Gaps between tokens of one request; red line: the TPOT SLO."),
-        _latency("queue", "queue time", t.ttft_p95_s,
+        _latency("queue", "queue time", t.ttft_slo_s,
                  f"Wait before a request is scheduled; it counts towards TTFT (red line: TTFT SLO). "
                  f"The plan expects {t.queue_s * 1e3:.0f} ms on average after losing {t.lost_domain or 'nothing'}."),
         _latency("e2e", "end-to-end latency", None, "Whole request, first byte in to last token out."),
@@ -87,8 +87,8 @@ def panel_specs(plan: Plan, policy: AlertPolicy = AlertPolicy(), inference_exten
                    Query(rate_series("requests", "service"), "finished by vLLM"),
                    Query(rate_series("requests", "zone"), "finished {{zone}}")),
                   f"Red line: the sized capacity, {t.capacity_qps:g} QPS. "
-                  + (f"Orange line: the {t.capacity_after_loss_qps:g} QPS left after losing {t.lost_domain} "
-                     "(N+1)." if t.capacity_after_loss_qps is not None else "The plan has no failure domain to lose."),
+                  + (f"Orange line: the {t.capacity_after_zone_loss_qps:g} QPS left after losing {t.lost_domain} "
+                     "(N+1)." if t.capacity_after_zone_loss_qps is not None else "The plan has no failure domain to lose."),
                   lines=capacity_lines),
         PanelSpec("tokens per second", "suffix: tokens/s",
                   (Query(rate_series("generation_tokens", "service"), "generated"),

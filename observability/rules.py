@@ -55,14 +55,14 @@ class AlertPolicy:
 @dataclass(frozen=True)
 class Thresholds:
     """What each alert compares with, read from the plan once."""
-    ttft_p95_s: float
-    tpot_p95_s: float
+    ttft_slo_s: float
+    tpot_slo_s: float
     in_flight_per_replica: float          # the plan's worst case: one replica after the loss
     replicas: int
     zones: tuple[str, ...]                # zones the plan puts replicas in
     capacity_qps: float
     capacity_per_replica_qps: float
-    capacity_after_loss_qps: float | None  # None when the plan has no failure domain to lose
+    capacity_after_zone_loss_qps: float | None  # None when the plan has no failure domain to lose
     redundancy: str                        # zone | node | none
     lost_domain: str
     queue_s: float                         # mean queue wait the plan expects after the loss
@@ -74,12 +74,12 @@ class Thresholds:
         if not math.isfinite(in_flight):
             in_flight = float(plan.engine_args["max_num_seqs"])
         return cls(
-            ttft_p95_s=w.ttft_slo_s, tpot_p95_s=w.tpot_slo_s,
+            ttft_slo_s=w.ttft_slo_s, tpot_slo_s=w.tpot_slo_s,
             in_flight_per_replica=round(in_flight, 2), replicas=plan.replicas,
             zones=tuple(z for z, n in plan.replicas_by_zone.items() if n > 0),
             capacity_qps=round(plan.capacity_qps, 3),
             capacity_per_replica_qps=round(plan.capacity_per_replica.qps, 3),
-            capacity_after_loss_qps=None if plan.redundancy == "none" else round(plan.capacity_after_zone_loss_qps, 3),
+            capacity_after_zone_loss_qps=None if plan.redundancy == "none" else round(plan.capacity_after_zone_loss_qps, 3),
             redundancy=plan.redundancy, lost_domain=plan.lost_domain,
             queue_s=round(plan.real.queue_ms / 1e3, 4) if math.isfinite(plan.real.queue_ms) else 0.0,
         )
@@ -177,13 +177,13 @@ def alert_rules(t: Thresholds, policy: AlertPolicy) -> list[dict]:
     share_qps = round(policy.capacity_share * t.capacity_qps, 3)
     zones_absent = " or ".join(f'absent({READY_ZONE}{{zone="{z}"}})' for z in t.zones)
     alerts = [
-        _alert("LLMServingTTFTAboveSLO", f"{ttft} > {t.ttft_p95_s}", policy.slo_for, "critical",
-               f"p95 time to first token is above its {t.ttft_p95_s:g} s SLO",
-               f"p95 TTFT over all replicas has stayed above {t.ttft_p95_s:g} s for {policy.slo_for}. "
+        _alert("LLMServingTTFTAboveSLO", f"{ttft} > {t.ttft_slo_s}", policy.slo_for, "critical",
+               f"p95 time to first token is above its {t.ttft_slo_s:g} s SLO",
+               f"p95 TTFT over all replicas has stayed above {t.ttft_slo_s:g} s for {policy.slo_for}. "
                "Check queue time and KV-cache usage per replica."),
-        _alert("LLMServingTPOTAboveSLO", f"{tpot} > {t.tpot_p95_s}", policy.slo_for, "critical",
-               f"p95 time per output token is above its {t.tpot_p95_s * 1e3:g} ms SLO",
-               f"p95 TPOT over all replicas has stayed above {t.tpot_p95_s:g} s for {policy.slo_for}: "
+        _alert("LLMServingTPOTAboveSLO", f"{tpot} > {t.tpot_slo_s}", policy.slo_for, "critical",
+               f"p95 time per output token is above its {t.tpot_slo_s * 1e3:g} ms SLO",
+               f"p95 TPOT over all replicas has stayed above {t.tpot_slo_s:g} s for {policy.slo_for}: "
                "the decode batches are larger than the plan sized for."),
         _alert("LLMServingKVCacheNearlyFull", f"{KV_POD} > {policy.kv_cache_usage}", "5m", "warning",
                f"KV cache of {{{{ $labels.pod }}}} is above {policy.kv_cache_usage:.0%}",
@@ -210,12 +210,12 @@ def alert_rules(t: Thresholds, policy: AlertPolicy) -> list[dict]:
                f"Requests reaching the gateway have stayed above {share_qps:g} QPS "
                f"({policy.capacity_share:.0%} of the {t.capacity_qps:g} QPS all replicas carry within the SLOs)."),
     ]
-    if t.capacity_after_loss_qps is not None:
+    if t.capacity_after_zone_loss_qps is not None:
         alerts.append(_alert(
-            "LLMServingLoadAboveCapacityAfterLoss", f"{OFFERED_LOAD} > {t.capacity_after_loss_qps}",
+            "LLMServingLoadAboveCapacityAfterLoss", f"{OFFERED_LOAD} > {t.capacity_after_zone_loss_qps}",
             policy.load_for, "warning",
-            f"N+1 by {t.redundancy} no longer holds: load is above {t.capacity_after_loss_qps:g} QPS",
-            f"Requests reaching the gateway have stayed above {t.capacity_after_loss_qps:g} QPS, what the "
+            f"N+1 by {t.redundancy} no longer holds: load is above {t.capacity_after_zone_loss_qps:g} QPS",
+            f"Requests reaching the gateway have stayed above {t.capacity_after_zone_loss_qps:g} QPS, what the "
             f"replicas left after losing {t.lost_domain} carry within the SLOs. Add replicas or capacity."))
     if t.redundancy == "zone":
         alerts.append(redundancy_lost_alert(t, policy))

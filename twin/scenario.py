@@ -185,7 +185,7 @@ def expectations(plan: Plan, qps: float, duration_s: float, failure: ZoneFailure
     t = Thresholds.from_plan(plan)
     required: list[Expectation] = []
     forbidden: set[str] = set()
-    within_n1 = t.capacity_after_loss_qps is None or qps <= t.capacity_after_loss_qps
+    within_n1 = t.capacity_after_zone_loss_qps is None or qps <= t.capacity_after_zone_loss_qps
     if qps <= policy.capacity_share * t.capacity_qps and within_n1:
         forbidden |= set(LATENCY_ALERTS) | set(LOAD_ALERTS)
         if failure is None:
@@ -196,7 +196,7 @@ def expectations(plan: Plan, qps: float, duration_s: float, failure: ZoneFailure
         required.append(Expectation(name, reason=f"{qps:g} QPS is past the sized {t.capacity_qps:g} QPS "
                                                  f"(binding: {plan.capacity_per_replica.binding})"))
     for name, threshold in (("LLMServingLoadNearCapacity", policy.capacity_share * t.capacity_qps),
-                            ("LLMServingLoadAboveCapacityAfterLoss", t.capacity_after_loss_qps)):
+                            ("LLMServingLoadAboveCapacityAfterLoss", t.capacity_after_zone_loss_qps)):
         if name in names and threshold is not None and qps > 1.05 * threshold and (
                 duration_s >= _for_s(groups, name) + 2 * DETECTION_LAG_S):
             required.append(Expectation(name, reason=f"{qps:g} QPS is above its {threshold:g} QPS threshold"))
