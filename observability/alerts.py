@@ -3,7 +3,7 @@
 `rules.plan_alerts` builds one `Alert` per alert from the plan. Everything else reads these
 objects, never a list of alert names: the Prometheus rule file (`Alert.rule`), the dashboard's
 threshold lines (`guards`, `threshold`), `llmserve twin`'s expectations (`expected`) and
-`llmserve check` (the latency alerts' `statistic`).
+`llmserve check` (the latency alerts' `statistic` of their `family`, against their `threshold`).
 
 The three scenarios the plan makes claims about:
 - planned load: the plan's own load, within what the replicas left after a loss carry and below
@@ -47,6 +47,7 @@ class Alert:
     guards: str                   # the plan (or alert policy) figure it guards, by its attribute name
     threshold: float | None       # that figure as the expression compares with it (None: no single number)
     statistic: str | None = None  # latency alerts: the SLO statistic the expression reads (mean, p95, ...)
+    family: str | None = None     # latency alerts: the vLLM histogram they read at that statistic
     expected: Expected = Expected()
 
     def rule(self) -> dict:

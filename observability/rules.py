@@ -213,7 +213,7 @@ def latency_alerts(t: Thresholds, policy: AlertPolicy) -> list[Alert]:
             name, f"{slo_series(short, stat)} > {slo}", policy.slo_for, "critical",
             f"{stat} {words} is above its {shown} SLO",
             f"{stat} {short.upper()} over all replicas has stayed above {slo:g} s for {policy.slo_for}{look}",
-            guards, slo, stat, expected=Expected(
+            guards, slo, stat, LATENCY_HISTOGRAMS[short], expected=Expected(
                 zone_loss=SILENT, overload=FIRES if t.binding in bindings else Behaviour.NOT_JUDGED,
                 overload_above_qps=t.capacity_qps if t.binding in bindings else None)))
     return out
@@ -331,6 +331,11 @@ def endpoint_picker_alerts(replicas: int) -> list[Alert]:
               "or a zone) stops all traffic, since the picker fails closed.",
               "endpoint_picker_replicas", float(replicas)),
     ]
+
+
+def slo_alerts(plan: Plan, policy: AlertPolicy = AlertPolicy()) -> list[Alert]:
+    """The latency alerts: each SLO, at its statistic."""
+    return [a for a in alert_rules(Thresholds.from_plan(plan), policy) if a.statistic is not None]
 
 
 def plan_alerts(plan: Plan, policy: AlertPolicy = AlertPolicy(), endpoint_picker_replicas: int = 0) -> list[Alert]:
