@@ -28,6 +28,7 @@ from simulator import ZoneFailure, config_from_plan
 from sizing.planner import Plan
 
 from .exporters import Clock, Exporters
+from .lifecycle import Started
 from .servers import GROUP_INTERVAL_S, Servers, TwinError, seconds
 from .timeline import build
 
@@ -67,7 +68,7 @@ class Verdict:
         return not self.forbidden_fired and all(not problem for _, problem in self.required)
 
 
-class Twin:
+class Twin(Started):
     """The emulated fleet of a plan on a real Prometheus and Alertmanager (a context manager)."""
 
     def __init__(self, plan: Plan, namespace: str, *, qps: float | None = None, duration_s: float = 1200.0,
@@ -89,27 +90,19 @@ class Twin:
     def alertmanager_url(self) -> str:
         return self._servers.alertmanager_url
 
-    def __enter__(self) -> "Twin":
+    def start(self) -> None:
         self.timeline = build(self.config, self.slowdown)
         self._tmp = tempfile.TemporaryDirectory(prefix="llmserve-twin-")
-        try:
-            self._exporters = Exporters(self.timeline, self.clock, self.namespace, self.plan.request.model).__enter__()
-            groups = rule_groups(self.plan, self.namespace, self.policy)
-            self._servers = Servers(Path(self._tmp.name), groups, self._exporters.targets, self.scale).__enter__()
-            if not self._exporters.wait_scraped(FIRST_SCRAPE_TIMEOUT_S):
-                raise TwinError(f"Prometheus did not scrape every target within {FIRST_SCRAPE_TIMEOUT_S:g} s")
-            self._servers.wait_alertmanager_discovered()
-            # The reload makes Prometheus rediscover Alertmanager (about 5 s); an alert firing in
-            # that gap is dropped and sent again a resend delay later, with its own startsAt.
-            self._servers.load_rules()
-        except BaseException:
-            self.close()
-            raise
+        self._exporters = Exporters(self.timeline, self.clock, self.namespace, self.plan.request.model).__enter__()
+        groups = rule_groups(self.plan, self.namespace, self.policy)
+        self._servers = Servers(Path(self._tmp.name), groups, self._exporters.targets, self.scale).__enter__()
+        if not self._exporters.wait_scraped(FIRST_SCRAPE_TIMEOUT_S):
+            raise TwinError(f"Prometheus did not scrape every target within {FIRST_SCRAPE_TIMEOUT_S:g} s")
+        self._servers.wait_alertmanager_discovered()
+        # The reload makes Prometheus rediscover Alertmanager (about 5 s); an alert firing in
+        # that gap is dropped and sent again a resend delay later, with its own startsAt.
+        self._servers.load_rules()
         self.clock.start()      # simulated time 0: every target is being scraped
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def close(self) -> None:
         for part in (self._servers, self._exporters):
@@ -251,8 +244,9 @@ class TwinReport:
 
 @contextmanager
 def _terminate_as_exit():
-    """SIGTERM raises SystemExit while the twin runs, so its servers are stopped on the way out
-    (they run in their own sessions: a killed parent would leave them behind)."""
+    """SIGTERM raises SystemExit while the twin runs, so its servers are stopped and its work
+    folder removed on the way out. (SIGKILL leaves no way out: the kernel then kills the servers,
+    `lifecycle.spawn`, and the folder stays in the temporary directory.)"""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
