@@ -1,8 +1,10 @@
 """Recording rules and alerts, built from the sizing plan and the SLOs.
 
 Every threshold is read from the plan (`Thresholds.from_plan`) or from the alert policy (the
-shares and ratios an operator chooses, `AlertPolicy`); none is typed into an expression. The same
-groups go into the PrometheusRule object and the plain rule file `llmserve render` writes.
+shares and ratios an operator chooses, `AlertPolicy`); none is typed into an expression. Each alert
+is an `alerts.Alert` (`plan_alerts`), which the dashboard, the twin and `check` read too; latency
+alerts read the statistic the SLOs are stated at (`statistic_expr`). The same groups go into the
+PrometheusRule object and the plain rule file `llmserve render` writes.
 
 Recorded series follow Prometheus' `level:metric:operation` naming, at three levels:
 `pod` (one replica: labels zone, pod), `zone` and `service` (everything).
