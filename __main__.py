@@ -17,7 +17,7 @@ from components.monitoring import Monitoring, MonitoringArgs
 from components.network import Network, NetworkArgs, network_zones
 from components.serving import Serving, ServingArgs, served_checkpoint
 from settings import SettingsError
-from settings.pulumi_config import require_secrets, secret, settings_from_pulumi
+from settings.pulumi_config import refuse_example_values, require_secrets, secret, settings_from_pulumi
 from sizing.model import SizingError
 from sizing.planner import plan as make_plan
 
@@ -28,6 +28,7 @@ except SettingsError as exc:       # one line per problem, each naming the key; 
     raise pulumi.RunError(f"invalid stack config:\n{exc}") from None
 except SizingError as exc:
     raise pulumi.RunError(f"no plan for this stack config: {exc}") from None
+refuse_example_values(settings)    # on a real engine only: the committed stacks' example values
 require_secrets(settings)          # one line naming `pulumi config set --secret` when one is missing
 
 # -- AWS: network -> cluster -> one GPU node pool per (zone, pool) ---------------------------------

@@ -18,6 +18,7 @@ from sizing.model import Workload
 from sizing.planner import PlanRequest, Pool
 from sizing.profiles import load_profiles
 
+from .capacity import offering_id, reservation_id
 from .names import RESERVED_NAMESPACES, dns_label, private_cidr, role_arn, secret_key
 from .names import checkpoint as valid_checkpoint, hostname as valid_hostname, system_instance_type, tag
 
@@ -45,6 +46,8 @@ Hostname = Annotated[str, AfterValidator(valid_hostname)]
 ApiKeyName = Annotated[str, AfterValidator(secret_key)]
 RoleArn = Annotated[str, AfterValidator(role_arn)]
 Score = Annotated[float, Field(ge=0, le=1)]
+ReservationId = Annotated[str, AfterValidator(reservation_id)]      # cr-<17 hex>: settings/capacity.py
+OfferingId = Annotated[str, AfterValidator(offering_id)]            # cb-<17 hex>
 
 
 class _Strict(BaseModel):
@@ -88,10 +91,10 @@ class ModelSettings(_Strict):
 
 
 class CapacityBlock(_Strict):
-    id: str | None = None                   # an existing capacity block reservation (cr-...)
+    id: ReservationId | None = None         # an existing capacity block reservation (cr-...)
     purchase: bool = False                  # buy one (non-refundable): needs allowPurchase too
     allowPurchase: bool = False
-    offeringId: str | None = None
+    offeringId: OfferingId | None = None
     durationHours: int | None = Field(None, gt=0)
 
 
@@ -100,7 +103,7 @@ class GpuPoolSettings(_Strict):
     instanceType: str = "p5.48xlarge"
     nodes: int = Field(1, ge=1, le=64)
     name: str | None = Field(None, pattern=r"^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$")
-    capacityReservationId: str | None = Field(None, pattern=r"^cr-[0-9a-f]{8,17}$")
+    capacityReservationId: ReservationId | None = None    # an On-Demand Capacity Reservation
     capacityBlock: CapacityBlock | None = None
     efa: bool = False
 
