@@ -6,7 +6,7 @@ never shown (scrubbed to "[secret]") and it is reported as a mandatory violation
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +25,12 @@ class Preview:
     violations: list[dict]  # policy, level, urn, message
     outputs: dict           # stack outputs (redacted)
     placeholder_secrets: list[str]   # the secret keys the program read as offline placeholders
-    example_values: list[str] = None    # one line per example value a real deploy refuses (settings/examples.py)
+    example_values: list[str] = field(default_factory=list)    # one line per example value a real deploy refuses (settings/examples.py)
 
     def as_dict(self) -> dict:
         return {"stack": self.stack, "plan": self.plan, "resources": self.resources,
                 "violations": self.violations, "outputs": self.outputs,
-                "placeholderSecrets": self.placeholder_secrets, "exampleValues": self.example_values or []}
+                "placeholderSecrets": self.placeholder_secrets, "exampleValues": self.example_values}
 
     @property
     def mandatory_violations(self) -> int:
