@@ -42,7 +42,7 @@ network = Network("llm", NetworkArgs(
 cluster = Cluster("llm", ClusterArgs(
     stack=settings.stack, environment=settings.environment, region=settings.region,
     kubernetes_version=settings.kubernetesVersion, api_allowed_cidrs=settings.apiAllowedCidrs,
-    admin_role_arns=settings.adminRoleArns, system_nodes=settings.systemNodes, tags=settings.tags,
+    admin_role_arns=settings.adminRoleArns, view_role_arns=settings.previewRoleArns, system_nodes=settings.systemNodes, tags=settings.tags,
     network=network))
 gpu_pools: list[GpuNodePool] = []
 for pool, pool_settings in zip(plan.request.pools, settings.gpuPools):     # each updates after the one before

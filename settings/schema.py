@@ -252,6 +252,7 @@ class StackSettings(_Strict):
     accuracyGate: AccuracyGateSettings = AccuracyGateSettings()
     loadTest: LoadTestSettings = LoadTestSettings()
     adminRoleArns: tuple[RoleArn, ...] = ()
+    previewRoleArns: tuple[RoleArn, ...] = ()   # read-only access entries (AmazonEKSViewPolicy): the CI preview role
 
     @field_validator("apiAllowedCidrs", "gatewayAllowedCidrs")
     @classmethod
