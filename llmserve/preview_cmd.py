@@ -57,9 +57,9 @@ def preview(
         print(json.dumps(result.as_dict(), indent=2, default=str))
     else:
         _print_text(result)
-        print(placeholder_note(result.placeholder_secrets))
         for line in example_note(result.example_values):
             print(line)
+        print(placeholder_note(result.placeholder_secrets))
     if result.mandatory_violations:
         raise typer.Exit(1)
 

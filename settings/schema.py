@@ -29,7 +29,7 @@ TLS_SECRET_KEYS = ("tlsCertificate", "tlsPrivateKey")
 ALL_SECRET_KEYS = SECRET_KEYS + TLS_SECRET_KEYS
 LETS_ENCRYPT = "https://acme-v02.api.letsencrypt.org/directory"
 # EKS versions the stack accepts: in EKS standard support on the prices' date (2026-11) and in
-# Envoy Gateway v1.9's compatibility matrix (v1.33-v1.36). See the README to move to the next.
+# Envoy Gateway v1.8's compatibility matrix (v1.32-v1.35). See docs/operations.md to move to the next.
 KUBERNETES_VERSIONS = ("1.34", "1.35")     # 1.34: standard support to 2026-12-02; 1.35: to 2027-03-27
 GATE_KEY_NAME = "accuracy-gate"   # the accuracy gate's own client id at the gateway (not a tenant's)
 MAX_API_KEYS = 16          # Envoy Gateway's BackendTrafficPolicy takes at most 16 local rate-limit rules
