@@ -13,8 +13,9 @@ bench: setup
 	@for b in bench/bench_preview.py bench/bench_simulate.py bench/bench_accuracy.py bench/bench_agreement.py; do [ -f $$b ] && .venv/bin/python $$b || true; done
 preview: setup
 	.venv/bin/llmserve preview --stack prod
-# `pulumi up` and `pulumi preview` with the guard policies: the only flags added are the pack and its config.
+# `pulumi up` and `pulumi preview` with the guard policies: the only flags added are the pack and its
+# config; PULUMI_ARGS passes others through (`PULUMI_ARGS=--yes` where nobody answers the prompt).
 up:
-	pulumi up --stack $(STACK) --policy-pack policies --policy-pack-config $(POLICY_CONFIG)
+	pulumi up --stack $(STACK) --policy-pack policies --policy-pack-config $(POLICY_CONFIG) $(PULUMI_ARGS)
 cloud-preview:
-	pulumi preview --stack $(STACK) --policy-pack policies --policy-pack-config $(POLICY_CONFIG)
+	pulumi preview --stack $(STACK) --policy-pack policies --policy-pack-config $(POLICY_CONFIG) $(PULUMI_ARGS)
