@@ -203,12 +203,9 @@ def preflight(
     stack: str = options.STACK,
     config: Optional[Path] = options.CONFIG,
 ) -> None:
-    from offline.stack import StackError, load_settings
+    from .stack_arg import load
 
-    try:
-        settings = load_settings(stack, config)
-    except StackError as exc:
-        fail(str(exc))
+    settings = load(stack, config).settings
     rows = example_checks(settings) + capacity_checks(settings)
     if any(not r.ok for r in rows):     # refused before AWS is asked: the stack must change first
         print_rows(stack, settings.region, rows, note="AWS not checked: replace the example values first.")

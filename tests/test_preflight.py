@@ -242,8 +242,8 @@ def test_preflight_invalid_config_exits_2_with_one_line(capsys, tmp_path):
     assert main(["preflight", "--stack", "bad", "--config", str(path)]) == 2
     captured = capsys.readouterr()
     assert captured.err.splitlines() == [
-        f"error: --config {path}: llm-serving:model.tensorParallel: 16 is larger than a p5.48xlarge node (8 GPUs); "
-        "a TP group never spans nodes, use at most 8"]
+        f"error: --config {path}: llm-serving:model.tensorParallel: tensor parallel 16 exceeds the 8 GPUs of one "
+        "p5.48xlarge node (a TP group never spans nodes); use at most 8"]
     assert captured.out == ""
 
 
