@@ -37,7 +37,7 @@ from .options import after
 from .placement import HOST_KEY, ZONE_KEY, spread
 from .drain import longest_request_s
 
-EG_CHART = "oci://docker.io/envoyproxy/gateway-helm"   # CRDs in ../shared/crds
+EG_CHART = "oci://docker.io/envoyproxy/gateway-helm"   # CRDs pinned in scripts/upstream-files.json (vendor/upstream)
 AIGW_CHART, AIGW_CRDS_CHART = "oci://docker.io/envoyproxy/ai-gateway-helm", "oci://docker.io/envoyproxy/ai-gateway-crds-helm"
 INFERENCE_CRDS_URL = ("https://github.com/kubernetes-sigs/gateway-api-inference-extension/releases/download/"
                       f"{INFERENCE_EXTENSION_VERSION}/manifests.yaml")
@@ -302,8 +302,7 @@ class Gateway(pulumi.ComponentResource):
     def _listener(self) -> None:
         """EnvoyProxy -> GatewayClass -> Gateway (the HTTPS listener with its certificate)."""
         name, args, gw = self._name, self._args, self._args.gateway
-        proxy_config = self._cr("envoyproxy", EG_API, "EnvoyProxy",
-                                {"name": name, "namespace": GATEWAY_CONTROLLER_NAMESPACE},
+        proxy_config = self._cr("envoyproxy", EG_API, "EnvoyProxy", {"name": name, "namespace": GATEWAY_CONTROLLER_NAMESPACE},
                                 envoy_proxy_spec(name, self.proxy_replicas, args.allowed_cidrs,
                                                  gw.hostname if gw.manages_dns else None))
         self.gateway_class = self._cr("class", GATEWAY_API, "GatewayClass", {"name": name}, {
