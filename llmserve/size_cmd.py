@@ -10,7 +10,7 @@ from typing import Optional
 
 import typer
 
-from sizing.catalog import PRECISIONS, CatalogError, load_catalog
+from sizing.catalog import KV_PRECISIONS, PRECISIONS, CatalogError, load_catalog
 from sizing.model import SizingError, Workload
 from sizing.planner import PlanRequest, Pool, plan
 from sizing.profiles import load_profiles
@@ -124,13 +124,14 @@ def _check_names(model: str | None, instance: str | None, gpu: str | None, profi
         if profile is not None and profile not in load_profiles():
             raise CatalogError(f"unknown profile '{profile}'; choose one of: {', '.join(load_profiles())}")
     except CatalogError as exc:
-        option = ("--model" if model is not None and model not in catalog.models else
+        option = ("--model" if model is not None and not catalog.knows_model(model) else
                   "--instance" if instance is not None and instance not in catalog.instances else
                   "--gpu" if gpu is not None and gpu not in catalog.gpus else "--profile")
         fail(f"{option}: {exc}")
     for option, value in precisions.items():
-        if value is not None and value not in PRECISIONS:
-            fail(f"{option}: unknown precision '{value}'; choose one of: {', '.join(PRECISIONS)}")
+        allowed = KV_PRECISIONS if option == "--kv-dtype" else PRECISIONS
+        if value is not None and value not in allowed:
+            fail(f"{option}: unknown precision '{value}'; choose one of: {', '.join(allowed)}")
     return catalog
 
 

@@ -15,7 +15,8 @@ from .architecture import Architecture, ConfigError, element_bytes, read_config
 
 DATA_DIR = Path(__file__).parent / "data"
 MODELS_DIR = DATA_DIR / "models"
-PRECISIONS = ("fp8", "bf16", "fp16", "fp4")
+PRECISIONS = ("fp8", "bf16", "fp16", "fp4")   # weights (fp4: NVFP4 or MXFP4, as the checkpoint has it)
+KV_PRECISIONS = ("fp8", "bf16", "fp16")
 HGX_SUFFIX = "-hgx-8"      # a GPU with no AWS instance in the catalog is sized on an 8-GPU HGX node
 
 
@@ -152,7 +153,7 @@ class Catalog:
         if alias:
             return self.models[alias]
         raise CatalogError(f"unknown model '{str(key)[:80]}'; choose a key ({', '.join(sorted(self.models))}) "
-                           "or a Hugging Face id from `llmserve models`, or give --model-config PATH")
+                           "or a Hugging Face id (docs/models.md), or give --model-config PATH")
 
     def knows_model(self, key: str) -> bool:
         return key in self.models or (isinstance(key, str) and key.lower() in self.aliases)

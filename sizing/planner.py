@@ -10,7 +10,8 @@ import math
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from .catalog import Instance, load_catalog
+from .catalog import Instance, load_catalog, resolve_model
+from .parallel import fits_tp, serving_args
 from .model import Capacity, Memory, Point, ReplicaModel, Shape, SizingError, Workload, check_shape
 from .profiles import Profile, get_profile
 from .queueing import QUANTILES
@@ -57,6 +58,8 @@ class PlanRequest:
     profile: str = "reference"
     gpu_hour_price: float | None = None  # defaults to the instance price / its GPUs
     instance_price: float | None = None  # overrides the catalog's node price
+    model_config: str | None = None      # a local config.json instead of the catalog's `model`
+    layout: str | None = None            # tp | dp-ep (sizing.parallel); None: the planner picks
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,7 @@ class Plan:
     notes: tuple[str, ...] = field(default_factory=tuple)
     fill_idle_gpus: dict | None = None
     fleet: FleetView | None = None       # replicas fixed by the request: the whole fleet at the load
+    layout: str = "tp"                   # how a replica's `tp` GPUs split the model (sizing.parallel)
 
     @property
     def memory(self) -> Memory:
@@ -156,11 +160,11 @@ def _engine_args(plan: Plan) -> dict:
     max_num_batched_tokens is the replica model's step budget (`ReplicaModel._batched_tokens`):
     the TTFT the plan promises assumes exactly these chunks."""
     req, w = plan.request, plan.request.workload
-    model = load_catalog().model(req.model)
+    model = plan.replica_model.shape.model
     profile = get_profile(req.profile)
     rm = plan.replica_model
     return {
-        "tensor_parallel_size": plan.tp,
+        **serving_args(rm.shape),
         "max_model_len": w.input_tokens + w.output_tokens,
         "max_num_seqs": rm.memory.max_seqs,
         "max_num_batched_tokens": rm.batched_tokens,
@@ -168,6 +172,8 @@ def _engine_args(plan: Plan) -> dict:
         "kv_cache_dtype": "fp8" if req.kv_dtype == "fp8" else "auto",
         "weights": req.weights,
         "checkpoint": model.checkpoints.get(req.weights if req.weights in model.checkpoints else "bf16"),
+        # fp8 without a prequantized checkpoint: vLLM quantizes the BF16 weights at load
+        "quantization": "fp8" if req.weights == "fp8" and "fp8" not in model.checkpoints else None,
     }
 
 
@@ -245,7 +251,7 @@ def unloaded_reason(rm: ReplicaModel, w: Workload) -> str:
 
 
 def candidate_tps(model, instance: Instance) -> list[int]:
-    return [tp for tp in (1, 2, 4, 8, 16) if tp <= instance.gpus and model.heads % tp == 0]
+    return [tp for tp in (1, 2, 4, 8, 16) if tp <= instance.gpus and not fits_tp(model, tp)]
 
 
 def plan(req: PlanRequest) -> Plan:
@@ -254,20 +260,18 @@ def plan(req: PlanRequest) -> Plan:
             raise SizingError(f"{option}: must be a finite number greater than 0 (got {value!r})", option)
     if req.replicas is not None and not (isinstance(req.replicas, int) and req.replicas >= 1):
         raise SizingError(f"--replicas: must be an integer of at least 1 (got {req.replicas!r})", "--replicas")
-    catalog = load_catalog()
-    model = catalog.model(req.model)
+    model = resolve_model(req.model, req.model_config)
     profile = get_profile(req.profile)
     types = {p.instance_type for p in req.pools}
     if not req.pools:
         raise PlanError("no GPU pools: give at least one (zone, instance type, nodes)")
     if len(types) > 1:
         raise PlanError(f"GPU pools mix instance types ({', '.join(sorted(types))}); use one type")
-    instance = catalog.instance(types.pop())
-    tps = [req.tp] if req.tp else candidate_tps(model, instance)
+    instance = load_catalog().instance(types.pop())
     best, failures = None, []
-    for tp in tps:
+    for layout, tp in _candidates(req, model, instance):
         try:
-            p = plan_for_tp(req, model, instance, profile, tp)
+            p = plan_for_tp(req, model, instance, profile, tp, layout)
         except PlanError as exc:      # fits, but the pools cannot carry the load
             failures.append((1, tp, str(exc), exc.option))
             continue
@@ -280,10 +284,43 @@ def plan(req: PlanRequest) -> Plan:
     if best is None:
         if not failures:
             raise PlanError("no tensor-parallel degree fits")
+        if req.tp in (None, instance.gpus) and all(f[3] == "--weights" for f in failures):
+            raise PlanError(_does_not_fit(req, model, instance, profile), "--weights")
         # Report the most capable option's failure: the one a user would try to fix.
         _, tp, msg, option = max(failures)
         raise PlanError(msg if req.tp else f"no TP degree works; at TP={tp}, the most capable: {msg}", option)
     return best[1]
+
+
+def _candidates(req: PlanRequest, model, instance: Instance) -> list[tuple[str, int]]:
+    """(layout, GPUs per replica) to try: the request's, else TP at every degree that splits the
+    model and, for an MoE model, data-parallel attention with EP over the whole node."""
+    layouts = [req.layout] if req.layout else (["tp", "dp-ep"] if model.is_moe else ["tp"])
+    out = []
+    for layout in layouts:
+        if layout == "dp-ep":
+            out.append((layout, req.tp or instance.gpus))
+        else:
+            out += [(layout, tp) for tp in ([req.tp] if req.tp else candidate_tps(model, instance))]
+    return out
+
+
+def _does_not_fit(req: PlanRequest, model, instance: Instance, profile: Profile) -> str:
+    """A model whose weights do not fit one node at any layout: say so, and name the cheapest
+    option of the sweep (another GPU or precision; a replica over several nodes is issue 19's)."""
+    from .sweep import cheapest_alternative
+    node_gb = instance.gpus * instance.gpu.memory_gb
+    weights_gb = model.weight_bytes(req.weights) / 1e9
+    msg = (f"{model.id} does not fit one {instance.id}: {model.params_b:,.0f} B parameters are "
+           f"{weights_gb:,.0f} GB of {req.weights} weights against {node_gb:,.0f} GB of GPU memory "
+           f"({instance.gpus} x {instance.gpu.memory_gb:g} GB), before any KV cache")
+    zones = len({p.zone for p in req.pools})
+    alt = cheapest_alternative(req.workload, req.model, req.kv_dtype, zones, req.profile, req.model_config)
+    if alt is None:
+        return msg + "; no instance in the catalog holds it on one node (a multi-node replica is needed)"
+    cost = f", ${alt.node_cost_per_hour:,.2f}/h" if alt.node_cost_per_hour is not None else ""
+    return (msg + f"; cheapest alternative: {alt.instance} with {alt.weights} weights, {alt.layout} over "
+            f"{alt.tp} GPUs per replica ({alt.replicas} replicas on {alt.nodes} nodes{cost})")
 
 
 @dataclass(frozen=True)
@@ -303,9 +340,10 @@ class _Loss:
     notes: tuple[str, ...]
 
 
-def plan_for_tp(req: PlanRequest, model, instance: Instance, profile: Profile, tp: int) -> Plan:
+def plan_for_tp(req: PlanRequest, model, instance: Instance, profile: Profile, tp: int,
+                layout: str = "tp") -> Plan:
     w = req.workload
-    shape = Shape(model, instance, tp, req.weights, req.kv_dtype)
+    shape = Shape(model, instance, tp, req.weights, req.kv_dtype, layout)
     check_shape(shape, w, profile)
     real = ReplicaModel(shape, w, profile, real=True)
     ideal = ReplicaModel(shape, w, profile, real=False)
@@ -344,6 +382,7 @@ def plan_for_tp(req: PlanRequest, model, instance: Instance, profile: Profile, t
         gpus_used=gpus_used, gpus_total=gpus_total, gpu_hour_price=gpu_price, node_price=node_price,
         binding_constraint=_binding_words(cap, w, need, loss), notes=tuple(notes), fill_idle_gpus=fill,
         replica_model=real, fleet=fleet_view(real, w, replicas) if req.replicas is not None else None,
+        layout=layout,
     )
 
 
