@@ -91,6 +91,12 @@ def vllm_args(plan: Plan, shutdown_timeout_s: int, checkpoint: str | None = None
         "--port", str(API_PORT),
         "--download-dir", CONTAINER_CACHE_PATH,
         "--tensor-parallel-size", str(a["tensor_parallel_size"]),
+        # The MoE layout (sizing.parallel): vLLM 0.29.0 vllm/engine/arg_utils.py
+        # `--data-parallel-size` and `--enable-expert-parallel`; `--quantization fp8` quantizes a
+        # BF16 checkpoint at load when the plan serves fp8 without an FP8 checkpoint.
+        *(["--data-parallel-size", str(a["data_parallel_size"])] if a.get("data_parallel_size", 1) > 1 else []),
+        *(["--enable-expert-parallel"] if a.get("enable_expert_parallel") else []),
+        *(["--quantization", a["quantization"]] if a.get("quantization") else []),
         "--kv-cache-dtype", a["kv_cache_dtype"],
         "--max-model-len", str(a["max_model_len"]),
         "--max-num-seqs", str(a["max_num_seqs"]),

@@ -26,7 +26,9 @@ MAX_NODES_PER_ZONE = 64     # as a stack's gpuPools[].nodes: the plan lists ever
 
 
 def size(
-    model: Optional[str] = typer.Option(None, help="Model key, e.g. llama-3-70b."),
+    model: Optional[str] = typer.Option(None, help="Model key or Hugging Face id, e.g. llama-3-70b, deepseek-ai/DeepSeek-R1."),
+    model_config: Optional[Path] = typer.Option(None, "--model-config", help="A local config.json to size instead of --model."),
+    layout: Optional[str] = typer.Option(None, help="tp, or dp-ep (data-parallel attention + expert parallelism; MoE)."),
     gpu: Optional[str] = typer.Option(None, help="GPU key (h100-sxm, h200, b200, a100-40gb, l40s); picks its node type."),
     instance: Optional[str] = typer.Option(None, help="Instance type, e.g. p5.48xlarge (overrides --gpu)."),
     weights: Optional[str] = typer.Option(None, help="Weight precision: fp8, bf16 (fp16 = bf16-sized)."),
@@ -61,8 +63,9 @@ def size(
     workload = _workload(base.workload, qps, concurrency, input_tokens, output_tokens, ttft_slo, tpot_slo,
                          slo_statistic)
     instance_type = instance or (catalog.node_for_gpu(gpu).id if gpu else None)
+    model, config = _model_source(model, model_config, layout, base)
     req = PlanRequest(
-        workload=workload, model=model or base.model, weights=weights or base.weights,
+        workload=workload, model=model, model_config=config, layout=layout or base.layout, weights=weights or base.weights,
         kv_dtype=kv_dtype or base.kv_dtype,
         pools=_pools(base.pools, zones, nodes_per_zone, instance_type, region),
         tp=tp if tp is not None else base.tp, replicas=replicas if replicas is not None else base.replicas,
@@ -91,6 +94,25 @@ def _show(result, as_json: bool, plot: Path | None) -> None:
         print(json.dumps(data, indent=2))
     else:
         _print_report(data, plot)
+
+
+def _model_source(model: str | None, model_config: Path | None, layout: str | None,
+                  base: PlanRequest) -> tuple[str, str | None]:
+    """(model name, config path) of the request: a local config.json, read and checked now, or
+    a catalog key / HF id (checked by `_check_names`), else the stack's."""
+    from sizing.architecture import ConfigError
+    from sizing.catalog import model_from_config
+    from sizing.parallel import LAYOUTS
+    if layout is not None and layout not in LAYOUTS:
+        fail(f"--layout: unknown layout '{layout[:40]}'; choose one of: {', '.join(LAYOUTS)}")
+    if model_config is None:
+        return model or base.model, None if model else base.model_config
+    if model is not None:
+        fail("--model and --model-config: give one (a catalog model) or the other (a local config.json)")
+    try:
+        return model_from_config(str(model_config)).name, str(model_config)
+    except ConfigError as exc:
+        fail(f"--model-config: {exc}")
 
 
 def _check_before_reading(plot: Path | None, nodes_per_zone: int | None) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from sizing.catalog import CatalogError, load_catalog
+from sizing.catalog import CatalogError, load_catalog, resolve_model
 from sizing.model import Shape, SizingError, check_shape
 from sizing.planner import candidate_tps
 from sizing.profiles import get_profile
@@ -232,7 +232,8 @@ def _fit_problems(s: StackSettings, instance_type: str) -> list[str]:
     catalog = load_catalog()
     problems = []
     instance = catalog.instance(instance_type)
-    model = catalog.model(s.model.id)
+    model = resolve_model(s.model.id, s.model.config)
+    layout = s.model.layout or "tp"
     profile = get_profile(s.sizing.profile)
     req = s.plan_request()
     tp = s.model.tensorParallel
@@ -240,19 +241,19 @@ def _fit_problems(s: StackSettings, instance_type: str) -> list[str]:
         if tp > instance.gpus:
             problems.append(f"{NAMESPACE}:model.tensorParallel: {tp} is larger than a {instance.id} node "
                             f"({instance.gpus} GPUs); a TP group never spans nodes, use at most {instance.gpus}")
-        elif model.heads % tp:
+        elif layout == "tp" and model.heads % tp:
             problems.append(f"{NAMESPACE}:model.tensorParallel: {tp} does not divide the {model.heads} "
                             f"attention heads of {model.id}; use one of {candidate_tps(model, instance)}")
         else:
             try:
-                check_shape(Shape(model, instance, tp, s.model.weights, s.model.kvCacheDtype), req.workload, profile)
+                check_shape(Shape(model, instance, tp, s.model.weights, s.model.kvCacheDtype, layout), req.workload, profile)
             except SizingError as exc:
                 problems.append(f"{NAMESPACE}:model: {exc}")
     else:
         fits = []
-        for t in candidate_tps(model, instance):
+        for t in (candidate_tps(model, instance) if layout == "tp" else [instance.gpus]):
             try:
-                check_shape(Shape(model, instance, t, s.model.weights, s.model.kvCacheDtype), req.workload, profile)
+                check_shape(Shape(model, instance, t, s.model.weights, s.model.kvCacheDtype, layout), req.workload, profile)
                 fits.append(t)
             except SizingError:
                 pass

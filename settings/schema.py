@@ -69,17 +69,22 @@ class WorkloadSettings(_Strict):
 
 
 class ModelSettings(_Strict):
-    id: str = "llama-3-70b"
-    weights: Literal["fp8", "bf16", "fp16"] = "fp8"
+    id: str = "llama-3-70b"            # a catalog key or HF id; with `config`, the served model's name
+    config: str | None = None          # a local config.json to size instead of the catalog's entry
+    weights: Literal["fp8", "bf16", "fp16", "fp4"] = "fp8"
     kvCacheDtype: Literal["fp8", "bf16", "fp16"] = "bf16"
-    tensorParallel: int | None = Field(None, ge=1)
+    tensorParallel: int | None = Field(None, ge=1)   # GPUs per replica (with layout dp-ep: the DP size)
+    layout: Literal["tp", "dp-ep"] | None = None     # sizing.parallel; None: the planner picks
     checkpoint: str | None = None      # overrides the catalog's prequantized checkpoint (a hub id or /models/...)
 
-    @field_validator("id")
-    @classmethod
-    def _known(cls, v: str) -> str:
-        load_catalog().model(v)
-        return v
+    @model_validator(mode="after")
+    def _known(self):
+        if self.config is None:
+            load_catalog().model(self.id)
+        else:
+            from sizing.catalog import model_from_config
+            model_from_config(self.config)       # ConfigError (a ValueError) names the field
+        return self
 
     @field_validator("checkpoint")
     @classmethod
@@ -299,7 +304,7 @@ class StackSettings(_Strict):
                               qps=w.qps, concurrency=w.concurrency, slo_statistic=w.sloStatistic),
             model=self.model.id, weights=self.model.weights, kv_dtype=self.model.kvCacheDtype,
             pools=tuple(Pool(p.zone, p.instanceType, p.nodes, p.name or "") for p in self.gpuPools),
-            tp=self.model.tensorParallel,
+            tp=self.model.tensorParallel, model_config=self.model.config, layout=self.model.layout,
             replicas=None if self.replicas == "auto" else self.replicas,
             profile=self.sizing.profile, gpu_hour_price=self.sizing.gpuHourPrice,
             instance_price=self.sizing.instancePrice,

@@ -575,7 +575,7 @@ def memory(shape: Shape, workload: Workload, profile: Profile, batched_tokens: i
 
 def layout_refusal(shape: Shape) -> tuple[str, str] | None:
     """(why, option) when the layout or precision cannot run this model on this GPU at all."""
-    m, gpu, tp = shape.model, shape.instance.gpu, shape.tp
+    m, tp = shape.model, shape.tp
     if shape.layout not in parallel.LAYOUTS:
         return f"unknown layout '{shape.layout}'; choose one of: {', '.join(parallel.LAYOUTS)}", "--layout"
     if shape.layout == "dp-ep" and not m.is_moe:
@@ -583,9 +583,6 @@ def layout_refusal(shape: Shape) -> tuple[str, str] | None:
     if shape.layout == "tp" and parallel.fits_tp(m, tp):
         return parallel.fits_tp(m, tp), "--tp"
     native_fp4 = m.arch is not None and m.arch.quantization.method == "mxfp4"
-    if shape.weights == "fp4" and not gpu.fp4_tflops and not native_fp4:
-        return (f"no FP4 on {gpu.id}: NVFP4 weights need FP4 tensor cores (Blackwell, b200); "
-                "use fp8 weights or a b200 instance"), "--weights"
     if shape.weights == "fp4" and "fp4" not in m.checkpoints:
         return f"no FP4 checkpoint of {m.id} in the catalog (vLLM does not quantize to FP4 at load)", "--weights"
     if native_fp4 and shape.weights != "fp4" and shape.weights not in m.checkpoints:

@@ -367,6 +367,11 @@ def plan_for_tp(req: PlanRequest, model, instance: Instance, profile: Profile, t
         clients = math.ceil(need.demand / carrying)
         closed = real.closed_loop(clients)
         qps_load = closed["requests_per_s"]
+    if req.weights == "fp4" and not instance.gpu.fp4_tflops:
+        # vLLM 0.29.0 runs FP4 checkpoints without FP4 tensor cores as W4A16 (Marlin):
+        # model_executor/layers/quantization/modelopt.py ModelOptNvFp4Config.get_min_capability 75,
+        # mxfp4.py Mxfp4Config.get_min_capability 80.
+        notes.append(f"no FP4 tensor cores on {instance.gpu.id}: FP4 weights run as W4A16 (4-bit reads, BF16 math)")
     gpu_price, node_price = _prices(req, instance, notes)
     gpus_used, gpus_total = replicas * tp, sum(p.nodes for p in req.pools) * instance.gpus
     fill = _fill_idle_gpus(slots, loss, replicas, tp, gpus_used, gpus_total, cap.qps, notes)

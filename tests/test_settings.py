@@ -108,7 +108,7 @@ INVALID = [
     pytest.param(
         prod_with(gpuPools=[{"zone": "us-east-1a", "instanceType": "p9.big"}]),
         ["llm-serving:gpuPools[0].instanceType: unknown instance type 'p9.big'; choose one of: g6e.48xlarge, "
-         "p4d.24xlarge, p5.48xlarge, p5e.48xlarge, p5en.48xlarge"],
+         "p4d.24xlarge, p5.48xlarge, p5e.48xlarge, p5en.48xlarge, p6-b200.48xlarge"],
         id="unknown-instance-type"),
     pytest.param(
         prod_with(gpuPools=[{"zone": "us-east-1a", "instanceType": P5}, {"zone": "us-east-1b", "instanceType": "p5e.48xlarge"}]),
