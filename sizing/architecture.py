@@ -248,6 +248,7 @@ def parse_config(data: object) -> Architecture:
         raise ConfigError("(top level)", "expected a JSON object")
     if isinstance(data.get("text_config"), dict):      # multimodal wrappers keep the LM inside
         data = {**data["text_config"], "quantization_config": data.get("quantization_config")}
+    model_type = _str(data, "model_type")
     hidden = _int(data, "hidden_size")
     layers = _int(data, "num_hidden_layers", hi=MAX_LAYERS)
     heads = _int(data, "num_attention_heads")
@@ -257,7 +258,7 @@ def parse_config(data: object) -> Architecture:
     head_dim = _int(data, "head_dim", default=hidden // heads if hidden % heads == 0 else None)
     experts, topk = _experts(data)
     base = dict(
-        model_type=_str(data, "model_type"), hidden_size=hidden, num_hidden_layers=layers,
+        model_type=model_type, hidden_size=hidden, num_hidden_layers=layers,
         num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim,
         intermediate_size=_int(data, "intermediate_size"), vocab_size=_int(data, "vocab_size"),
         tie_word_embeddings=_bool(data, "tie_word_embeddings", False),

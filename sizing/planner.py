@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from .catalog import Instance, load_catalog, resolve_model
-from .parallel import fits_tp, serving_args
+from .fit import candidate_tps, unloaded_reason  # noqa: F401 (settings and the sweep name them here too)
+from .parallel import serving_args
 from .model import Capacity, Memory, Point, ReplicaModel, Shape, SizingError, Workload, check_shape
 from .profiles import Profile, get_profile
-from .queueing import QUANTILES
 
 BINDING_WORDS = {
     "tpot": "{stat} TPOT reaches the {tpot:.0f} ms SLO (decode steps slow as the batch grows)",
@@ -230,30 +230,6 @@ def place_on_nodes(counts: dict[str, int], pools: tuple[Pool, ...], tp: int, gpu
 
 
 # -- planning ----------------------------------------------------------------------------------
-def unloaded_reason(rm: ReplicaModel, w: Workload) -> str:
-    """Why a replica misses the SLOs with no load at all, in plain words."""
-    if rm.ttft0_s >= w.ttft_slo_s:
-        return (f"prefill of a {w.input_tokens:,}-token prompt takes {rm.ttft0_s:.2f} s, "
-                f"above the {w.ttft_slo_s:g} s TTFT SLO")
-    if rm.step_s(1) >= w.tpot_slo_s:
-        return (f"one decode step takes {rm.step_s(1) * 1e3:.1f} ms with a single sequence, "
-                f"above the {w.tpot_slo_s * 1e3:g} ms TPOT SLO")
-    light = 1e-3 * min(rm.qps_at_batch(rm.memory.max_seqs), 1 / rm.share_per_request_s)
-    ttft, tpot = rm.latencies_at(light, QUANTILES.get(w.slo_statistic))
-    if ttft >= w.ttft_slo_s:
-        return (f"at the lightest load the {w.slo_statistic} TTFT is {ttft:.2f} s (a {w.input_tokens:,}-token "
-                f"prompt in chunks of up to {rm.batched_tokens:,} tokens, each step shared with the decodes), "
-                f"above the {w.ttft_slo_s:g} s TTFT SLO")
-    if tpot >= w.tpot_slo_s:
-        return (f"at the lightest load the {w.slo_statistic} TPOT is {tpot * 1e3:.1f} ms, "
-                f"above the {w.tpot_slo_s * 1e3:g} ms TPOT SLO")
-    return "the KV cache cannot hold the batch the SLOs need"
-
-
-def candidate_tps(model, instance: Instance) -> list[int]:
-    return [tp for tp in (1, 2, 4, 8, 16) if tp <= instance.gpus and not fits_tp(model, tp)]
-
-
 def plan(req: PlanRequest) -> Plan:
     for option, value in (("--gpu-hour-price", req.gpu_hour_price), ("instancePrice", req.instance_price)):
         if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from .catalog import Instance, load_catalog, resolve_model
 from .model import ReplicaModel, Shape, SizingError, Workload, check_shape
-from .planner import candidate_tps, unloaded_reason
+from .fit import candidate_tps, unloaded_reason
 from .profiles import Profile, get_profile
 
 SWEEP_WEIGHTS = ("fp8", "bf16", "fp4")
