@@ -271,19 +271,19 @@ def parse_config(data: object) -> Architecture:
 
 
 def _experts(data: dict) -> tuple[int, int]:
-    given = [k for k in EXPERT_KEYS if data.get(k) not in (None, 0)]
-    counts = {data[k] for k in given}
-    if len(counts) > 1:
-        raise ConfigError(given[1], f"{data[given[1]]!r} contradicts {given[0]} {data[given[0]]!r}")
+    given = [k for k in EXPERT_KEYS if data.get(k) is not None and data.get(k) is not False and data.get(k) != 0]
     if not given:
         return 0, 0
     experts = _int(data, given[0], hi=MAX_EXPERTS)
+    for k in given[1:]:
+        if _int(data, k, hi=MAX_EXPERTS) != experts:
+            raise ConfigError(k, f"{data[k]!r} contradicts {given[0]} {experts}")
     topk_keys = [k for k in TOPK_KEYS if data.get(k) is not None]
     if not topk_keys:
         raise ConfigError("num_experts_per_tok", f"missing: {given[0]} is {experts}, so the router's top-k is needed")
     topk = _int(data, topk_keys[0], hi=experts)
     for k in topk_keys[1:]:
-        if data[k] != topk:
+        if _int(data, k, hi=experts) != topk:
             raise ConfigError(k, f"{data[k]!r} contradicts {topk_keys[0]} {topk}")
     return experts, topk
 
