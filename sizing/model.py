@@ -41,14 +41,15 @@ CHUNK_MIN, CHUNK_MAX, CHUNK_ALIGN = 512, 8192, 256
 class SizingError(ValueError):
     """A configuration the model cannot serve; the message names the constraint that fails.
 
-    `option` names the input that can fix it, as the CLI names it ("--tp", "--weights", "SLOs",
-    "--qps", ...; None when it is the layout or the load), so the CLI points at it without reading
-    the message.
+    `field` names the `PlanRequest` field that can fix it ("tp", "weights", "workload.qps", ...;
+    None when it is the layout): the settings turn it into the stack key, the CLI into the flag,
+    whichever the user wrote (settings.schema.REQUEST_KEYS, llmserve/size_flags.py). The message
+    itself names neither.
     """
 
-    def __init__(self, message: str, option: str | None = None):
+    def __init__(self, message: str, field: str | None = None):
         super().__init__(message)
-        self.option = option
+        self.field = field
 
 
 @dataclass(frozen=True)
@@ -69,24 +70,22 @@ class Workload:
         return self.concurrency is not None
 
 
-WORKLOAD_OPTIONS = {"input_tokens": "--input-tokens", "output_tokens": "--output-tokens",
-                    "ttft_slo_s": "--ttft-slo", "tpot_slo_s": "--tpot-slo", "qps": "--qps",
-                    "concurrency": "--concurrency"}
+WORKLOAD_FIGURES = ("input_tokens", "output_tokens", "ttft_slo_s", "tpot_slo_s", "qps", "concurrency")
 
 
 def check_finite_workload(w: Workload) -> None:
-    """Refuse nan, inf and non-positive figures up front, naming the option."""
-    for name, option in WORKLOAD_OPTIONS.items():
+    """Refuse nan, inf and non-positive figures up front, naming the field."""
+    for name in WORKLOAD_FIGURES:
         value = getattr(w, name)
         if value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise SizingError(f"{option}: expected a number (got {value!r})", option)
+            raise SizingError(f"expected a number (got {value!r})", f"workload.{name}")
         if not math.isfinite(value) or value <= 0:
-            raise SizingError(f"{option}: must be a finite number greater than 0 (got {value!r})", option)
+            raise SizingError(f"must be a finite number greater than 0 (got {value!r})", f"workload.{name}")
     if w.slo_statistic not in STATISTICS:
-        raise SizingError(f"--slo-statistic: unknown statistic '{w.slo_statistic}'; choose one of: "
-                          f"{', '.join(STATISTICS)}", "--slo-statistic")
+        raise SizingError(f"unknown statistic '{w.slo_statistic}'; choose one of: {', '.join(STATISTICS)}",
+                          "workload.slo_statistic")
 
 
 @dataclass(frozen=True)
@@ -573,21 +572,28 @@ def memory(shape: Shape, workload: Workload, profile: Profile, batched_tokens: i
     )
 
 
+def candidate_tps(model: Model, instance: Instance) -> list[int]:
+    """The TP degrees a replica may take: within one node, splitting the attention heads (and an
+    MoE model's experts, sizing.parallel.fits_tp)."""
+    return [tp for tp in (1, 2, 4, 8, 16) if tp <= instance.gpus and not parallel.fits_tp(model, tp)]
+
+
 def layout_refusal(shape: Shape) -> tuple[str, str] | None:
-    """(why, option) when the layout or precision cannot run this model on this GPU at all."""
+    """(why, field) when the layout or precision cannot run this model on this GPU at all."""
     m, tp = shape.model, shape.tp
     if shape.layout not in parallel.LAYOUTS:
-        return f"unknown layout '{shape.layout}'; choose one of: {', '.join(parallel.LAYOUTS)}", "--layout"
+        return f"unknown layout '{shape.layout}'; choose one of: {', '.join(parallel.LAYOUTS)}", "layout"
     if shape.layout == "dp-ep" and not m.is_moe:
-        return f"expert parallelism does not apply to {m.id}: a dense model has no experts", "--layout"
+        return f"expert parallelism does not apply to {m.id}: a dense model has no experts", "layout"
     if shape.layout == "tp" and parallel.fits_tp(m, tp):
-        return parallel.fits_tp(m, tp), "--tp"
+        return (f"{parallel.fits_tp(m, tp)}; use one of {', '.join(map(str, candidate_tps(m, shape.instance)))}",
+                "tp")
     native_fp4 = m.arch is not None and m.arch.quantization.method == "mxfp4"
     if shape.weights == "fp4" and "fp4" not in m.checkpoints:
-        return f"no FP4 checkpoint of {m.id} in the catalog (vLLM does not quantize to FP4 at load)", "--weights"
+        return f"no FP4 checkpoint of {m.id} in the catalog (vLLM does not quantize to FP4 at load)", "weights"
     if native_fp4 and shape.weights != "fp4" and shape.weights not in m.checkpoints:
         return (f"{m.id} is published in MXFP4 only: serve it with fp4 weights (Hopper runs them "
-                "as W4A16)"), "--weights"
+                "as W4A16)"), "weights"
     return None
 
 
@@ -596,7 +602,7 @@ def check_shape(shape: Shape, workload: Workload, profile: Profile) -> None:
     m, inst, tp = shape.model, shape.instance, shape.tp
     if tp < 1 or tp > inst.gpus:
         raise SizingError(f"tensor parallel {tp} exceeds the {inst.gpus} GPUs of one {inst.id} node "
-                          "(a TP group never spans nodes)", option="--tp")
+                          f"(a TP group never spans nodes); use at most {inst.gpus}", "tp")
     refusal = layout_refusal(shape)
     if refusal:
         raise SizingError(*refusal)
@@ -610,9 +616,8 @@ def check_shape(shape: Shape, workload: Workload, profile: Profile) -> None:
         raise SizingError(
             f"{shape.weights} weights of {m.id} need {mem.weights_per_gpu_gb:.1f} GB per GPU at {where}, "
             f"more than the {mem.usable_per_gpu_gb:.1f} GB usable on a {inst.gpu.id} "
-            f"({advice})",
-            option="--weights")
+            f"({advice})", "weights")
     if mem.max_seqs_kv < 1:
         raise SizingError(
             f"no room for one sequence's KV cache ({workload.input_tokens + workload.output_tokens} tokens) "
-            f"beside the weights at TP={tp} on {inst.gpu.id}", "--input-tokens")
+            f"beside the weights at TP={tp} on {inst.gpu.id}", "workload.input_tokens")

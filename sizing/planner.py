@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from .catalog import Instance, load_catalog, resolve_model
-from .fit import candidate_tps, unloaded_reason  # noqa: F401 (settings and the sweep name them here too)
+from .fit import _unloaded, unloaded_reason  # noqa: F401 (the sweep and the CLI name unloaded_reason here too)
+from .model import Capacity, Memory, Point, ReplicaModel, Shape, SizingError, Workload, candidate_tps, check_shape
 from .parallel import serving_args
-from .model import Capacity, Memory, Point, ReplicaModel, Shape, SizingError, Workload, check_shape
 from .profiles import Profile, get_profile
 
 BINDING_WORDS = {
@@ -231,11 +231,11 @@ def place_on_nodes(counts: dict[str, int], pools: tuple[Pool, ...], tp: int, gpu
 
 # -- planning ----------------------------------------------------------------------------------
 def plan(req: PlanRequest) -> Plan:
-    for option, value in (("--gpu-hour-price", req.gpu_hour_price), ("instancePrice", req.instance_price)):
+    for name, value in (("gpu_hour_price", req.gpu_hour_price), ("instance_price", req.instance_price)):
         if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-            raise SizingError(f"{option}: must be a finite number greater than 0 (got {value!r})", option)
+            raise SizingError(f"must be a finite number greater than 0 (got {value!r})", name)
     if req.replicas is not None and not (isinstance(req.replicas, int) and req.replicas >= 1):
-        raise SizingError(f"--replicas: must be an integer of at least 1 (got {req.replicas!r})", "--replicas")
+        raise SizingError(f"must be an integer of at least 1 (got {req.replicas!r})", "replicas")
     model = resolve_model(req.model, req.model_config)
     profile = get_profile(req.profile)
     types = {p.instance_type for p in req.pools}
@@ -249,10 +249,10 @@ def plan(req: PlanRequest) -> Plan:
         try:
             p = plan_for_tp(req, model, instance, profile, tp, layout)
         except PlanError as exc:      # fits, but the pools cannot carry the load
-            failures.append((1, tp, str(exc), exc.option))
+            failures.append((1, tp, str(exc), exc.field))
             continue
         except SizingError as exc:    # does not fit or cannot meet the SLOs at all
-            failures.append((0, tp, str(exc), exc.option))
+            failures.append((0, tp, str(exc), exc.field))
             continue
         key = (not p.survives_failure, p.gpus_used, -p.capacity_after_zone_loss_qps, p.real.ttft_ms)
         if best is None or key < best[0]:
@@ -260,11 +260,14 @@ def plan(req: PlanRequest) -> Plan:
     if best is None:
         if not failures:
             raise PlanError("no tensor-parallel degree fits")
-        if req.tp in (None, instance.gpus) and all(f[3] == "--weights" for f in failures):
-            raise PlanError(_does_not_fit(req, model, instance, profile), "--weights")
+        if req.tp in (None, instance.gpus) and all(f[3] == "weights" for f in failures):
+            raise PlanError(does_not_fit(req, model, instance), "weights")
         # Report the most capable option's failure: the one a user would try to fix.
-        _, tp, msg, option = max(failures)
-        raise PlanError(msg if req.tp else f"no TP degree works; at TP={tp}, the most capable: {msg}", option)
+        _, tp, msg, field_ = max(failures)
+        if req.tp:
+            raise PlanError(msg, field_)
+        # A TP the planner chose is not the user's to fix: the failure then names no TP field.
+        raise PlanError(f"no TP degree works; at TP={tp}, the most capable: {msg}", None if field_ == "tp" else field_)
     return best[1]
 
 
@@ -281,7 +284,7 @@ def _candidates(req: PlanRequest, model, instance: Instance) -> list[tuple[str, 
     return out
 
 
-def _does_not_fit(req: PlanRequest, model, instance: Instance, profile: Profile) -> str:
+def does_not_fit(req: PlanRequest, model, instance: Instance) -> str:
     """A model whose weights do not fit one node at any layout: say so, and name the cheapest
     option of the sweep (another GPU or precision; a replica over several nodes is issue 19's)."""
     from .sweep import cheapest_alternative
@@ -306,6 +309,11 @@ class _Demand:
     demand: float
     unit: str
     survivors: int          # replicas that must be left after the worst loss
+
+    @property
+    def field(self) -> str:
+        """The load's field: the one to lower when the pools cannot carry it."""
+        return "workload.qps" if self.unit == "QPS" else "workload.concurrency"
 
 
 @dataclass(frozen=True)
@@ -373,8 +381,8 @@ def _demand(real: ReplicaModel, cap: Capacity, w: Workload) -> _Demand:
     else:
         per_replica, demand, unit = cap.qps, float(w.qps), "QPS"
     if per_replica <= 0:
-        raise SizingError(f"one replica cannot meet the SLOs even unloaded: {unloaded_reason(real, w)}",
-                          option="SLOs")
+        slo, reason = _unloaded(real, w)
+        raise SizingError(f"one replica cannot meet the SLOs even unloaded: {reason}", slo)
     return _Demand(per_replica, demand, unit, max(1, math.ceil(demand / per_replica - 1e-9)))
 
 
@@ -383,7 +391,7 @@ def _replica_counts(req: PlanRequest, slots: dict[str, int], need: _Demand, tp: 
     total_slots = sum(slots.values())
     if req.replicas is not None:
         if req.replicas > total_slots:
-            raise PlanError(f"replicas {req.replicas} exceed the {total_slots} TP={tp} slots of the pools")
+            raise PlanError(f"replicas {req.replicas} exceed the {total_slots} TP={tp} slots of the pools", "replicas")
         return spread(req.replicas, slots)
     unit, demand, per_replica, survivors = need.unit, need.demand, need.per_replica, need.survivors
     if len(slots) >= 2:
@@ -394,13 +402,14 @@ def _replica_counts(req: PlanRequest, slots: dict[str, int], need: _Demand, tp: 
                 f"after losing {max(slots, key=slots.get)}, {total_slots - worst} TP={tp} replica "
                 f"{'slot remains' if total_slots - worst == 1 else 'slots remain'}, "
                 f"carrying {(total_slots - worst) * per_replica:.1f} {unit}; {demand:g} {unit} needs {survivors} "
-                f"replicas of {per_replica:.1f} {unit} each (add nodes or zones, or lower the load)")
+                f"replicas of {per_replica:.1f} {unit} each (add nodes or zones, or lower the load)", need.field)
         return counts
     # One zone: N+1 by node when there are two nodes or more (replicas round-robin over the
     # nodes, so losing the fullest node loses ceil(total / nodes) of them).
     node_count = sum(p.nodes for p in req.pools)
     if survivors > total_slots:
-        raise PlanError(f"{demand:g} {unit} needs {survivors} TP={tp} replicas; the pool has {total_slots} slots")
+        raise PlanError(f"{demand:g} {unit} needs {survivors} TP={tp} replicas; the pool has {total_slots} slots",
+                        need.field)
     total = survivors
     if node_count > 1:
         while total < total_slots and total - math.ceil(total / node_count) < survivors:

@@ -12,8 +12,8 @@ import math
 from dataclasses import dataclass
 
 from .catalog import Instance, load_catalog, resolve_model
-from .model import ReplicaModel, Shape, SizingError, Workload, check_shape
-from .fit import candidate_tps, unloaded_reason
+from .fit import unloaded_reason
+from .model import ReplicaModel, Shape, SizingError, Workload, candidate_tps, check_shape
 from .profiles import Profile, get_profile
 
 SWEEP_WEIGHTS = ("fp8", "bf16", "fp4")
