@@ -92,7 +92,8 @@ def build_step(shape, workload, profile, real: bool = True) -> StepModel:
     A dense model reads all its weights each decode step. An MoE model reads its dense and
     attention weights plus the distinct experts the batch touches, a concave function of the
     batch (`Architecture.experts_touched`): the step uses its tangent at the batch the replica
-    runs near its TPOT SLO (`_operating_batch`), exact there and an upper bound elsewhere."""
+    runs (closed loop: its clients; open loop: the batch whose step takes the TPOT SLO, where
+    capacity is decided), exact there and an upper bound elsewhere."""
     m, gpu, tp = shape.model, shape.instance.gpu, shape.tp
     s_in, s_out = workload.input_tokens, workload.output_tokens
     ctx = s_in + s_out / 2                     # a decoding sequence's mean context
@@ -123,6 +124,8 @@ def _weight_read(shape, workload, profile, real, kv_tok, flops_f, p_active, comm
     if not shape.model.is_moe:
         return parallel.decode_read_bytes(shape, 0.0), 0.0
     gpu, tp = shape.instance.gpu, shape.tp
+    if workload.concurrency is not None:       # closed loop: the batch is the clients (at most max_num_seqs)
+        return parallel.decode_read_line(shape, float(min(workload.concurrency, profile.max_num_seqs)))
     ctx = workload.input_tokens + workload.output_tokens / 2
     frac = profile.decode_bw_fraction if real and profile.step_model == "mixed" else 1.0
     rf = profile.real_factor if real and profile.step_model == "additive" else 1.0

@@ -223,3 +223,26 @@ def test_model_config_errors_are_one_line_and_exit_2(capsys, argv, message):
     code = main(["size", *argv])
     err = capsys.readouterr().err
     assert code == 2 and err.strip() == message
+
+
+def _measurements() -> list[dict]:
+    import csv
+    path = Path(__file__).parent.parent / "sizing/data/moe_measurements.csv"
+    return list(csv.DictReader(line for line in path.read_text().splitlines() if not line.startswith("#")))
+
+
+@pytest.mark.parametrize("row", _measurements(), ids=lambda r: f"{r['model']}-{r['engine']}-c{r['concurrency']}")
+def test_moe_tpot_and_throughput_within_25_percent_of_published_measurements(row):
+    """The calibrated profile (fitted on dense 70B runs only) on published MoE runs: TPOT and
+    throughput per GPU within 25% (docs/models.md lists the figures)."""
+    from sizing.model import ReplicaModel
+    tp, n = int(row["tp"]), int(row["concurrency"])
+    w = Workload(input_tokens=int(row["input_tokens"]), output_tokens=int(row["output_tokens"]), qps=None,
+                 concurrency=n, ttft_slo_s=100, tpot_slo_s=1)
+    shape = Shape(CAT.model(row["model"]), CAT.instance(row["instance"]), tp, row["weights"], "bf16")
+    cl = ReplicaModel(shape, w, get_profile("calibrated")).closed_loop(n)
+    per_gpu = cl["output_tokens_per_s"] / tp
+    if row["throughput_kind"] == "total":
+        per_gpu *= 1 + int(row["input_tokens"]) / int(row["output_tokens"])
+    assert cl["tpot_ms"] == pytest.approx(float(row["tpot_ms"]), rel=0.25)
+    assert per_gpu == pytest.approx(float(row["throughput_per_gpu"]), rel=0.25)
