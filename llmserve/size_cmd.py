@@ -49,7 +49,7 @@ def size(
         check_output_file("--plot", plot)
     loaded = load(stack, config) if stack is not None or config is not None else None
     source = loaded.source if loaded is not None else None
-    req = _request(loaded, _given(), source)
+    req = _request(loaded, _given(), source, fit=not sweep)
     if sweep:
         from .sweep_view import show_sweep
         show_sweep(req.plan_request(), as_json)
@@ -64,7 +64,7 @@ def _given() -> dict:
             if p.opts[0] in FLAGS and ctx.params[p.name] is not None}
 
 
-def _request(loaded, given: dict, source: str | None):
+def _request(loaded, given: dict, source: str | None, fit: bool = True):
     """The stack's plan request (or the reference one) with the flags given, through the
     settings' validation; a problem names the flag, or the stack key when the stack set it."""
     from settings import SettingsError, request_from_body
@@ -75,7 +75,7 @@ def _request(loaded, given: dict, source: str | None):
     if problems:
         fail("; ".join(problems))
     try:
-        return request_from_body(body)
+        return request_from_body(body, fit)
     except SettingsError as exc:     # dict.fromkeys: a pool flag sets every pool, one line says it
         fail("; ".join(dict.fromkeys(named(p, given, source) for p in exc.problems)))
 

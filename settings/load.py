@@ -133,17 +133,18 @@ def settings_from_config(stack: str, config: dict) -> StackSettings:
     return _validated(StackSettings, body, problems)
 
 
-def request_from_body(body: dict) -> PlanRequestSettings:
+def request_from_body(body: dict, fit: bool = True) -> PlanRequestSettings:
     """Validate a plan request given as settings keys (what `llmserve size` builds from its flags,
     on top of a stack's request or the reference one): the same checks, the same messages, as
-    those keys get in a stack file."""
+    those keys get in a stack file. `fit=False` (the sweep) skips whether the model fits the
+    request's own instance type: the sweep tries every type and says why each is refused."""
     problems = [p for key, value in body.items() for p in _non_finite(_full_key(key), value)]
     if problems:
         raise SettingsError(problems)
-    return _validated(PlanRequestSettings, body, [])
+    return _validated(PlanRequestSettings, body, [], fit)
 
 
-def _validated(model: type[PlanRequestSettings], body: dict, problems: list[str]):
+def _validated(model: type[PlanRequestSettings], body: dict, problems: list[str], fit: bool = True):
     """The schema, then the rules that span keys; every problem at once, each naming its key."""
     try:
         settings = model.model_validate(body)
@@ -152,7 +153,7 @@ def _validated(model: type[PlanRequestSettings], body: dict, problems: list[str]
         raise SettingsError(problems) from None
     except RecursionError:
         raise SettingsError(problems + [f"{NAMESPACE}: a value is nested too deeply; check the stack file"]) from None
-    problems.extend(semantic_problems(settings) if isinstance(settings, StackSettings) else request_problems(settings))
+    problems.extend(semantic_problems(settings) if isinstance(settings, StackSettings) else request_problems(settings, fit))
     if problems:
         raise SettingsError(problems)
     return settings
@@ -220,7 +221,7 @@ def semantic_problems(s: StackSettings) -> list[str]:
     return problems
 
 
-def request_problems(r: PlanRequestSettings) -> list[str]:
+def request_problems(r: PlanRequestSettings, fit: bool = True) -> list[str]:
     """A plan request's problems no single field shows: the region and its zones, pool names and
     capacity, one instance type, and whether the model fits it."""
     problems = []
@@ -234,7 +235,7 @@ def request_problems(r: PlanRequestSettings) -> list[str]:
         problems.append(f"{NAMESPACE}:gpuPools: pools mix instance types ({', '.join(sorted(types))}); "
                         "use one instance type for all GPU pools")
         return problems
-    return problems + _fit_problems(r, types.pop())
+    return problems + (_fit_problems(r, types.pop()) if fit else [])
 
 
 def _pool_problems(s: PlanRequestSettings, region: str | None) -> list[str]:
