@@ -246,3 +246,28 @@ def test_moe_tpot_and_throughput_within_25_percent_of_published_measurements(row
         per_gpu *= 1 + int(row["input_tokens"]) / int(row["output_tokens"])
     assert cl["tpot_ms"] == pytest.approx(float(row["tpot_ms"]), rel=0.25)
     assert per_gpu == pytest.approx(float(row["throughput_per_gpu"]), rel=0.25)
+
+
+def test_the_sweep_ranks_layouts_and_says_why_each_refused_option_is_refused():
+    from sizing.sweep import sweep
+    dense = sweep(Workload(qps=10), "llama-3-70b", "bf16", zones=2)
+    reasons = {(o.layout, o.weights): o.reason for o in dense if o.instance == "p5.48xlarge" and not o.feasible}
+    assert reasons[("dp-ep", "fp8")] == "expert parallelism does not apply to llama-3-70b: a dense model has no experts"
+    assert reasons[("tp", "fp4")] == "no FP4 checkpoint of llama-3-70b in the catalog (vLLM does not quantize to FP4 at load)"
+    moe = sweep(Workload(qps=10), "deepseek-ai/DeepSeek-R1", "bf16", zones=2, profile_name="calibrated")
+    feasible = [o for o in moe if o.feasible]
+    assert {o.layout for o in feasible} == {"tp", "dp-ep"} and feasible[0].instance != "p5.48xlarge"
+    assert not any(o.feasible for o in moe if o.instance == "p5.48xlarge" and o.weights == "fp8")
+
+
+def test_the_serving_args_carry_the_layout():
+    from components.serving import vllm_args
+    p = plan(PlanRequest(Workload(qps=10), model="deepseek-r1", weights="fp8", pools=_pools("p5en.48xlarge", 2),
+                         layout="dp-ep"))
+    args = vllm_args(p, 30)
+    assert args[args.index("--tensor-parallel-size") + 1] == "1"
+    assert args[args.index("--data-parallel-size") + 1] == "8" and "--enable-expert-parallel" in args
+    dense = plan(PlanRequest(Workload(qps=2), model="llama-3.1-8b", weights="fp8", pools=_pools("p5.48xlarge")))
+    dense_args = vllm_args(dense, 30)
+    assert "--enable-expert-parallel" not in dense_args and "--data-parallel-size" not in dense_args
+    assert dense_args[dense_args.index("--quantization") + 1] == "fp8"     # BF16 checkpoint, FP8 at load
