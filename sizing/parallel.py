@@ -113,10 +113,6 @@ def all_to_all_terms(shape) -> tuple[float, float]:
     return calls * link.latency_us * 1e-6, per_token * a.moe_layer_count / (n * link.bandwidth_gbps * GB)
 
 
-def weights_per_gpu_bytes(shape) -> float:
-    return replica_weight_bytes(shape) / shape.tp
-
-
 def serving_args(shape) -> dict:
     """The vLLM 0.29.0 parallelism arguments the layout assumes."""
     if layout_of(shape) == "dp-ep":

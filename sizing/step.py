@@ -14,6 +14,10 @@ Used by the analytic engine (`sizing.model`), the simulator (`simulator.cost`) a
   times real_factor, max(a1 + b1 n, a2 + b2 n), plus e = prefill seconds per prompt token; a
   step with nothing to decode costs only its prefill (gate(0) = 0).
 
+An MoE model's a1 and b1 are the tangent of the weights a decode step reads (dense and attention
+weights plus the experts the batch touches, `sizing.parallel.decode_read_line`) at the batch the
+replica runs; its KV bytes count the copies its layout keeps (MLA under TP: one per rank).
+
 B = tp x HBM bandwidth (x decode_bw_fraction), F = tp x peak x mfu. Two ring all-reduces per
 layer are added (`comm_terms`): in full when the profile's `comm_baseline_link` is `none`, else
 only what a slower link costs beyond the one the profile was measured on.
