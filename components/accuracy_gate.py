@@ -26,7 +26,7 @@ from pathlib import Path
 import pulumi
 import pulumi_kubernetes as k8s
 
-import conventions
+from conventions import PYTHON_IMAGE, VLLM_IMAGE
 from settings import StackSettings
 from settings.schema import ACCURACY_TASK_METRICS, AccuracyGateSettings
 from sizing.planner import Plan
@@ -36,9 +36,8 @@ from .api_keys import gate_key
 from .gateway import gate_rate_limit, proxy_replicas
 from .loadtest import gateway_url, job_egress, one_shot_pod_spec
 from .options import after, own
-from .serving import VLLM_IMAGE, served_checkpoint
+from .serving import served_checkpoint
 
-PYTHON_IMAGE = conventions.PYTHON_IMAGE
 LM_EVAL = "lm-eval[api]==0.4.13"        # the API client only: no torch in the gate's image
 # The gate waits this long at least for lm-eval (the Job's deadline and Pulumi's await); more
 # when its quota needs longer for the tasks' questions (`gate_timeout_s`).

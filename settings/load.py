@@ -13,12 +13,12 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
+from conventions import PROJECT, ZONE_LETTERS
 from sizing.catalog import CatalogError, load_catalog, resolve_model
 from sizing.model import Shape, SizingError, candidate_tps, check_shape
 from sizing.profiles import get_profile
 
-from .schema import (ALL_SECRET_KEYS, MAX_API_KEYS, NAMESPACE, REQUEST_KEYS, ZONE_LETTERS, PlanRequestSettings,
-                     StackSettings, _Strict)
+from .schema import ALL_SECRET_KEYS, MAX_API_KEYS, REQUEST_KEYS, PlanRequestSettings, StackSettings, _Strict
 
 STACKS_DIR = Path(__file__).resolve().parent.parent / "stacks"
 REGION_KEY = "aws:region"
@@ -111,12 +111,12 @@ def settings_from_config(stack: str, config: dict) -> StackSettings:
         raise SettingsError(problems)
     for key, value in config.items():
         if not isinstance(key, str):
-            problems.append(f"config: key {key!r} is not a name; keys look like {NAMESPACE}:workload")
+            problems.append(f"config: key {key!r} is not a name; keys look like {PROJECT}:workload")
             continue
         ns, colon, name = key.partition(":")
         if key == REGION_KEY:
             body["region"] = value
-        elif ns == NAMESPACE:
+        elif ns == PROJECT:
             if name in ALL_SECRET_KEYS:
                 if not (isinstance(value, dict) and "secure" in value):
                     problems.append(f"{key}: must be a secret; set it with "
@@ -124,9 +124,9 @@ def settings_from_config(stack: str, config: dict) -> StackSettings:
                 continue
             body[name] = value
         elif not colon:
-            problems.append(f"{key}: a config key needs its namespace; did you mean {NAMESPACE}:{key}?")
-        elif ns not in OTHER_NAMESPACES and _near(ns, NAMESPACE):
-            problems.append(f"{key}: unknown namespace '{ns}'; did you mean {NAMESPACE}:{name}?")
+            problems.append(f"{key}: a config key needs its namespace; did you mean {PROJECT}:{key}?")
+        elif ns not in OTHER_NAMESPACES and _near(ns, PROJECT):
+            problems.append(f"{key}: unknown namespace '{ns}'; did you mean {PROJECT}:{name}?")
     if "region" not in body:
         problems.append(f"{REGION_KEY}: missing; set the stack's AWS region, e.g. `aws:region: us-east-1`")
         body["region"] = "missing"
@@ -152,7 +152,7 @@ def _validated(model: type[PlanRequestSettings], body: dict, problems: list[str]
         problems.extend(_pydantic_problems(exc))
         raise SettingsError(problems) from None
     except RecursionError:
-        raise SettingsError(problems + [f"{NAMESPACE}: a value is nested too deeply; check the stack file"]) from None
+        raise SettingsError(problems + [f"{PROJECT}: a value is nested too deeply; check the stack file"]) from None
     problems.extend(semantic_problems(settings) if isinstance(settings, StackSettings) else request_problems(settings, fit))
     if problems:
         raise SettingsError(problems)
@@ -167,7 +167,7 @@ def stack_settings(stack: str, config_path: Path | None = None) -> StackSettings
 
 
 def _full_key(name: str) -> str:
-    return REGION_KEY if name == "region" else f"{NAMESPACE}:{name}"
+    return REGION_KEY if name == "region" else f"{PROJECT}:{name}"
 
 
 def request_key(field: str | None) -> str | None:
@@ -212,11 +212,11 @@ def semantic_problems(s: StackSettings) -> list[str]:
     gate on, and the load test's workload."""
     problems = request_problems(s)
     if s.accuracy_gate_enabled and s.gateway.rateLimitShare > MAX_TENANT_SHARE_WITH_GATE:
-        problems.append(f"{NAMESPACE}:gateway.rateLimitShare: {s.gateway.rateLimitShare:g} leaves the accuracy gate's "
+        problems.append(f"{PROJECT}:gateway.rateLimitShare: {s.gateway.rateLimitShare:g} leaves the accuracy gate's "
                         f"own key less than {1 - MAX_TENANT_SHARE_WITH_GATE:.0%} of the capacity; use at most "
                         f"{MAX_TENANT_SHARE_WITH_GATE:g}, or set accuracyGate.enabled: false")
     if s.loadTest.enabled and s.workload.qps is None:
-        problems.append(f"{NAMESPACE}:loadTest.enabled: the workload is closed-loop (concurrency); the rate "
+        problems.append(f"{PROJECT}:loadTest.enabled: the workload is closed-loop (concurrency); the rate "
                         "sweep needs workload.qps, or set loadTest.enabled: false")
     return problems
 
@@ -232,7 +232,7 @@ def request_problems(r: PlanRequestSettings, fit: bool = True) -> list[str]:
     problems += _pool_problems(r, region if region_ok else None)
     types = {p.instanceType for p in r.gpuPools}
     if len(types) > 1:
-        problems.append(f"{NAMESPACE}:gpuPools: pools mix instance types ({', '.join(sorted(types))}); "
+        problems.append(f"{PROJECT}:gpuPools: pools mix instance types ({', '.join(sorted(types))}); "
                         "use one instance type for all GPU pools")
         return problems
     return problems + (_fit_problems(r, types.pop()) if fit else [])
@@ -243,7 +243,7 @@ def _pool_problems(s: PlanRequestSettings, region: str | None) -> list[str]:
     one consistent way to its capacity (reservation, a block held, or a block bought)."""
     problems, names = [], set()
     for i, pool in enumerate(s.gpuPools):
-        key = f"{NAMESPACE}:gpuPools[{i}]"
+        key = f"{PROJECT}:gpuPools[{i}]"
         if region and not (pool.zone.startswith(region) and re.fullmatch(r"[a-z]", pool.zone[len(region):])):
             problems.append(f"{key}.zone: '{pool.zone}' is not a zone of the region {region}; "
                             f"use a zone such as {region}a")
@@ -291,8 +291,8 @@ def _fit_problems(r: PlanRequestSettings, instance_type: str) -> list[str]:
         return [sizing_problem(exc) for exc in errors]
     if all(exc.field == "weights" for exc in errors):     # no layout holds the weights: say so, and what does
         from sizing.planner import does_not_fit
-        return [f"{NAMESPACE}:gpuPools: {does_not_fit(r.plan_request(), model, instance)}"]
-    return [f"{NAMESPACE}:gpuPools: {model.id} with {r.model.weights} weights does not fit on "
+        return [f"{PROJECT}:gpuPools: {does_not_fit(r.plan_request(), model, instance)}"]
+    return [f"{PROJECT}:gpuPools: {model.id} with {r.model.weights} weights does not fit on "
             f"{instance.id} even at TP={instance.gpus}; use a larger instance type or fp8 weights"]
 
 
@@ -369,10 +369,10 @@ def _pydantic_problems(exc: ValidationError) -> list[str]:
                 for e in errors):
             continue
         if not loc:
-            key = NAMESPACE
+            key = PROJECT
         else:
             head, rest = loc[0], loc[1:]
-            key = REGION_KEY if head == "region" else f"{NAMESPACE}:{head}"
+            key = REGION_KEY if head == "region" else f"{PROJECT}:{head}"
             for part in rest:
                 key += f"[{part}]" if part.isdigit() else key_part(part)
         msg = err["msg"]

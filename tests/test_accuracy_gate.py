@@ -9,8 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from conventions import PYTHON_IMAGE
 from components import accuracy_check
-from components.accuracy_gate import GATE_TIMEOUT_S, LM_EVAL, PYTHON_IMAGE, GateJob, gate_spec, rollout_digest
+from components.accuracy_gate import GATE_TIMEOUT_S, LM_EVAL, GateJob, gate_spec, rollout_digest
 from components.api_keys import gate_key
 from components.gateway import gate_rate_limit
 from offline.engine import unwrap
