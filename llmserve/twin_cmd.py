@@ -126,15 +126,17 @@ def calibrate(
 ) -> None:
     from sizing.catalog import DATA_DIR
     from sizing.profiles import get_profile
-    from twin.calibrate import CalibrationError, check_name, fit, observe, plan_under, write_profile
+    from twin.calibrate import CalibrationError, check_name, fit, observe, plan_under, read_profiles_file, write_profile
     from twin.promapi import PromError, check_url, check_window, read_fleet
 
     url = _checked(check_url, prometheus, "--prometheus")
     _checked(check_window, window, "--window")
     profile_name = _checked(check_name, name or f"fleet-{stack or 'reference'}", "--name")
     path = profiles_file or DATA_DIR / "profiles.yaml"
-    if not path.is_file():
-        fail(f"--profiles-file: {path} does not exist; give an existing profiles YAML")
+    try:       # read and checked before the fleet is: a bad file never costs a fit
+        read_profiles_file(path)
+    except CalibrationError as exc:
+        fail(f"--profiles-file: {exc}")
     plan, _ = _plan(stack)
     try:
         obs = observe(read_fleet(url, window))

@@ -6,12 +6,15 @@ Errors come back as `SettingsError`: one line per problem, each naming the key
 from __future__ import annotations
 
 import difflib
+import json
 import math
 import re
 from pathlib import Path
 
-import yaml
 from pydantic import ValidationError
+
+from inputs import InputError, safe_yaml
+from inputs.files import check_path_length, read_text
 
 from sizing.catalog import CatalogError, load_catalog
 from sizing.model import Shape, SizingError, check_shape
@@ -41,55 +44,29 @@ def stack_file(stack: str, stacks_dir: Path = STACKS_DIR) -> Path:
     return stacks_dir / f"Pulumi.{stack}.yaml"
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """YAML's safe loader, refusing a key given twice in one map (YAML 1.2 forbids it; PyYAML keeps the last)."""
-
-    def construct_mapping(self, node, deep=False):
-        seen = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)
-            try:
-                duplicate = key in seen
-                seen.add(key)
-            except TypeError:        # an unhashable key: the base loader reports it
-                break
-            if duplicate:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"key '{key}' appears twice; keep one",
-                    key_node.start_mark)
-        return super().construct_mapping(node, deep)
-
-
 def _text(path: Path) -> str:
+    """The stack file's text: a regular file of at most MAX_STACK_FILE_BYTES (inputs.files)."""
+    try:
+        check_path_length(path)
+    except InputError as exc:
+        raise SettingsError([str(exc)]) from None
     if path.is_dir():
         raise SettingsError([f"{path}: is a folder; --config takes a stack file (Pulumi.<stack>.yaml)"])
     if not path.exists():
         raise SettingsError([f"{path}: no such stack file; create it or pass --config PATH"])
     try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise SettingsError([f"{path}: cannot be read ({exc.strerror}); check the path and its permissions"]) from None
-    if len(data) > MAX_STACK_FILE_BYTES:
-        raise SettingsError([f"{path}: {len(data):,} bytes; a stack file is at most {MAX_STACK_FILE_BYTES:,}"])
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise SettingsError([f"{path}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
-                             "save it as UTF-8"]) from None
+        return read_text(path, MAX_STACK_FILE_BYTES, "stack file")
+    except InputError as exc:
+        raise SettingsError([str(exc)]) from None
 
 
 def read_stack_config(path: Path) -> dict:
     """The raw `config:` map of a stack file (namespaced keys, secure values left as they are)."""
     text = _text(path)
-    try:
-        doc = yaml.load(text, Loader=_UniqueKeyLoader)
-    except yaml.YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
-        at = f" at line {where.line + 1}" if where is not None else ""
-        problem = getattr(exc, "problem", None) or exc.__class__.__name__
-        raise SettingsError([f"{path}: not valid YAML{at}: {problem}"]) from None
-    except RecursionError:
-        raise SettingsError([f"{path}: nested too deeply; a stack file is a flat config: map"]) from None
+    try:      # no aliases, YAML 1.2 scalars, no duplicate keys, core tags only (inputs.safe_yaml)
+        doc = safe_yaml.load(text, str(path))
+    except InputError as exc:
+        raise SettingsError([str(exc)]) from None
     config = doc.get("config") if isinstance(doc, dict) else None
     if not isinstance(config, dict):
         raise SettingsError([f"{path}: needs a top-level 'config:' map of llm-serving: keys"])
@@ -131,7 +108,9 @@ def settings_from_config(stack: str, config: dict) -> StackSettings:
         problems.append(f"{REGION_KEY}: missing; set the stack's AWS region, e.g. `aws:region: us-east-1`")
         body["region"] = "missing"
     try:
-        settings = StackSettings.model_validate(body)
+        # Strict, through JSON: `true` is not 1 for qps, nodes or tensorParallel, nor "yes" a boolean,
+        # nor "10" a number; JSON mode still takes a list where the model holds a tuple.
+        settings = StackSettings.model_validate_json(json.dumps(body), strict=True)
     except ValidationError as exc:
         problems.extend(_pydantic_problems(exc))
         raise SettingsError(problems) from None

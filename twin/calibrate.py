@@ -25,11 +25,13 @@ from pathlib import Path
 
 import yaml
 
+from inputs import InputError, safe_yaml
+from inputs.files import read_text
 from simulator import config_from_plan, replica_model, replica_specs, simulate
 from simulator.cost import step_cost
 from sizing.model import ReplicaModel, Workload
 from sizing.planner import Plan, PlanRequest, plan as make_plan
-from sizing.profiles import Profile, load_profiles
+from sizing.profiles import MAX_PROFILES_BYTES, Profile, load_profiles
 
 from . import efficiency as eff
 from .promapi import FleetLive
@@ -184,11 +186,24 @@ def fit(plan: Plan, base: Profile, obs: Observed, name: str, source: str) -> Fit
 
 
 # -- the profile file and the plan under it -----------------------------------------------------
+def read_profiles_file(path: Path) -> tuple[str, dict]:
+    """(leading comments, document) of a profiles YAML file: a regular file of at most
+    MAX_PROFILES_BYTES holding a map whose `profiles` is a map (read before any work is done)."""
+    try:
+        text = read_text(path, MAX_PROFILES_BYTES, "profiles YAML file")
+        doc = safe_yaml.load(text, str(path))
+    except InputError as exc:
+        raise CalibrationError(str(exc)) from None
+    doc = {} if doc is None else doc
+    if not isinstance(doc, dict) or not isinstance(doc.get("profiles", {}), dict):
+        raise CalibrationError(f"{path}: not a profiles file (a YAML map with a `profiles:` map of named profiles)")
+    header = "".join(line for line in text.splitlines(keepends=True) if line.startswith("#"))
+    return header, doc
+
+
 def write_profile(path: Path, profile: Profile) -> None:
     """Add (or replace) the profile in a profiles YAML file, keeping its leading comments."""
-    text = path.read_text()
-    header = "".join(line for line in text.splitlines(keepends=True) if line.startswith("#"))
-    doc = yaml.safe_load(text) or {}
+    header, doc = read_profiles_file(path)
     doc.setdefault("profiles", {})[profile.name] = eff.profile_fields(profile)
     path.write_text(header + yaml.safe_dump(doc, sort_keys=False))
     load_profiles.cache_clear()
