@@ -106,11 +106,12 @@ def check(
     except PromError as exc:
         fail(str(exc), code=1)
     result = run_check(plan, live, tolerance)
+    from inputs.untrusted import redact_url
     from twin.report import check_dict, print_check
     if as_json:
-        print(json.dumps(check_dict(stack, url, live, result), indent=2))
+        print(json.dumps(check_dict(stack, redact_url(url), live, result), indent=2))
     else:
-        print_check(stack, url, live, result)
+        print_check(stack, redact_url(url), live, result)
     if not result.ok:
         raise typer.Exit(1)
 
@@ -144,7 +145,8 @@ def calibrate(
         fail(str(exc), code=1)
     except CalibrationError as exc:
         fail(str(exc), code=1)
-    result = fit(plan, get_profile(plan.request.profile), obs, profile_name, f"{url} over {window}")
+    from inputs.untrusted import redact_url
+    result = fit(plan, get_profile(plan.request.profile), obs, profile_name, f"{redact_url(url)} over {window}")
     write_profile(path, result.profile)
     after = plan_under(plan.request, result.profile)
     from twin.report import calibrate_dict, print_calibrate
