@@ -173,10 +173,13 @@ class _Hostile(http.server.BaseHTTPRequestHandler):
             self.send_response(200)
             self.send_header("Content-Length", "1000")
             self.end_headers()
-            for _ in range(100):
-                self.wfile.write(b" ")
-                self.wfile.flush()
-                time.sleep(0.2)
+            try:
+                for _ in range(100):
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+                    time.sleep(0.2)
+            except OSError:       # the client gave up: what it should do
+                pass
             return
         if mode == "endless":
             self.send_response(200)
@@ -207,9 +210,14 @@ ANSWERS = {
 }
 
 
+class _QuietServer(http.server.ThreadingHTTPServer):
+    def handle_error(self, request, client_address):      # a client hanging up is the point of some cases
+        pass
+
+
 @pytest.fixture(scope="module")
 def hostile():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hostile)
+    server = _QuietServer(("127.0.0.1", 0), _Hostile)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
