@@ -54,6 +54,11 @@ def twin(
     if duration > MAX_DURATION_S:
         fail(f"--duration: at most {MAX_DURATION_S:g} simulated seconds (got {duration:g})")
     plan, namespace = _plan(stack)
+    from simulator.workload import WorkLimitError, check_work
+    try:        # the simulator's own work limits, before any server starts
+        check_work(qps if qps is not None else plan.request.workload.qps or 0.0, duration, slowdown=slowdown)
+    except WorkLimitError as exc:
+        fail(str(exc))
     failure = None
     if fail_zone is not None:
         try:

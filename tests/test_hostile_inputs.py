@@ -272,3 +272,30 @@ def test_odd_prometheus_urls_are_one_line_with_credentials_redacted(url, message
 def test_yaml_dump_of_a_profile_round_trips_through_the_safe_loader():
     doc = {"profiles": {"x": {"mfu": 0.4, "description": "yes: 1:30", "max_num_seqs": 256}}}
     assert safe_yaml.load(yaml.safe_dump(doc), "p.yaml") == doc
+
+
+# -- twin and calibrate: the simulator's work limits, before any server starts or any fit ----------------
+@pytest.mark.parametrize("args, message", [
+    (["--qps", "1e6"], "--qps: 1e+06 QPS for 1200 s is 1.2e+09 requests, above the limit of 1,000,000 (lower --qps or "
+                       "--duration)"),
+    (["--slowdown", "1e9"], "--slowdown: 1e+09 is above the limit of 10 (steps that many times the plan's)"),
+])
+def test_twin_refuses_work_the_simulator_would_not_do(args, message):
+    result = run_cli(["twin", "--stack", "prod", *args], limit_s=10)
+    assert (result.exit_code, result.stderr) == (2, f"error: {message}\n")
+
+
+@pytest.mark.parametrize("tokens, unreadable, message", [
+    (1e12, [], "the fleet's figures are beyond what can be simulated (input tokens: 1e+12 per request is above the "
+               "limit of 1,000,000); are the counters this fleet's?"),
+    (1000.0, ["us-east-1a/vllm-0 qps = inf"], "could not read us-east-1a/vllm-0 qps = inf from Prometheus: a fit to "
+                                              "unknown figures would be made up"),
+])
+def test_calibrate_refuses_what_it_cannot_fit(tokens, unreadable, message):
+    from twin.calibrate import CalibrationError, observe
+    from twin.promapi import FleetLive, ReplicaLive
+    rep = ReplicaLive("us-east-1a", "vllm-0", qps=1.0, prompt_tokens_per_s=tokens, generation_tokens_per_s=300.0,
+                      tpot_mean_s=0.02, prefill_mean_s=0.1)
+    with pytest.raises(CalibrationError) as err:
+        observe(FleetLive("1h", [rep], None, None, None, {"us-east-1a": 1.0}, unreadable))
+    assert str(err.value) == message

@@ -29,6 +29,7 @@ from inputs import InputError, safe_yaml
 from inputs.files import read_text
 from simulator import config_from_plan, replica_model, replica_specs, simulate
 from simulator.cost import step_cost
+from simulator.workload import WorkLimitError, check_work
 from sizing.model import ReplicaModel, Workload
 from sizing.planner import Plan, PlanRequest, plan as make_plan
 from sizing.profiles import MAX_PROFILES_BYTES, Profile, load_profiles
@@ -88,6 +89,9 @@ def check_name(name: str) -> str:
 
 
 def observe(live: FleetLive) -> Observed:
+    if live.unreadable:
+        raise CalibrationError(f"could not read {', '.join(live.unreadable[:3])} from Prometheus: a fit to "
+                               "unknown figures would be made up")
     reps = [r for r in live.replicas if r.qps > 0 and r.tpot_mean_s and r.prefill_mean_s]
     if not reps:
         raise CalibrationError(f"no replica finished requests over the last {live.window}: nothing to fit")
@@ -95,6 +99,13 @@ def observe(live: FleetLive) -> Observed:
 
     def weighted(attr: str) -> float:
         return sum(getattr(r, attr) * r.qps for r in reps) / total
+    tokens = (max(1.0, sum(r.prompt_tokens_per_s for r in reps) / total),
+              max(2.0, sum(r.generation_tokens_per_s for r in reps) / total))
+    try:      # the simulator's work limits: a 1e12-token mean prompt is not a fleet, and would not finish
+        check_work(total, SIM_REQUESTS / (total / len(reps)), tokens=tokens)
+    except WorkLimitError as exc:
+        raise CalibrationError(f"the fleet's figures are beyond what can be simulated ({exc}); are the counters "
+                               "this fleet's?") from None
     return Observed(
         qps_per_replica=total / len(reps),
         input_tokens=max(1, round(sum(r.prompt_tokens_per_s for r in reps) / total)),
