@@ -96,7 +96,7 @@ def _show(result, as_json: bool, plot: Path | None) -> None:
 def _check_before_reading(plot: Path | None, nodes_per_zone: int | None) -> None:
     """What fails without reading anything: the plot's path, a node count past the limit."""
     if plot is not None:
-        check_output_file("--plot", plot)
+        check_output_file("--plot", plot, ".png")
     if nodes_per_zone is not None and nodes_per_zone > MAX_NODES_PER_ZONE:
         fail(f"--nodes-per-zone: at most {MAX_NODES_PER_ZONE} nodes per zone (got {nodes_per_zone})")
 

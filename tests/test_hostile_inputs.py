@@ -299,3 +299,41 @@ def test_calibrate_refuses_what_it_cannot_fit(tokens, unreadable, message):
     with pytest.raises(CalibrationError) as err:
         observe(FleetLive("1h", [rep], None, None, None, {"us-east-1a": 1.0}, unreadable))
     assert str(err.value) == message
+
+
+# -- outputs do what their help says ---------------------------------------------------------------------
+@pytest.mark.parametrize("out, message", [
+    ("", "--out: empty; give the folder to write, e.g. --out rendered"),
+    ("/", "--out: / is the file system's root; give a folder of its own, e.g. --out rendered"),
+])
+def test_render_refuses_an_empty_or_root_out(out, message):
+    result = run_cli(["render", "--stack", "prod", "--out", out])
+    assert (result.exit_code, result.stderr) == (2, f"error: {message}\n")
+
+
+def test_render_replaces_only_the_folders_its_help_names(tmp_path):
+    (tmp_path / "keep").mkdir()
+    (tmp_path / "keep" / "x").write_text("mine")
+    result = run_cli(["render", "--stack", "prod", "--out", str(tmp_path)], limit_s=60)
+    assert result.exit_code == 0, result.stderr
+    from llmserve.render_cmd import render
+    import inspect
+    help_text = inspect.signature(render).parameters["out_text"].default.help
+    written = sorted(p.name for p in tmp_path.iterdir() if p.name != "keep")
+    assert all(f"{name}/" in help_text for name in written) and (tmp_path / "keep" / "x").read_text() == "mine"
+
+
+@pytest.mark.parametrize("command", ["size", "simulate"])
+def test_plot_writes_exactly_the_named_path(tmp_path, command):
+    target = tmp_path / "latency"           # no extension: matplotlib alone would write latency.png
+    args = ["--duration", "60"] if command == "simulate" else []
+    result = run_cli([command, "--stack", "prod", "--plot", str(target), *args], limit_s=60)
+    assert result.exit_code in (0, 1), result.stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["latency"]
+    assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and str(target) in result.stdout
+
+
+def test_plot_refuses_a_name_of_another_format(tmp_path):
+    result = run_cli(["size", "--plot", str(tmp_path / "p.svg")])
+    assert (result.exit_code, result.stderr) == (2, f"error: --plot: {tmp_path / 'p.svg'} names a .svg file; this "
+                                                    f"writes PNG: name it {tmp_path / 'p.png'}\n")
