@@ -21,6 +21,7 @@ from sizing.model import Shape, SizingError, check_shape
 from sizing.planner import candidate_tps
 from sizing.profiles import get_profile
 
+from .names import AWS_REGIONS, region as valid_region
 from .schema import ALL_SECRET_KEYS, MAX_API_KEYS, NAMESPACE, ZONE_LETTERS, StackSettings, _Strict
 
 STACKS_DIR = Path(__file__).resolve().parent.parent / "stacks"
@@ -156,9 +157,12 @@ def semantic_problems(s: StackSettings) -> list[str]:
     gateway's quota with the gate on, the load test's workload, and whether the model fits."""
     problems = []
     region = s.region
-    region_ok = bool(re.fullmatch(r"[a-z]{2}(-gov)?-[a-z]+-\d", region))
+    region_ok = region in AWS_REGIONS
     if not region_ok and region != "missing":     # "missing" is already reported
-        problems.append(f"{REGION_KEY}: '{region}' is not an AWS region name; use e.g. us-east-1")
+        try:
+            valid_region(region)
+        except ValueError as exc:
+            problems.append(f"{REGION_KEY}: {exc}")
     problems += _pool_problems(s, region if region_ok else None)
     if s.accuracy_gate_enabled and s.gateway.rateLimitShare > MAX_TENANT_SHARE_WITH_GATE:
         problems.append(f"{NAMESPACE}:gateway.rateLimitShare: {s.gateway.rateLimitShare:g} leaves the accuracy gate's "

@@ -19,7 +19,8 @@ from sizing.planner import PlanRequest, Pool
 from sizing.profiles import load_profiles
 
 from .names import RESERVED_NAMESPACES, dns_label, private_cidr, role_arn, secret_key
-from .names import checkpoint as valid_checkpoint, hostname as valid_hostname, system_instance_type, tag
+from .names import acme_server, checkpoint as valid_checkpoint, hostname as valid_hostname, system_instance_type
+from .names import tags as valid_tags
 
 NAMESPACE = PROJECT    # the config namespace (llm-serving:<key>) and the cluster name prefix
 SECRET_KEYS = ("hubToken", "apiKeys", "grafanaAdminPassword")
@@ -152,7 +153,7 @@ class GatewaySettings(_Strict):
     certificate: Literal["acme", "provided"] = "acme"
     hostedZoneId: str | None = Field(None, pattern=r"^Z[A-Z0-9]{1,31}$")
     acmeEmail: str | None = Field(None, pattern=r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
-    acmeServer: str = LETS_ENCRYPT
+    acmeServer: Annotated[str, AfterValidator(acme_server)] = LETS_ENCRYPT
     tlsSecretName: str = Field("llm-gateway-tls", pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
     inferenceExtension: bool = True
     # one rate-limit share per key; values are secrets
@@ -261,9 +262,7 @@ class StackSettings(_Strict):
     @field_validator("tags")
     @classmethod
     def _tags(cls, v: dict[str, str]) -> dict[str, str]:
-        for key, value in v.items():
-            tag(key, value)
-        return v
+        return valid_tags(v)
 
     @field_validator("replicas")
     @classmethod

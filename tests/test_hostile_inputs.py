@@ -337,3 +337,55 @@ def test_plot_refuses_a_name_of_another_format(tmp_path):
     result = run_cli(["size", "--plot", str(tmp_path / "p.svg")])
     assert (result.exit_code, result.stderr) == (2, f"error: --plot: {tmp_path / 'p.svg'} names a .svg file; this "
                                                     f"writes PNG: name it {tmp_path / 'p.png'}\n")
+
+
+# -- values AWS, Kubernetes or an ACME CA would reject, each by its rule -----------------------------------
+GW = {"hostname": "llm.example.com", "hostedZoneId": "Z123", "acmeEmail": "ops@example.com"}
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"gateway": {**GW, "hostname": "10.0.0.1"}}, f"{NS}:gateway.hostname: '10.0.0.1' is an IP address; the gateway "
+     "needs a DNS name (certificates are issued for names), e.g. llm.example.com"),
+    ({"gateway": {**GW, "hostname": "a" * 64 + ".example.com"}}, f"{NS}:gateway.hostname: '{'a' * 64}.example.com': "
+     f"label '{'a' * 20}...' is 64 characters; a DNS label is at most 63 (RFC 1123)"),
+    ({"gateway": {**GW, "hostname": "*.com"}}, f"{NS}:gateway.hostname: '*.com' is a wildcard over a top-level domain; "
+     "use a name under a domain you hold, e.g. llm.example.com"),
+    ({"gateway": {**GW, "hostname": "localhost"}}, f"{NS}:gateway.hostname: 'localhost' is a bare top-level domain; use "
+     "a name under a domain you hold, e.g. llm.example.com"),
+    ({"gateway": {**GW, "acmeServer": "file:///etc/passwd"}}, f"{NS}:gateway.acmeServer: 'file:///etc/passwd' is not "
+     "an https URL of an ACME directory (RFC 8555 requires HTTPS); e.g. https://acme-v02.api.letsencrypt.org/directory"),
+    ({"gateway": {**GW, "acmeServer": "http://acme.example.com/dir"}}, f"{NS}:gateway.acmeServer: "
+     "'http://acme.example.com/dir' is not an https URL of an ACME directory (RFC 8555 requires HTTPS); "
+     "e.g. https://acme-v02.api.letsencrypt.org/directory"),
+    ({"gateway": {**GW, "apiKeyNames": [".."]}}, f"{NS}:gateway.apiKeyNames[0]: '..' is not a valid Secret key: "
+     "Kubernetes refuses '.', '..' and keys starting with '..'; name it with a letter or digit first"),
+    ({"gateway": {**GW, "apiKeyNames": ["..x"]}}, f"{NS}:gateway.apiKeyNames[0]: '..x' is not a valid Secret key: "
+     "Kubernetes refuses '.', '..' and keys starting with '..'; name it with a letter or digit first"),
+    ({"tags": {"team": "a<b>"}}, f"{NS}:tags: tag 'team': its value holds '<'; AWS takes letters, digits, spaces and "
+                                 "_ . : / = + - @"),
+    ({"tags": {"kubernetes.io/cluster/other": "owned"}}, f"{NS}:tags: tag 'kubernetes.io/cluster/other': "
+     "kubernetes.io/cluster/<name> tags hand resources to that cluster's controllers; the program tags what its own "
+     "cluster uses, so drop it"),
+    ({"tags": {f"k{i}": "v" for i in range(41)}}, f"{NS}:tags: 41 tags; AWS takes at most 50 per resource and the "
+     "program and EKS add up to 10, so give at most 40"),
+    ({"tags": {"Name": "x"}}, f"{NS}:tags: tag 'Name': the program sets this tag itself; use another key"),
+    ({"aws:region": "xx-fake-9"}, "aws:region: 'xx-fake-9' is not an AWS region; use e.g. us-east-1"),
+    ({"aws:region": "us-east-9"}, "aws:region: 'us-east-9' is not an AWS region; did you mean us-east-2?"),
+])
+def test_values_the_cloud_would_reject_are_refused_by_their_rule(overrides, message):
+    with pytest.raises(SettingsError) as err:
+        settings_from_config("prod", with_overrides(stack_config("prod"), overrides))
+    assert message in err.value.problems, err.value.problems
+
+
+@pytest.mark.parametrize("tags", [{"team": "ml platform"}, {"cost-center": "a_b.c:d/e=f+g-h@i"}, {"équipe": "données"}])
+def test_tags_aws_takes_pass(tags):
+    settings_from_config("prod", with_overrides(stack_config("prod"), {"tags": tags}))
+
+
+def test_the_region_list_is_botocores():
+    from botocore.loaders import create_loader
+    from settings.names import AWS_REGIONS
+    data = create_loader().load_data("endpoints")
+    regions = {r for p in data["partitions"] if p["partition"] in ("aws", "aws-cn", "aws-us-gov") for r in p["regions"]}
+    assert set(AWS_REGIONS) == regions
