@@ -23,7 +23,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from inputs import InputError
 from inputs.files import check_path_length, read_regular_file
-from inputs.untrusted import printable, redact_url
+from inputs.untrusted import printable, redact_text, redact_url
 
 SCHEMA_VERSION = 2
 RATE_STRATEGIES = ("constant", "poisson")   # GuideLLM strategies with an offered rate
@@ -52,7 +52,7 @@ class _Fields(BaseModel):
 NonNegative = Annotated[float, Field(ge=0)]
 # The report is not trusted text: every string it gives is printed, so it loses terminal escapes and
 # control characters here (inputs.untrusted), and a URL its credentials and secret query values.
-Text = Annotated[str, AfterValidator(printable)]
+Text = Annotated[str, AfterValidator(lambda v: printable(redact_text(v)))]
 Url = Annotated[str, AfterValidator(lambda v: printable(redact_url(v)))]
 Count = Annotated[int, Field(ge=0)]
 
