@@ -60,7 +60,7 @@ VLLM_IMAGE_DIGEST = "sha256:c2914767605584b6d8f45686b82de173ecc99e781897aa3d0a66
 VLLM_IMAGE = f"vllm/vllm-openai:v{VLLM_VERSION}@{VLLM_IMAGE_DIGEST}"
 METRICS_PROXY_IMAGE = ("nginxinc/nginx-unprivileged:1.27.5-alpine"
                        "@sha256:65e3e85dbaed8ba248841d9d58a899b6197106c23cb0ff1a132b7bfe0547e4c0")
-ENVOY_GATEWAY_VERSION = "v1.9.0"    # chart and CRDs (../shared/crds)
+ENVOY_GATEWAY_VERSION = "v1.8.3"    # chart and CRDs (vendor/upstream): AI Gateway v1.0 tests EG v1.8.1+ (docs/gateway-versions.md)
 ENVOY_AI_GATEWAY_VERSION = "v1.0.0"
 INFERENCE_EXTENSION_VERSION = "v1.6.0"   # the InferencePool CRDs (the picker image stays at v1.5.0, below)
 ENDPOINT_PICKER_IMAGE = "registry.k8s.io/gateway-api-inference-extension/epp:v1.5.0"

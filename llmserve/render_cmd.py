@@ -25,7 +25,7 @@ def render(
     config: Optional[Path] = options.CONFIG,
 ) -> None:
     from offline.render import render as render_files
-    from offline.stack import StackError, record_stack
+    from offline.stack import StackError, load_stack
 
     # A str, not a Path: typer turns '' into '.', which would fill the current folder unasked.
     if not out_text.strip():
@@ -39,7 +39,7 @@ def render(
     if resolved == Path(resolved.anchor):
         fail(f"--out: {out_text} is the file system's root; give a folder of its own, e.g. --out rendered")
     try:
-        files = render_files(record_stack(stack, config), out)
+        files = render_files(load_stack(stack, config).record(), out)
     except StackError as exc:
         fail(str(exc))
     except OSError as exc:     # a folder that cannot be made or written (permissions, a read-only mount)

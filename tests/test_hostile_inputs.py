@@ -297,7 +297,7 @@ def test_calibrate_refuses_what_it_cannot_fit(tokens, unreadable, message):
     rep = ReplicaLive("us-east-1a", "vllm-0", qps=1.0, prompt_tokens_per_s=tokens, generation_tokens_per_s=300.0,
                       tpot_mean_s=0.02, prefill_mean_s=0.1)
     with pytest.raises(CalibrationError) as err:
-        observe(FleetLive("1h", [rep], None, None, None, {"us-east-1a": 1.0}, unreadable))
+        observe(FleetLive("1h", [rep], None, {"us-east-1a": 1.0}, unreadable=unreadable))
     assert str(err.value) == message
 
 

@@ -8,19 +8,22 @@ the most ready replicas were lost now.
 Outside the plan (exit 1) when any of:
 - the load is above what the replicas left after losing a zone carry (N+1 no longer holds);
 - with the replicas ready now, losing another zone would leave less than the load;
-- p95 TTFT or TPOT is above its SLO while every replica carries no more than its sized capacity;
+- TTFT or TPOT at the SLO's statistic (what its alert reads, `observability.rules.slo_alerts`) is
+  above its SLO while every replica carries no more than its sized capacity;
 - a replica's mean TPOT is more than `tolerance` above the plan's at the load it carries (the
   replicas are slower than the plan's profile: its capacities are too high; `llmserve
   calibrate` measures by how much);
 - a figure the verdict needs could not be read: Prometheus sent it as an infinity, NaN where
-  it cannot be "no requests", or not a number; or the service served requests but has no p95
-  TTFT/TPOT, a serving replica no mean TPOT, or there is no readiness series. Unknown is never
+  it cannot be "no requests", or not a number; or the service served requests but has no
+  TTFT/TPOT at an SLO's statistic, a serving replica no mean TPOT, or there is no readiness series. Unknown is never
   "within the plan": `check` is read during incidents, and a fleet it cannot see is not fine.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from observability.alerts import Alert
+from observability.rules import slo_alerts
 from simulator import replica_model
 from sizing.planner import Plan
 
@@ -66,7 +69,7 @@ def check(plan: Plan, live: FleetLive, tolerance: float = DEFAULT_TOLERANCE) -> 
     if not live.replicas:
         out.problems.append(f"no vLLM series over the last {live.window}: is the fleet scraped (job=\"vllm\")?")
         return out
-    out.problems.extend(_unknown(live))
+    out.problems.extend(_unknown(plan, live))
     _service_rows(plan, live, out)
     rm = replica_model(plan)
     cap = plan.capacity_per_replica.qps
@@ -94,14 +97,15 @@ def check(plan: Plan, live: FleetLive, tolerance: float = DEFAULT_TOLERANCE) -> 
         out.rows.append(Row(name, "requests in flight", f"{point.in_flight:.1f}",
                             "-" if rep.in_flight_avg is None else f"{rep.in_flight_avg:.1f}"))
     if all(r.qps <= cap for r in live.replicas):
-        for label, value, slo in (("TTFT", live.ttft_p95_s, w.ttft_slo_s), ("TPOT", live.tpot_p95_s, w.tpot_slo_s)):
-            if value is not None and value > slo:
-                out.problems.append(f"p95 {label} {_ms(value)} is above its {_ms(slo)} SLO at a load the plan "
-                                    f"holds (every replica at or below its sized {_qps(cap)})")
+        for alert in slo_alerts(plan):
+            value = live.slo_latency_s.get(alert.name)
+            if value is not None and value > alert.threshold:
+                out.problems.append(f"{_slo_label(alert)} {_ms(value)} is above its {_ms(alert.threshold)} SLO at a "
+                                    f"load the plan holds (every replica at or below its sized {_qps(cap)})")
     return out
 
 
-def _unknown(live: FleetLive) -> list[str]:
+def _unknown(plan: Plan, live: FleetLive) -> list[str]:
     """What the verdict needs and Prometheus did not give: each is a reason it cannot say "within plan"."""
     problems = []
     if live.unreadable:
@@ -109,8 +113,7 @@ def _unknown(live: FleetLive) -> list[str]:
         problems.append(f"could not read {len(live.unreadable)} figure(s) from Prometheus ({shown}): unknown, so "
                         "not within the plan")
     if live.served_qps > 0:
-        missing = [label for label, value in (("p95 TTFT", live.ttft_p95_s), ("p95 TPOT", live.tpot_p95_s))
-                   if value is None]
+        missing = [_slo_label(a) for a in slo_alerts(plan) if live.slo_latency_s.get(a.name) is None]
         if missing:
             problems.append(f"no {' or '.join(missing)} over the last {live.window} although the replicas served "
                             f"{_qps(live.served_qps)}: the SLOs cannot be judged (are the histograms scraped?)")
@@ -121,6 +124,11 @@ def _unknown(live: FleetLive) -> list[str]:
     if not live.ready_by_zone:
         problems.append("no readiness series (ready replicas by zone): N+1 headroom cannot be judged")
     return problems
+
+
+def _slo_label(alert: Alert) -> str:
+    """e.g. "mean TPOT": the statistic and the figure (the alert guards `tpot_slo_s`)."""
+    return f"{alert.statistic} {alert.guards.removesuffix('_slo_s').upper()}"
 
 
 def _service_rows(plan: Plan, live: FleetLive, out: CheckResult) -> None:
@@ -141,8 +149,10 @@ def _service_rows(plan: Plan, live: FleetLive, out: CheckResult) -> None:
     out.rows.append(Row("service", "ready replicas by zone", ", ".join(f"{z}: {n}" for z, n in planned_zones.items()),
                         ", ".join(f"{z}: {n:g}" for z, n in sorted(ready.items())) or "-",
                         not ready or all(ready.get(z, 0) >= n for z, n in planned_zones.items())))
-    for label, value, slo in (("p95 TTFT", live.ttft_p95_s, w.ttft_slo_s), ("p95 TPOT", live.tpot_p95_s, w.tpot_slo_s)):
-        out.rows.append(Row("service", label, f"SLO {_ms(slo)}", _ms(value), value is None or value <= slo))
+    for alert in slo_alerts(plan):
+        value = live.slo_latency_s.get(alert.name)
+        out.rows.append(Row("service", _slo_label(alert), f"SLO {_ms(alert.threshold)}", _ms(value),
+                            value is None or value <= alert.threshold))
 
 
 def _headroom_row(plan: Plan, live: FleetLive, ready: dict[str, float], out: CheckResult) -> None:
