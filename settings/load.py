@@ -6,18 +6,21 @@ Errors come back as `SettingsError`: one line per problem, each naming the key
 from __future__ import annotations
 
 import difflib
+import json
 import math
 import re
 from pathlib import Path
 
-import yaml
 from pydantic import ValidationError
 
 from conventions import PROJECT, ZONE_LETTERS
+from inputs import InputError, safe_yaml
+from inputs.files import check_path_length, read_text
 from sizing.catalog import CatalogError, load_catalog, resolve_model
 from sizing.model import Shape, SizingError, candidate_tps, check_shape
 from sizing.profiles import get_profile
 
+from .names import AWS_REGIONS, region as valid_region
 from .schema import ALL_SECRET_KEYS, MAX_API_KEYS, REQUEST_KEYS, PlanRequestSettings, StackSettings, _Strict
 
 STACKS_DIR = Path(__file__).resolve().parent.parent / "stacks"
@@ -41,55 +44,29 @@ def stack_file(stack: str, stacks_dir: Path = STACKS_DIR) -> Path:
     return stacks_dir / f"Pulumi.{stack}.yaml"
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """YAML's safe loader, refusing a key given twice in one map (YAML 1.2 forbids it; PyYAML keeps the last)."""
-
-    def construct_mapping(self, node, deep=False):
-        seen = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)
-            try:
-                duplicate = key in seen
-                seen.add(key)
-            except TypeError:        # an unhashable key: the base loader reports it
-                break
-            if duplicate:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"key '{key}' appears twice; keep one",
-                    key_node.start_mark)
-        return super().construct_mapping(node, deep)
-
-
 def _text(path: Path) -> str:
+    """The stack file's text: a regular file of at most MAX_STACK_FILE_BYTES (inputs.files)."""
+    try:
+        check_path_length(path)
+    except InputError as exc:
+        raise SettingsError([str(exc)]) from None
     if path.is_dir():
         raise SettingsError([f"{path}: is a folder; --config takes a stack file (Pulumi.<stack>.yaml)"])
     if not path.exists():
         raise SettingsError([f"{path}: no such stack file; create it or pass --config PATH"])
     try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise SettingsError([f"{path}: cannot be read ({exc.strerror}); check the path and its permissions"]) from None
-    if len(data) > MAX_STACK_FILE_BYTES:
-        raise SettingsError([f"{path}: {len(data):,} bytes; a stack file is at most {MAX_STACK_FILE_BYTES:,}"])
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise SettingsError([f"{path}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
-                             "save it as UTF-8"]) from None
+        return read_text(path, MAX_STACK_FILE_BYTES, "stack file")
+    except InputError as exc:
+        raise SettingsError([str(exc)]) from None
 
 
 def read_stack_config(path: Path) -> dict:
     """The raw `config:` map of a stack file (namespaced keys, secure values left as they are)."""
     text = _text(path)
-    try:
-        doc = yaml.load(text, Loader=_UniqueKeyLoader)
-    except yaml.YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
-        at = f" at line {where.line + 1}" if where is not None else ""
-        problem = getattr(exc, "problem", None) or exc.__class__.__name__
-        raise SettingsError([f"{path}: not valid YAML{at}: {problem}"]) from None
-    except RecursionError:
-        raise SettingsError([f"{path}: nested too deeply; a stack file is a flat config: map"]) from None
+    try:      # no aliases, YAML 1.2 scalars, no duplicate keys, core tags only (inputs.safe_yaml)
+        doc = safe_yaml.load(text, str(path))
+    except InputError as exc:
+        raise SettingsError([str(exc)]) from None
     config = doc.get("config") if isinstance(doc, dict) else None
     if not isinstance(config, dict):
         raise SettingsError([f"{path}: needs a top-level 'config:' map of llm-serving: keys"])
@@ -147,7 +124,9 @@ def request_from_body(body: dict, fit: bool = True) -> PlanRequestSettings:
 def _validated(model: type[PlanRequestSettings], body: dict, problems: list[str], fit: bool = True):
     """The schema, then the rules that span keys; every problem at once, each naming its key."""
     try:
-        settings = model.model_validate(body)
+        # Strict, through JSON: `true` is not 1 for qps, nodes or tensorParallel, nor "yes" a boolean,
+        # nor "10" a number; JSON mode still takes a list where the model holds a tuple.
+        settings = model.model_validate_json(json.dumps(body), strict=True)
     except ValidationError as exc:
         problems.extend(_pydantic_problems(exc))
         raise SettingsError(problems) from None
@@ -226,9 +205,12 @@ def request_problems(r: PlanRequestSettings, fit: bool = True) -> list[str]:
     capacity, one instance type, and whether the model fits it."""
     problems = []
     region = r.region
-    region_ok = bool(re.fullmatch(r"[a-z]{2}(-gov)?-[a-z]+-\d", region))
+    region_ok = region in AWS_REGIONS           # botocore's endpoint data (settings.names.region)
     if not region_ok and region != "missing":     # "missing" is already reported
-        problems.append(f"{REGION_KEY}: '{region}' is not an AWS region name; use e.g. us-east-1")
+        try:
+            valid_region(region)
+        except ValueError as exc:
+            problems.append(f"{REGION_KEY}: {exc}")
     problems += _pool_problems(r, region if region_ok else None)
     types = {p.instanceType for p in r.gpuPools}
     if len(types) > 1:

@@ -19,7 +19,8 @@ from sizing.profiles import load_profiles
 
 from .capacity import offering_id, reservation_id
 from .names import RESERVED_NAMESPACES, dns_label, private_cidr, role_arn, secret_key
-from .names import checkpoint as valid_checkpoint, hostname as valid_hostname, system_instance_type, tag
+from .names import acme_server, checkpoint as valid_checkpoint, hostname as valid_hostname, system_instance_type
+from .names import tags as valid_tags
 
 SECRET_KEYS = ("hubToken", "apiKeys", "grafanaAdminPassword")
 # Only with `gateway.certificate: provided`: the certificate chain and key (PEM) the gateway serves.
@@ -163,7 +164,7 @@ class GatewaySettings(_Strict):
     certificate: Literal["acme", "provided"] = "acme"
     hostedZoneId: str | None = Field(None, pattern=r"^Z[A-Z0-9]{1,31}$")
     acmeEmail: str | None = Field(None, pattern=r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
-    acmeServer: str = LETS_ENCRYPT
+    acmeServer: Annotated[str, AfterValidator(acme_server)] = LETS_ENCRYPT
     tlsSecretName: str = Field("llm-gateway-tls", pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
     inferenceExtension: bool = True
     # one rate-limit share per key; values are secrets
@@ -327,9 +328,7 @@ class StackSettings(PlanRequestSettings):
     @field_validator("tags")
     @classmethod
     def _tags(cls, v: dict[str, str]) -> dict[str, str]:
-        for key, value in v.items():
-            tag(key, value)
-        return v
+        return valid_tags(v)
 
     # -- derived ----------------------------------------------------------------------------
     @property
