@@ -12,6 +12,7 @@ import pytest
 from components import cert_manager, external_dns, load_balancer_controller as lbc
 from components.cluster import SERVICE_CIDR
 from components.gateway import AIGW_CONTROLLER_LABELS, GATEWAY_CLUSTER_IP
+from conventions import ANNOTATION_AWS_LB_TYPE, ANNOTATION_EXTERNAL_DNS_HOSTNAME
 from policies.controllers import contract_violations
 from offline.policy_run import evaluate, stack_resources
 from tests.conftest import ROOT
@@ -160,8 +161,8 @@ def test_the_gateway_waits_for_its_load_balancer_and_dns_controllers(programs):
     assert depends_on(recording, proxy, charts["aws-load-balancer-controller"])
     assert depends_on(recording, proxy, charts["external-dns"])
     service = proxy.inputs["spec"]["provider"]["kubernetes"]["envoyService"]
-    assert service["annotations"][lbc.LB_TYPE_ANNOTATION] == "external"
-    assert service["annotations"][external_dns.HOSTNAME_ANNOTATION] == "llm.example.com"
+    assert service["annotations"][ANNOTATION_AWS_LB_TYPE] == "external"
+    assert service["annotations"][ANNOTATION_EXTERNAL_DNS_HOSTNAME] == "llm.example.com"
     assert service["loadBalancerSourceRanges"] == ["0.0.0.0/0"]
 
 
