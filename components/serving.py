@@ -52,10 +52,12 @@ SHM_GIB_PER_GPU = 4             # NCCL buffers for tensor-parallel all-reduce li
 CPU_SHARE_OF_GPU_SLICE = 0.5    # of the node's vCPUs per GPU: room left for daemons and bursts
 MEMORY_GIB_PER_GPU = 48         # host memory for safetensors staging and the tokenizer workers
 
+METRICS_PROXY_HEALTH_PATH = "/healthz"
 METRICS_PROXY_CONF = f"""\
 server {{
   listen {VLLM_METRICS_PORT};
   location = /metrics {{ proxy_pass http://127.0.0.1:{VLLM_API_PORT}/metrics; }}
+  location = {METRICS_PROXY_HEALTH_PATH} {{ access_log off; return 200; }}
   location / {{ return 404; }}
 }}
 """
@@ -90,6 +92,12 @@ def vllm_args(plan: Plan, shutdown_timeout_s: int, checkpoint: str | None = None
         "--port", str(VLLM_API_PORT),
         "--download-dir", CONTAINER_CACHE_PATH,
         "--tensor-parallel-size", str(a["tensor_parallel_size"]),
+        # The MoE layout (sizing.parallel): vLLM 0.29.0 vllm/engine/arg_utils.py
+        # `--data-parallel-size` and `--enable-expert-parallel`; `--quantization fp8` quantizes a
+        # BF16 checkpoint at load when the plan serves fp8 without an FP8 checkpoint.
+        *(["--data-parallel-size", str(a["data_parallel_size"])] if a.get("data_parallel_size", 1) > 1 else []),
+        *(["--enable-expert-parallel"] if a.get("enable_expert_parallel") else []),
+        *(["--quantization", a["quantization"]] if a.get("quantization") else []),
         "--kv-cache-dtype", a["kv_cache_dtype"],
         "--max-model-len", str(a["max_model_len"]),
         "--max-num-seqs", str(a["max_num_seqs"]),
@@ -128,12 +136,28 @@ def served_checkpoint(plan: Plan, settings: StackSettings) -> str:
 
 
 def vllm_env() -> list[dict]:
-    """No secret in the environment: the hub token is a file. Caches go where the non-root user can
-    write: the node's model cache (shared, kept across restarts) and the pod's /tmp."""
+    """No secret in the environment: the hub token is a file. Every path vLLM 0.29.0 and the
+    libraries under it write is on a volume, so the root filesystem is read-only:
+    - the node's model cache (shared by the node's pods, kept across restarts, so a restart does
+      not compile again): HF_HOME (weights), VLLM_CACHE_ROOT (vllm/envs.py; its torch.compile
+      cache, where vLLM also points TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR), FlashInfer's
+      JIT kernels (FLASHINFER_WORKSPACE_BASE, flashinfer/jit/env.py: else ~/.cache/flashinfer),
+      DeepGEMM's JIT (DG_JIT_CACHE_DIR) and CUDA's PTX cache (CUDA_CACHE_PATH, else ~/.nv);
+    - the pod's /tmp (an emptyDir): HOME, and so ~/.config/vllm (VLLM_CONFIG_ROOT, usage stats),
+      ~/.cache (XDG_CACHE_HOME: the structured-output grammars' caches), torch's default
+      /tmp/torchinductor_<user>, vLLM's IPC sockets (VLLM_RPC_BASE_PATH, tempfile.gettempdir());
+    - /dev/shm (a memory emptyDir): the tensor-parallel workers' shared memory."""
+    jit = f"{CONTAINER_CACHE_PATH}/jit"
     return [{"name": "HF_TOKEN_PATH", "value": f"{HUB_TOKEN_DIR}/{HUB_TOKEN_KEY}"},
             {"name": "HF_HOME", "value": f"{CONTAINER_CACHE_PATH}/hf-home"},
             {"name": "VLLM_CACHE_ROOT", "value": f"{CONTAINER_CACHE_PATH}/vllm-cache"},
+            {"name": "FLASHINFER_WORKSPACE_BASE", "value": f"{jit}/flashinfer"},
+            {"name": "DG_JIT_CACHE_DIR", "value": f"{jit}/deep-gemm"},
+            {"name": "CUDA_CACHE_PATH", "value": f"{jit}/cuda"},
             {"name": "HOME", "value": "/tmp"},
+            {"name": "XDG_CACHE_HOME", "value": "/tmp/.cache"},
+            {"name": "XDG_CONFIG_HOME", "value": "/tmp/.config"},
+            {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},     # no __pycache__ beside the image's sources
             # The uid has no passwd entry in the image; torch's compile cache asks getpass.getuser(),
             # which reads USER before the passwd database.
             {"name": "USER", "value": "vllm"}]
@@ -189,9 +213,8 @@ def vllm_container(plan: Plan, drain, startup_s: int, checkpoint: str) -> dict:
         "ports": [{"name": "http", "containerPort": VLLM_API_PORT, "protocol": "TCP"}],
         "resources": {"limits": {GPU_RESOURCE: str(tp), "memory": memory},
                       "requests": {GPU_RESOURCE: str(tp), "cpu": str(cpu), "memory": memory}},
-        # Writable root: torch's compiler, Triton and FlashInfer JIT write under paths inside the
-        # image (site-packages, /root-relative defaults) that not all can be moved; the rest is locked.
-        "securityContext": container_security(read_only_root=False),
+        # Read-only root: every path it writes is moved onto a volume (vllm_env).
+        "securityContext": container_security(),
         "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"},
                          {"name": "model-cache", "mountPath": CONTAINER_CACHE_PATH},
                          {"name": "hub-token", "mountPath": HUB_TOKEN_DIR, "readOnly": True},
@@ -218,6 +241,11 @@ def metrics_proxy_container() -> dict:
         "volumeMounts": [{"name": "metrics-proxy-conf", "mountPath": "/etc/nginx/conf.d", "readOnly": True},
                          SCRATCH_MOUNT],
         "securityContext": {**container_security(), "runAsUser": NGINX_UID, "runAsGroup": NGINX_UID},
+        # nginx's own health (/healthz answers without vLLM): a proxy that stops answering is
+        # restarted, while vLLM's state stays vLLM's probes' business (its /metrics 502s at startup).
+        "readinessProbe": {"httpGet": {"path": METRICS_PROXY_HEALTH_PATH, "port": "metrics"}, "periodSeconds": 10},
+        "livenessProbe": {"httpGet": {"path": METRICS_PROXY_HEALTH_PATH, "port": "metrics"}, "periodSeconds": 20,
+                          "failureThreshold": 3},
     }
 
 

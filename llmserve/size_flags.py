@@ -71,7 +71,9 @@ class Flag:
 LOAD = ("workload.qps", "workload.concurrency")   # a load flag replaces the stack's load, open or closed
 # In the order they apply: --zones first (it lays out the pools), --instance after --gpu (it wins).
 FLAGS: dict[str, Flag] = {
+    "--model-config": Flag("model.config"),
     "--model": Flag("model.id"),
+    "--layout": Flag("model.layout"),
     "--weights": Flag("model.weights"),
     "--kv-dtype": Flag("model.kvCacheDtype"),
     "--tp": Flag("model.tensorParallel"),

@@ -6,18 +6,21 @@ Errors come back as `SettingsError`: one line per problem, each naming the key
 from __future__ import annotations
 
 import difflib
+import json
 import math
 import re
 from pathlib import Path
 
-import yaml
 from pydantic import ValidationError
 
 from conventions import PROJECT, ZONE_LETTERS
-from sizing.catalog import CatalogError, load_catalog
+from inputs import InputError, safe_yaml
+from inputs.files import check_path_length, read_text
+from sizing.catalog import CatalogError, load_catalog, resolve_model
 from sizing.model import Shape, SizingError, candidate_tps, check_shape
 from sizing.profiles import get_profile
 
+from .names import AWS_REGIONS, region as valid_region
 from .schema import ALL_SECRET_KEYS, MAX_API_KEYS, REQUEST_KEYS, PlanRequestSettings, StackSettings, _Strict
 
 STACKS_DIR = Path(__file__).resolve().parent.parent / "stacks"
@@ -41,55 +44,29 @@ def stack_file(stack: str, stacks_dir: Path = STACKS_DIR) -> Path:
     return stacks_dir / f"Pulumi.{stack}.yaml"
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """YAML's safe loader, refusing a key given twice in one map (YAML 1.2 forbids it; PyYAML keeps the last)."""
-
-    def construct_mapping(self, node, deep=False):
-        seen = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)
-            try:
-                duplicate = key in seen
-                seen.add(key)
-            except TypeError:        # an unhashable key: the base loader reports it
-                break
-            if duplicate:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"key '{key}' appears twice; keep one",
-                    key_node.start_mark)
-        return super().construct_mapping(node, deep)
-
-
 def _text(path: Path) -> str:
+    """The stack file's text: a regular file of at most MAX_STACK_FILE_BYTES (inputs.files)."""
+    try:
+        check_path_length(path)
+    except InputError as exc:
+        raise SettingsError([str(exc)]) from None
     if path.is_dir():
         raise SettingsError([f"{path}: is a folder; --config takes a stack file (Pulumi.<stack>.yaml)"])
     if not path.exists():
         raise SettingsError([f"{path}: no such stack file; create it or pass --config PATH"])
     try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise SettingsError([f"{path}: cannot be read ({exc.strerror}); check the path and its permissions"]) from None
-    if len(data) > MAX_STACK_FILE_BYTES:
-        raise SettingsError([f"{path}: {len(data):,} bytes; a stack file is at most {MAX_STACK_FILE_BYTES:,}"])
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise SettingsError([f"{path}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
-                             "save it as UTF-8"]) from None
+        return read_text(path, MAX_STACK_FILE_BYTES, "stack file")
+    except InputError as exc:
+        raise SettingsError([str(exc)]) from None
 
 
 def read_stack_config(path: Path) -> dict:
     """The raw `config:` map of a stack file (namespaced keys, secure values left as they are)."""
     text = _text(path)
-    try:
-        doc = yaml.load(text, Loader=_UniqueKeyLoader)
-    except yaml.YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
-        at = f" at line {where.line + 1}" if where is not None else ""
-        problem = getattr(exc, "problem", None) or exc.__class__.__name__
-        raise SettingsError([f"{path}: not valid YAML{at}: {problem}"]) from None
-    except RecursionError:
-        raise SettingsError([f"{path}: nested too deeply; a stack file is a flat config: map"]) from None
+    try:      # no aliases, YAML 1.2 scalars, no duplicate keys, core tags only (inputs.safe_yaml)
+        doc = safe_yaml.load(text, str(path))
+    except InputError as exc:
+        raise SettingsError([str(exc)]) from None
     config = doc.get("config") if isinstance(doc, dict) else None
     if not isinstance(config, dict):
         raise SettingsError([f"{path}: needs a top-level 'config:' map of llm-serving: keys"])
@@ -133,26 +110,29 @@ def settings_from_config(stack: str, config: dict) -> StackSettings:
     return _validated(StackSettings, body, problems)
 
 
-def request_from_body(body: dict) -> PlanRequestSettings:
+def request_from_body(body: dict, fit: bool = True) -> PlanRequestSettings:
     """Validate a plan request given as settings keys (what `llmserve size` builds from its flags,
     on top of a stack's request or the reference one): the same checks, the same messages, as
-    those keys get in a stack file."""
+    those keys get in a stack file. `fit=False` (the sweep) skips whether the model fits the
+    request's own instance type: the sweep tries every type and says why each is refused."""
     problems = [p for key, value in body.items() for p in _non_finite(_full_key(key), value)]
     if problems:
         raise SettingsError(problems)
-    return _validated(PlanRequestSettings, body, [])
+    return _validated(PlanRequestSettings, body, [], fit)
 
 
-def _validated(model: type[PlanRequestSettings], body: dict, problems: list[str]):
+def _validated(model: type[PlanRequestSettings], body: dict, problems: list[str], fit: bool = True):
     """The schema, then the rules that span keys; every problem at once, each naming its key."""
     try:
-        settings = model.model_validate(body)
+        # Strict, through JSON: `true` is not 1 for qps, nodes or tensorParallel, nor "yes" a boolean,
+        # nor "10" a number; JSON mode still takes a list where the model holds a tuple.
+        settings = model.model_validate_json(json.dumps(body), strict=True)
     except ValidationError as exc:
         problems.extend(_pydantic_problems(exc))
         raise SettingsError(problems) from None
     except RecursionError:
         raise SettingsError(problems + [f"{PROJECT}: a value is nested too deeply; check the stack file"]) from None
-    problems.extend(semantic_problems(settings) if isinstance(settings, StackSettings) else request_problems(settings))
+    problems.extend(semantic_problems(settings) if isinstance(settings, StackSettings) else request_problems(settings, fit))
     if problems:
         raise SettingsError(problems)
     return settings
@@ -220,21 +200,24 @@ def semantic_problems(s: StackSettings) -> list[str]:
     return problems
 
 
-def request_problems(r: PlanRequestSettings) -> list[str]:
+def request_problems(r: PlanRequestSettings, fit: bool = True) -> list[str]:
     """A plan request's problems no single field shows: the region and its zones, pool names and
     capacity, one instance type, and whether the model fits it."""
     problems = []
     region = r.region
-    region_ok = bool(re.fullmatch(r"[a-z]{2}(-gov)?-[a-z]+-\d", region))
+    region_ok = region in AWS_REGIONS           # botocore's endpoint data (settings.names.region)
     if not region_ok and region != "missing":     # "missing" is already reported
-        problems.append(f"{REGION_KEY}: '{region}' is not an AWS region name; use e.g. us-east-1")
+        try:
+            valid_region(region)
+        except ValueError as exc:
+            problems.append(f"{REGION_KEY}: {exc}")
     problems += _pool_problems(r, region if region_ok else None)
     types = {p.instanceType for p in r.gpuPools}
     if len(types) > 1:
         problems.append(f"{PROJECT}:gpuPools: pools mix instance types ({', '.join(sorted(types))}); "
                         "use one instance type for all GPU pools")
         return problems
-    return problems + _fit_problems(r, types.pop())
+    return problems + (_fit_problems(r, types.pop()) if fit else [])
 
 
 def _pool_problems(s: PlanRequestSettings, region: str | None) -> list[str]:
@@ -273,19 +256,24 @@ def _fit_problems(r: PlanRequestSettings, instance_type: str) -> list[str]:
     type; the sizing's own check (`check_shape`) says why not, naming its field."""
     catalog = load_catalog()
     instance = catalog.instance(instance_type)
-    model = catalog.model(r.model.id)
+    model = resolve_model(r.model.id, r.model.config)
+    layout = r.model.layout or "tp"
     profile = get_profile(r.sizing.profile)
     workload = r.plan_request().workload
     tp = r.model.tensorParallel
-    problems = []
-    for t in [tp] if tp is not None else candidate_tps(model, instance):
+    errors = []
+    tps = [tp] if tp is not None else (candidate_tps(model, instance) if layout == "tp" else [instance.gpus])
+    for t in tps:
         try:
-            check_shape(Shape(model, instance, t, r.model.weights, r.model.kvCacheDtype), workload, profile)
+            check_shape(Shape(model, instance, t, r.model.weights, r.model.kvCacheDtype, layout), workload, profile)
             return []
         except SizingError as exc:
-            problems.append(sizing_problem(exc))
+            errors.append(exc)
     if tp is not None:
-        return problems
+        return [sizing_problem(exc) for exc in errors]
+    if all(exc.field == "weights" for exc in errors):     # no layout holds the weights: say so, and what does
+        from sizing.planner import does_not_fit
+        return [f"{PROJECT}:gpuPools: {does_not_fit(r.plan_request(), model, instance)}"]
     return [f"{PROJECT}:gpuPools: {model.id} with {r.model.weights} weights does not fit on "
             f"{instance.id} even at TP={instance.gpus}; use a larger instance type or fp8 weights"]
 
@@ -308,7 +296,7 @@ LENGTH_FIXES = {
 # from a stack key or from `llmserve size`'s flag for it (pydantic's own words name neither the value nor the fix).
 BOUND_WORDS = {"greater_than": ("greater than", "gt"), "greater_than_equal": ("at least", "ge"),
                "less_than": ("less than", "lt"), "less_than_equal": ("at most", "le")}
-CHOICE_NOUNS = {"weights": "precision", "kvCacheDtype": "precision", "sloStatistic": "statistic",
+CHOICE_NOUNS = {"weights": "precision", "kvCacheDtype": "precision", "sloStatistic": "statistic", "layout": "layout",
                 "kubernetesVersion": "Kubernetes version", "environment": "environment"}
 
 

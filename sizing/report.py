@@ -22,7 +22,7 @@ def _request_fields(plan: Plan) -> dict:
     req, w = plan.request, plan.request.workload
     return {
         "model": req.model, "instance_type": plan.instance.id, "gpu": plan.instance.gpu.id,
-        "weights": req.weights, "kv_dtype": req.kv_dtype, "profile": req.profile, "tp": plan.tp,
+        "weights": req.weights, "kv_dtype": req.kv_dtype, "profile": req.profile, "tp": plan.tp, "layout": plan.layout,
         "workload": {"qps": w.qps, "concurrency": w.concurrency, "input_tokens": w.input_tokens,
                      "output_tokens": w.output_tokens, "ttft_slo_s": w.ttft_slo_s, "tpot_slo_s": w.tpot_slo_s,
                      "slo_statistic": w.slo_statistic},

@@ -284,8 +284,13 @@ def test_only_pulumi_ciphertext_counts_as_a_secure_value(value, ciphertext):
     assert is_ciphertext(value) is ciphertext
 
 
-def test_a_stack_file_with_real_ciphertext_previews(tmp_path):
-    """What `pulumi stack init --secrets-provider awskms://...` and `pulumi config set --secret` leave in the file."""
+@pytest.mark.parametrize("provider", [
+    {"secretsprovider": "awskms://alias/llm-serving-dev?region=us-east-1",          # pulumi stack init --secrets-provider awskms://...
+     "encryptedkey": "AQICAHhAr5c3Zf0pJm8Ftl0sC6ulyhBBiFuV2F0yqSQe5EwzqgE2XXo="},
+    {"encryptionsalt": "v1:Ab3dZl8aUf0=:v1:mx3YbD4fsN0z2kOA:tNwL6tQm8kVQ0t+5yN1uXr8QYx7qV1o="},   # passphrase
+], ids=["awskms", "passphrase"])
+def test_a_stack_file_with_real_ciphertext_previews(tmp_path, provider):
+    """What `pulumi stack init --secrets-provider ...` and `pulumi config set --secret` leave in the file."""
     import yaml
 
     from llmserve.cli import main
@@ -294,10 +299,9 @@ def test_a_stack_file_with_real_ciphertext_previews(tmp_path):
     config["llm-serving:hubToken"] = {"secure": "v1:Zm9vYmFyYmF6cXV4:Qx1HJx0cF9lQWq1bqkq7uB5f0m0tAQ8d3kJH2Q=="}
     config["llm-serving:apiKeys"] = {"secure": "AAABAJx3n2m8Qn0vYk1Jc2lGd0VZbm9TMnpXeHh6c1FJbWJ4c1dwR0NlS2c9"}
     path = tmp_path / "Pulumi.dev.yaml"
-    path.write_text(yaml.safe_dump({"secretsprovider": "awskms://alias/llm-serving-dev?region=us-east-1",
-                                    "encryptedkey": "AQICAHhAr5c3Zf0pJm8Ftl0sC6ulyhBBiFuV2F0yqSQe5EwzqgE2XXo=",
-                                    "config": config}))
+    path.write_text(yaml.safe_dump({**provider, "config": config}))
     assert main(["preview", "--stack", "dev", "--config", str(path)]) == 0
+    assert main(["preflight", "--stack", "dev", "--config", str(path)]) == 1     # example values, before AWS
 
 
 def test_a_missing_secret_is_one_line_naming_the_command():
