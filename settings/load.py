@@ -294,6 +294,8 @@ LENGTH_FIXES = {
 
 # A number out of its range and a word not among the choices read the same whether the value came
 # from a stack key or from `llmserve size`'s flag for it (pydantic's own words name neither the value nor the fix).
+# pydantic 2.14.3's error types and their `ctx` (docs.pydantic.dev/latest/errors/validation_errors/):
+# greater_than {gt}, greater_than_equal {ge}, less_than {lt}, less_than_equal {le}, literal_error {expected}.
 BOUND_WORDS = {"greater_than": ("greater than", "gt"), "greater_than_equal": ("at least", "ge"),
                "less_than": ("less than", "lt"), "less_than_equal": ("at most", "le")}
 CHOICE_NOUNS = {"weights": "precision", "kvCacheDtype": "precision", "sloStatistic": "statistic", "layout": "layout",
