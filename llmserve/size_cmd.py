@@ -18,6 +18,7 @@ from sizing.queueing import STATISTICS
 from sizing.report import plan_to_dict, table_rows
 
 from . import options
+from .lengths_opts import lengths_from_options, lengths_line
 from .errors import check_output_file, check_positive, fail
 
 DEFAULT_REGION = "us-east-1"
@@ -34,8 +35,14 @@ def size(
     tp: Optional[int] = typer.Option(None, help="Tensor-parallel degree (default: the planner picks)."),
     qps: Optional[float] = typer.Option(None, help="Open-loop load, requests per second."),
     concurrency: Optional[int] = typer.Option(None, help="Closed-loop load: concurrent clients."),
-    input_tokens: Optional[int] = typer.Option(None, "--input-tokens", help="Prompt tokens per request."),
-    output_tokens: Optional[int] = typer.Option(None, "--output-tokens", help="Output tokens per request."),
+    input_tokens: Optional[str] = typer.Option(None, "--input-tokens",
+                                               help="Prompt tokens per request: 1000, or p50=800,p95=3000,max=7000."),
+    output_tokens: Optional[str] = typer.Option(None, "--output-tokens",
+                                                help="Output tokens per request: 300, or p50=250,p95=700,max=1000."),
+    lengths: Optional[Path] = typer.Option(None, "--lengths",
+                                           help="Observed lengths: CSV or JSONL with input_tokens, output_tokens per request."),
+    max_model_len: Optional[int] = typer.Option(None, "--max-model-len",
+                                                help="Longest request served, prompt + output (default: from the lengths)."),
     ttft_slo: Optional[float] = typer.Option(None, "--ttft-slo", help="TTFT SLO in seconds (at --slo-statistic)."),
     tpot_slo: Optional[float] = typer.Option(None, "--tpot-slo", help="TPOT SLO in seconds (at --slo-statistic)."),
     slo_statistic: Optional[str] = typer.Option(None, "--slo-statistic",
@@ -54,12 +61,12 @@ def size(
     _check_before_reading(plot, nodes_per_zone)
     base, region = _base_request(stack)
     _check_numbers(qps, concurrency, slo_statistic, {
-        "--qps": qps, "--concurrency": concurrency, "--input-tokens": input_tokens, "--output-tokens": output_tokens,
+        "--qps": qps, "--concurrency": concurrency, "--max-model-len": max_model_len,
         "--ttft-slo": ttft_slo, "--tpot-slo": tpot_slo, "--gpu-hour-price": gpu_hour_price, "--tp": tp,
         "--nodes-per-zone": nodes_per_zone, "--replicas": replicas})
     catalog = _check_names(model, instance, gpu, profile, {"--weights": weights, "--kv-dtype": kv_dtype})
-    workload = _workload(base.workload, qps, concurrency, input_tokens, output_tokens, ttft_slo, tpot_slo,
-                         slo_statistic)
+    workload = _workload(base.workload, qps, concurrency, lengths_from_options(base.workload, input_tokens, output_tokens,
+                         lengths), max_model_len, ttft_slo, tpot_slo, slo_statistic)
     instance_type = instance or (catalog.node_for_gpu(gpu).id if gpu else None)
     req = PlanRequest(
         workload=workload, model=model or base.model, weights=weights or base.weights,
@@ -134,14 +141,15 @@ def _check_names(model: str | None, instance: str | None, gpu: str | None, profi
     return catalog
 
 
-def _workload(base: Workload, qps, concurrency, input_tokens, output_tokens, ttft_slo, tpot_slo,
+def _workload(base: Workload, qps, concurrency, lengths, max_model_len, ttft_slo, tpot_slo,
               slo_statistic) -> Workload:
     """The stack's (or the reference) workload with the options given; a load option replaces both loads."""
     load_given = qps is not None or concurrency is not None
+    input_tokens, output_tokens, distribution = lengths
     try:
         return Workload(
-            input_tokens=input_tokens or base.input_tokens,
-            output_tokens=output_tokens or base.output_tokens,
+            input_tokens=input_tokens, output_tokens=output_tokens, lengths=distribution,
+            max_model_len=max_model_len or base.max_model_len,
             ttft_slo_s=ttft_slo or base.ttft_slo_s,
             tpot_slo_s=tpot_slo or base.tpot_slo_s,
             qps=qps if load_given else base.qps,
@@ -241,6 +249,7 @@ def _print_report(d: dict, plot: Path | None) -> None:
         table.add_row(*row)
     console.print(table)
     console.print(f"Binding constraint: {d['binding_constraint']}.")
+    console.print(lengths_line(w))
     nodes = ", ".join(f"{n['pool']}/node-{n['node']}: {n['replicas']} replica(s), {n['gpus_idle']} GPUs idle"
                       for n in d["nodes"])
     console.print(f"Plan: {d['replicas']} x TP={d['tp']} replicas {d['replicas_by_zone']}; {nodes}.")

@@ -76,6 +76,8 @@ class Model:
     params_b: float
     active_params_b: float
     checkpoints: dict
+    # config.json's max_position_embeddings of the checkpoint served: the longest context it takes
+    max_position_embeddings: int | None = None
 
     def weight_bytes(self, weights: str) -> float:
         return self.params_b * 1e9 * bytes_per_element(weights)

@@ -32,6 +32,8 @@ from .catalog import Instance, Model, bytes_per_element
 from .profiles import Profile
 from .queueing import QUANTILES, STATISTICS, erlang_c_wait, md1_wait_quantile, poisson_quantile_smooth
 from .step import build_step, comm_terms
+from .traffic import LengthDistribution, fixed as fixed_lengths
+from .vllm_engine import BLOCK_TOKENS, NULL_BLOCKS, batch_defaults, blocks_for, reported_memory_bytes
 
 GB = 1e9
 CHUNK_MIN, CHUNK_MAX, CHUNK_ALIGN = 512, 8192, 256
@@ -59,13 +61,44 @@ class Workload:
     qps: float | None = 10.0
     concurrency: int | None = None     # closed loop: this many clients, each waits for its answer
     slo_statistic: str = "p95"         # mean | p50 | p90 | p95 | p99: the SLOs hold at this statistic
+    # The lengths as a distribution (sizing.traffic); None: every request is input/output_tokens.
+    # With one, input_tokens and output_tokens are its means (`with_lengths`).
+    lengths: LengthDistribution | None = None
+    max_model_len: int | None = None   # the served limit, stated; None: the longest the lengths allow
 
     def __post_init__(self):
         check_finite_workload(self)
 
+    @classmethod
+    def with_lengths(cls, lengths: LengthDistribution, **kwargs) -> "Workload":
+        """A workload whose mean lengths come from `lengths`."""
+        return cls(input_tokens=max(1, round(lengths.mean_input)), output_tokens=max(1, round(lengths.mean_output)),
+                   lengths=lengths, **kwargs)
+
     @property
     def is_closed_loop(self) -> bool:
         return self.concurrency is not None
+
+    @property
+    def distribution(self) -> LengthDistribution:
+        return self.lengths or fixed_lengths(self.input_tokens, self.output_tokens)
+
+    @property
+    def served_max_len(self) -> int:
+        """vLLM's max_model_len: the stated maximum, else the longest request the traffic holds."""
+        return self.max_model_len or self.distribution.max_request_tokens
+
+    @property
+    def prompt_attention_tokens(self) -> float:
+        """The prompt length one prompt token's causal attention sees, on average over tokens."""
+        return self.input_tokens if self.lengths is None else self.lengths.prompt_attention_tokens
+
+    @property
+    def decode_context_tokens(self) -> float:
+        """A decoding sequence's context, averaged over decode steps (its KV read per step)."""
+        if self.lengths is None:
+            return self.input_tokens + self.output_tokens / 2
+        return self.lengths.decode_context_tokens
 
 
 WORKLOAD_OPTIONS = {"input_tokens": "--input-tokens", "output_tokens": "--output-tokens",
@@ -83,6 +116,10 @@ def check_finite_workload(w: Workload) -> None:
             raise SizingError(f"{option}: expected a number (got {value!r})", option)
         if not math.isfinite(value) or value <= 0:
             raise SizingError(f"{option}: must be a finite number greater than 0 (got {value!r})", option)
+    if w.max_model_len is not None and (isinstance(w.max_model_len, bool) or not isinstance(w.max_model_len, int)
+                                        or w.max_model_len <= 0):
+        raise SizingError(f"--max-model-len: must be a whole number of tokens above 0 (got {w.max_model_len!r})",
+                          "--max-model-len")
     if w.slo_statistic not in STATISTICS:
         raise SizingError(f"--slo-statistic: unknown statistic '{w.slo_statistic}'; choose one of: "
                           f"{', '.join(STATISTICS)}", "--slo-statistic")
@@ -110,7 +147,7 @@ class Memory:
     kv_bytes_per_token: float
     kv_tokens: int                 # vLLM's "GPU KV cache size: N tokens"
     max_model_len: int
-    max_seqs_kv: int               # sequences whose full context (s_in + s_out) fits in the KV cache
+    max_seqs_kv: int               # running sequences the KV cache holds at saturation (see memory())
     max_seqs: int                  # that, capped by the engine's max_num_seqs
     total_gb: float
 
@@ -189,7 +226,9 @@ class ReplicaModel:
         n = self.in_flight(lam, w.tpot_slo_s) if math.isfinite(lam) and lam > 0 else 1.0
         room = w.tpot_slo_s - self.step.decode_s(n)
         chunk = int(room / per_token) // CHUNK_ALIGN * CHUNK_ALIGN if per_token > 0 and room > 0 else 0
-        return min(max(CHUNK_MIN, chunk), CHUNK_MAX) + self.memory.max_seqs
+        # vLLM refuses a budget below max_num_seqs (SchedulerConfig): at least the engine's cap.
+        cap = engine_max_num_seqs(self.shape, self.profile)
+        return max(min(max(CHUNK_MIN, chunk), CHUNK_MAX) + self.memory.max_seqs, cap)
 
     # -- TPOT ---------------------------------------------------------------------------------
     def step_s(self, n: float) -> float:
@@ -542,31 +581,57 @@ def activation_gb(model: Model, tp: int, batched_tokens: int, max_seqs: int) -> 
 
 def memory(shape: Shape, workload: Workload, profile: Profile, batched_tokens: int | None = None) -> Memory:
     """The replica's memory; `batched_tokens` (max_num_batched_tokens) sets the activation peak
-    (default: the smallest chunk beside the profile's max_num_seqs)."""
+    (default: the smallest chunk beside the profile's max_num_seqs).
+
+    `kv_accounting: vllm` follows vLLM 0.29.0 (`sizing.vllm_engine`): gpu_memory_utilization x the
+    memory the driver reports, less weights, activation peak, CUDA graphs and runtime memory, in
+    blocks of 16 tokens, one held back; a running sequence holds the blocks of the tokens it has
+    so far, so at saturation the batch is the blocks over a sequence's average resident blocks.
+    `fixed` (the seed) reserves each sequence's whole mean request."""
     m, gpu, tp = shape.model, shape.instance.gpu, shape.tp
     batched_tokens = batched_tokens or CHUNK_MIN + profile.max_num_seqs
     w = m.weight_bytes(shape.weights)
     kv_tok = m.kv_bytes_per_token(shape.kv_dtype)
-    max_len = workload.input_tokens + workload.output_tokens
     vllm = profile.kv_accounting == "vllm"
-    act = activation_gb(m, tp, batched_tokens, profile.max_num_seqs) if vllm else 0.0
+    seqs_cap = engine_max_num_seqs(shape, profile)
+    act = activation_gb(m, tp, batched_tokens, seqs_cap) if vllm else 0.0
     graphs = profile.cuda_graph_gb if vllm else 0.0
-    usable = gpu.memory_gb * profile.gpu_memory_utilization - profile.runtime_overhead_gb - act - graphs
+    total_gb = reported_memory_bytes(gpu) / GB if vllm else gpu.memory_gb
+    usable = total_gb * profile.gpu_memory_utilization - profile.runtime_overhead_gb - act - graphs
     budget = tp * usable * GB - w
     if vllm:
         block = profile.block_tokens
         blocks = max(0, int(budget // (block * kv_tok))) if budget > 0 else 0
         kv_tokens = blocks * block
-        seqs = blocks // math.ceil(max_len / block)
+        seqs = int(max(0, blocks - NULL_BLOCKS) // resident_blocks(workload, block))
     else:
         kv_tokens = max(0, int(budget // kv_tok)) if budget > 0 else 0
-        seqs = max(0, int(budget // (max_len * kv_tok))) if budget > 0 else 0
+        seqs = max(0, int(budget // ((workload.input_tokens + workload.output_tokens) * kv_tok))) if budget > 0 else 0
     return Memory(
         weights_gb=w / GB, weights_per_gpu_gb=w / tp / GB, usable_per_gpu_gb=usable, activation_gb=act,
         cuda_graph_gb=graphs, kv_budget_gb=max(budget, 0) / GB, kv_bytes_per_token=kv_tok,
-        kv_tokens=kv_tokens, max_model_len=max_len,
-        max_seqs_kv=seqs, max_seqs=min(seqs, profile.max_num_seqs), total_gb=tp * gpu.memory_gb,
+        kv_tokens=kv_tokens, max_model_len=workload.served_max_len,
+        max_seqs_kv=seqs, max_seqs=min(seqs, seqs_cap), total_gb=tp * gpu.memory_gb,
     )
+
+
+def engine_max_num_seqs(shape: Shape, profile: Profile) -> int:
+    """The engine's cap on running sequences: vLLM 0.29.0's default for the GPU class under vLLM
+    accounting (the plan sets no other, `sizing.vllm_engine.batch_defaults`); the seed's figure
+    under the reference profile."""
+    return batch_defaults(shape.instance.gpu)[1] if profile.kv_accounting == "vllm" else profile.max_num_seqs
+
+
+def resident_blocks(workload: Workload, block: int = BLOCK_TOKENS) -> float:
+    """Blocks a running sequence holds on average over its life: its context averaged over its
+    decode steps, plus half a block (the last block is partly filled)."""
+    return workload.decode_context_tokens / block + 0.5
+
+
+def kv_blocks_needed(tokens: int, block: int = BLOCK_TOKENS) -> int:
+    """vLLM's start-up check (check_enough_kv_cache_memory): blocks for one max_model_len request
+    plus the null block."""
+    return blocks_for(tokens, block) + NULL_BLOCKS
 
 
 def check_shape(shape: Shape, workload: Workload, profile: Profile) -> None:
@@ -584,7 +649,22 @@ def check_shape(shape: Shape, workload: Workload, profile: Profile) -> None:
             f"{shape.weights} weights of {m.id} need {mem.weights_per_gpu_gb:.1f} GB per GPU at TP={tp}, "
             f"more than the {mem.usable_per_gpu_gb:.1f} GB usable on a {inst.gpu.id} "
             "(raise TP, use fp8 weights or a larger GPU)", option="--weights")
-    if mem.max_seqs_kv < 1:
+    check_served_length(shape, workload, profile, mem)
+
+
+def check_served_length(shape: Shape, workload: Workload, profile: Profile, mem: Memory) -> None:
+    """max_model_len within the model's context, and one request of it in the KV cache: vLLM
+    0.29.0 refuses to start otherwise (kv_cache_utils.check_enough_kv_cache_memory)."""
+    m, served = shape.model, workload.served_max_len
+    limit = m.max_position_embeddings
+    if limit and served > limit:
         raise SizingError(
-            f"no room for one sequence's KV cache ({workload.input_tokens + workload.output_tokens} tokens) "
-            f"beside the weights at TP={tp} on {inst.gpu.id}", "--input-tokens")
+            f"max_model_len {served:,} is above the {limit:,}-token context of {m.id} (max_position_embeddings); "
+            f"state a maximum of at most {limit:,} (longer requests are refused)", "--max-model-len")
+    block = profile.block_tokens
+    have = mem.kv_tokens // block
+    if have < kv_blocks_needed(served, block):
+        raise SizingError(
+            f"no room for one request of max_model_len {served:,} tokens: the KV cache beside the weights "
+            f"holds {max(have - NULL_BLOCKS, 0) * block:,} tokens at TP={shape.tp} on {shape.instance.gpu.id}, and "
+            "vLLM refuses to start (raise TP, use fp8 KV, or lower the stated maximum)", "--max-model-len")

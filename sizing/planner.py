@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from .catalog import Instance, load_catalog
-from .model import Capacity, Memory, Point, ReplicaModel, Shape, SizingError, Workload, check_shape
+from .model import (Capacity, Memory, Point, ReplicaModel, Shape, SizingError, Workload, check_shape,
+                    engine_max_num_seqs)
 from .profiles import Profile, get_profile
 from .queueing import QUANTILES
 
@@ -161,8 +162,11 @@ def _engine_args(plan: Plan) -> dict:
     rm = plan.replica_model
     return {
         "tensor_parallel_size": plan.tp,
-        "max_model_len": w.input_tokens + w.output_tokens,
-        "max_num_seqs": rm.memory.max_seqs,
+        "max_model_len": w.served_max_len,
+        # vLLM 0.29.0's own default for the GPU class (sizing.vllm_engine): its paged KV cache
+        # admits what fits and preempts the newest when blocks run out, so no tighter cap is
+        # needed. The reference profile keeps the seed's 512 (model.engine_max_num_seqs).
+        "max_num_seqs": engine_max_num_seqs(rm.shape, profile),
         "max_num_batched_tokens": rm.batched_tokens,
         "gpu_memory_utilization": profile.gpu_memory_utilization,
         "kv_cache_dtype": "fp8" if req.kv_dtype == "fp8" else "auto",

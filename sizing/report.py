@@ -25,7 +25,9 @@ def _request_fields(plan: Plan) -> dict:
         "weights": req.weights, "kv_dtype": req.kv_dtype, "profile": req.profile, "tp": plan.tp,
         "workload": {"qps": w.qps, "concurrency": w.concurrency, "input_tokens": w.input_tokens,
                      "output_tokens": w.output_tokens, "ttft_slo_s": w.ttft_slo_s, "tpot_slo_s": w.tpot_slo_s,
-                     "slo_statistic": w.slo_statistic},
+                     "slo_statistic": w.slo_statistic,
+                     # the lengths' form and the percentiles sized for; the served limit they give
+                     "lengths": w.distribution.summary(), "max_model_len": w.served_max_len},
     }
 
 
