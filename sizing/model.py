@@ -37,6 +37,7 @@ from .vllm_engine import BLOCK_TOKENS, NULL_BLOCKS, batch_defaults, blocks_for, 
 
 GB = 1e9
 CHUNK_MIN, CHUNK_MAX, CHUNK_ALIGN = 512, 8192, 256
+PROMPT_POINTS = 16          # prompt-length quantiles a varying prompt's own prefill is averaged over
 
 
 class SizingError(ValueError):
@@ -194,6 +195,11 @@ class ReplicaModel:
         self.additive = profile.step_model == "additive"
         s_in, self.s_out = workload.input_tokens, workload.output_tokens
         self.s_in = s_in
+        # Prompt lengths: E[s^2] / E[s] (the M/G/1 work ahead) and PROMPT_POINTS quantiles (own service).
+        self.s_work = workload.prompt_attention_tokens
+        d = workload.lengths
+        self.prompt_points = ((s_in,) if d is None else
+                              tuple(d.input_quantile((i + 0.5) / PROMPT_POINTS) for i in range(PROMPT_POINTS)))
         self.kv_tok = shape.model.kv_bytes_per_token(shape.kv_dtype)
         self.branches = step.decode_branches()
         self.prefill_alone_s = step.prefill_s(s_in)          # one prompt, alone, unchunked
@@ -229,6 +235,10 @@ class ReplicaModel:
         # vLLM refuses a budget below max_num_seqs (SchedulerConfig): at least the engine's cap.
         cap = engine_max_num_seqs(self.shape, self.profile)
         return max(min(max(CHUNK_MIN, chunk), CHUNK_MAX) + self.memory.max_seqs, cap)
+
+    def prompt_quantile(self, q: float) -> float:
+        d = self.workload.lengths
+        return self.s_in if d is None else d.input_quantile(q)
 
     # -- TPOT ---------------------------------------------------------------------------------
     def step_s(self, n: float) -> float:
@@ -296,14 +306,25 @@ class ReplicaModel:
     # -- TTFT ---------------------------------------------------------------------------------
     def _prefill_queue(self, qps: float, n: float) -> tuple[float, float, float, float, float]:
         """(rho, prompt work D, own service S, full-chunk step, own last step) in s, of the
-        chunked-prefill queue at batch n. rho is also the share of time in full-chunk steps."""
+        chunked-prefill queue at batch n. rho is also the share of time in full-chunk steps.
+
+        Prompt lengths that vary make it M/G/1: the work a waiting prompt finds ahead scales with
+        E[s_in^2] / E[s_in] (a long prompt is more likely the one in the way), and its own service
+        is the mean over the prompt lengths (`prompt_points`)."""
         chunk = max(self.batched_tokens - n, 1.0)
-        step = self.step
-        full = step.step_s(n, chunk)
+        full = self.step.step_s(n, chunk)
         rho = qps * self.s_in * full / chunk                  # chunks drain chunk / full tokens per second
-        k = math.ceil(self.s_in / chunk)
-        last = step.step_s(n, self.s_in - (k - 1) * chunk)
-        return rho, self.s_in * full / chunk, (k - 1) * full + last, full, last
+        service, last = self._own_service(n, self.s_in)
+        if len(self.prompt_points) > 1:
+            service = sum(self._own_service(n, s)[0] for s in self.prompt_points) / len(self.prompt_points)
+        return rho, self.s_work * full / chunk, service, full, last
+
+    def _own_service(self, n: float, s_in: float) -> tuple[float, float]:
+        """(all its steps, its last step) for a prompt of s_in tokens in chunks beside n decodes."""
+        chunk = max(self.batched_tokens - n, 1.0)
+        k = math.ceil(s_in / chunk)
+        last = self.step.step_s(n, s_in - (k - 1) * chunk)
+        return (k - 1) * self.step.step_s(n, chunk) + last, last
 
     def _ttft_prefill(self, qps: float, n: float, tpot: float, q: float | None) -> float:
         """TTFT before any KV-admission wait, at a statistic (q None: the mean).
@@ -330,8 +351,11 @@ class ReplicaModel:
         res_q = _residual_quantile(tail, f, full, busy - f, dec)
         wait_q = md1_wait_quantile(rho, work, q)
         last_q = extra if shared > tail else 0.0
+        # Its own steps at the quantile: a long prompt (the lengths' q-quantile) beside a batch at
+        # its q-quantile (a larger batch leaves smaller chunks, so more steps).
+        own_q = self._own_service(poisson_quantile_smooth(n, q), self.prompt_quantile(q))[0]
         spread = math.sqrt(max(res_q - residual, 0.0) ** 2 + max(wait_q - mean_wait, 0.0) ** 2
-                           + max(last_q - shared * extra, 0.0) ** 2)
+                           + max(last_q - shared * extra, 0.0) ** 2 + max(own_q - service, 0.0) ** 2)
         return residual + mean_wait + shared * extra + spread + service
 
     # -- one load -------------------------------------------------------------------------------
@@ -603,7 +627,9 @@ def memory(shape: Shape, workload: Workload, profile: Profile, batched_tokens: i
         block = profile.block_tokens
         blocks = max(0, int(budget // (block * kv_tok))) if budget > 0 else 0
         kv_tokens = blocks * block
-        seqs = int(max(0, blocks - NULL_BLOCKS) // resident_blocks(workload, block))
+        per_seq = (resident_blocks(workload, block) if profile.kv_reservation == "grow"
+                   else blocks_for(workload.input_tokens + workload.output_tokens, block))
+        seqs = int(max(0, blocks - NULL_BLOCKS) // per_seq)
     else:
         kv_tokens = max(0, int(budget // kv_tok)) if budget > 0 else 0
         seqs = max(0, int(budget // ((workload.input_tokens + workload.output_tokens) * kv_tok))) if budget > 0 else 0

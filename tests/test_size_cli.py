@@ -200,13 +200,14 @@ def test_closed_loop_ttft_past_the_kv_cache_is_finite_and_grows_with_the_clients
 
 
 def test_a_ttft_slo_below_the_idle_chunked_prefill_names_the_chunks(capsys):
-    # The step budget is at least vLLM's max_num_seqs (1,024 on an H100): a 3,000-token prompt takes chunks.
-    code, _, err = run(capsys, "size", "--profile", "calibrated", "--ttft-slo", "0.13", "--tp", "4",
-                       "--input-tokens", "3000")
+    # The step budget is at least vLLM's max_num_seqs (1,024 on an H100): a 20,000-token prompt takes
+    # 20 chunks, slower than its 0.92 s prefill alone.
+    code, _, err = run(capsys, "size", "--profile", "calibrated", "--ttft-slo", "0.95", "--tp", "4",
+                       "--input-tokens", "20000")
     assert code == 2
     assert err.strip() == ("error: SLOs: one replica cannot meet the SLOs even unloaded: at the lightest load the p95 "
-                           "TTFT is 0.14 s (a 3,000-token prompt in chunks of up to 1,024 tokens, each step shared "
-                           "with the decodes), above the 0.13 s TTFT SLO")
+                           "TTFT is 0.98 s (a 20,000-token prompt in chunks of up to 1,024 tokens, each step shared "
+                           "with the decodes), above the 0.95 s TTFT SLO")
 
 
 def test_a_load_without_a_steady_state_says_unstable_and_why(capsys):
