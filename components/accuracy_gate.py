@@ -40,6 +40,9 @@ from .serving import VLLM_IMAGE, served_checkpoint
 
 PYTHON_IMAGE = conventions.PYTHON_IMAGE
 LM_EVAL = "lm-eval[api]==0.4.13"        # the API client only: no torch in the gate's image
+# The served model's tokenizer (AutoTokenizer needs no torch): lm-eval counts each context with it
+# and left-truncates one past max_length - max_gen_toks (lm_eval/models/api_models.py, 0.4.13).
+TRANSFORMERS = "transformers==4.57.1"
 # The gate waits this long at least for lm-eval (the Job's deadline and Pulumi's await); more
 # when its quota needs longer for the tasks' questions (`gate_timeout_s`).
 GATE_TIMEOUT_S = 4 * 3600
@@ -104,8 +107,12 @@ def lm_eval_command(plan: Plan, job: GateJob) -> list[str]:
         f"num_concurrent={concurrency(plan, job)}",
         "max_retries=3",
         f"timeout={REQUEST_TIMEOUT_S}",
-        "tokenized_requests=False",      # the server tokenizes; the gate needs no tokenizer
-        "tokenizer_backend=none",
+        "tokenized_requests=False",      # the server tokenizes the text it is sent
+        # The served model's tokenizer and context: lm-eval truncates an over-long few-shot context
+        # (max_length - max_gen_toks) instead of sending what vLLM would refuse with a 400.
+        "tokenizer_backend=huggingface",
+        f"tokenizer={plan.engine_args['checkpoint']}",
+        f"max_length={plan.engine_args['max_model_len']}",
     ])
     return ["lm_eval", "--model", "local-completions", "--model_args", model_args,
             "--tasks", ",".join(job.gate.tasks), "--output_path", f"{WORK}/results"]
@@ -138,7 +145,7 @@ while True:
 
 def install_command() -> list[str]:
     """The init container's: lm-eval into the shared work folder, with no secret in reach."""
-    return ["pip", "install", "--no-cache-dir", "--quiet", "--target", f"{WORK}/py", LM_EVAL]
+    return ["pip", "install", "--no-cache-dir", "--quiet", "--target", f"{WORK}/py", LM_EVAL, TRANSFORMERS]
 
 
 def shell_script(plan: Plan, job: GateJob) -> str:

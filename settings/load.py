@@ -18,6 +18,7 @@ from sizing.model import Shape, SizingError, check_shape
 from sizing.planner import candidate_tps
 from sizing.profiles import get_profile
 
+from .accuracy_fit import gate_fit_problems
 from .schema import ALL_SECRET_KEYS, MAX_API_KEYS, NAMESPACE, ZONE_LETTERS, StackSettings, _Strict
 
 STACKS_DIR = Path(__file__).resolve().parent.parent / "stacks"
@@ -185,6 +186,9 @@ def semantic_problems(s: StackSettings) -> list[str]:
         problems.append(f"{NAMESPACE}:gateway.rateLimitShare: {s.gateway.rateLimitShare:g} leaves the accuracy gate's "
                         f"own key less than {1 - MAX_TENANT_SHARE_WITH_GATE:.0%} of the capacity; use at most "
                         f"{MAX_TENANT_SHARE_WITH_GATE:g}, or set accuracyGate.enabled: false")
+    if s.accuracy_gate_enabled:
+        problems += gate_fit_problems(s.accuracyGate.tasks, s.workload.sizing_workload().served_max_len,
+                                      f"{NAMESPACE}:accuracyGate.tasks")
     if s.loadTest.enabled and s.workload.qps is None:
         problems.append(f"{NAMESPACE}:loadTest.enabled: the workload is closed-loop (concurrency); the rate "
                         "sweep needs workload.qps, or set loadTest.enabled: false")
