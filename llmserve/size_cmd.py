@@ -18,7 +18,7 @@ from sizing.queueing import STATISTICS
 from sizing.report import plan_to_dict, table_rows
 
 from . import options
-from .lengths_opts import lengths_from_options, lengths_line
+from .lengths_opts import lengths_from_options, lengths_line, prefix_line
 from .errors import check_output_file, check_positive, fail
 
 DEFAULT_REGION = "us-east-1"
@@ -249,7 +249,7 @@ def _print_report(d: dict, plot: Path | None) -> None:
         table.add_row(*row)
     console.print(table)
     console.print(f"Binding constraint: {d['binding_constraint']}.")
-    console.print(lengths_line(w))
+    console.print(lengths_line(w) + prefix_line(d))
     nodes = ", ".join(f"{n['pool']}/node-{n['node']}: {n['replicas']} replica(s), {n['gpus_idle']} GPUs idle"
                       for n in d["nodes"])
     console.print(f"Plan: {d['replicas']} x TP={d['tp']} replicas {d['replicas_by_zone']}; {nodes}.")

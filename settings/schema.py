@@ -87,6 +87,12 @@ class WorkloadSettings(_Strict):
     # The longest request served (prompt + output): vLLM's max_model_len. Default: the longest
     # the lengths allow (fixed: in + out; percentiles: max + max; a file: its longest, rounded up).
     maxModelLen: int | None = Field(None, gt=0, le=10_000_000)
+    # Prefix caching the plan counts on: prompt tokens every request shares (system prompt,
+    # template), or the share of prompt tokens found in the cache (multi-turn). vLLM 0.29.0 caches
+    # prefixes by default; with either set, the serving args say --enable-prefix-caching and the
+    # plan shows TTFT and capacity with and without it.
+    sharedPrefixTokens: int = Field(0, ge=0, le=1_000_000)
+    prefixHitFraction: float = Field(0.0, ge=0, lt=1)
     ttftSeconds: float = Field(1.0, gt=0)
     tpotSeconds: float = Field(0.040, gt=0)
     sloStatistic: Literal["mean", "p50", "p90", "p95", "p99"] = "p95"   # the SLOs hold at this statistic
@@ -125,6 +131,9 @@ class WorkloadSettings(_Strict):
             self._lengths = read_lengths_file(self.lengthsFile, "lengthsFile")
         elif isinstance(self.inputTokens, PercentileLengths) or isinstance(self.outputTokens, PercentileLengths):
             self._lengths = from_percentiles(_as_percentiles(self.inputTokens), _as_percentiles(self.outputTokens))
+        elif self.sharedPrefixTokens >= self.inputTokens:
+            raise ValueError(f"sharedPrefixTokens: {self.sharedPrefixTokens} is not below inputTokens "
+                             f"{self.inputTokens}; the shared prefix is part of each prompt")
         return self
 
     @property
@@ -134,7 +143,8 @@ class WorkloadSettings(_Strict):
 
     def sizing_workload(self) -> Workload:
         common = dict(ttft_slo_s=self.ttftSeconds, tpot_slo_s=self.tpotSeconds, qps=self.qps,
-                      concurrency=self.concurrency, slo_statistic=self.sloStatistic, max_model_len=self.maxModelLen)
+                      concurrency=self.concurrency, slo_statistic=self.sloStatistic, max_model_len=self.maxModelLen,
+                      shared_prefix_tokens=self.sharedPrefixTokens, prefix_hit_fraction=self.prefixHitFraction)
         if self._lengths is not None:
             return Workload.with_lengths(self._lengths, **common)
         return Workload(input_tokens=self.inputTokens, output_tokens=self.outputTokens, **common)

@@ -26,7 +26,7 @@ the `reference` profile, whose step model is the seed's.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .catalog import Instance, Model, bytes_per_element
 from .profiles import Profile
@@ -66,6 +66,11 @@ class Workload:
     # With one, input_tokens and output_tokens are its means (`with_lengths`).
     lengths: LengthDistribution | None = None
     max_model_len: int | None = None   # the served limit, stated; None: the longest the lengths allow
+    # Prefix caching (vLLM's automatic prefix caching, on by default in 0.29.0): the prompt tokens
+    # every request shares (a system prompt or template), or the share of prompt tokens found in
+    # the cache (multi-turn chats). 0: the plan does not count on it.
+    shared_prefix_tokens: int = 0
+    prefix_hit_fraction: float = 0.0
 
     def __post_init__(self):
         check_finite_workload(self)
@@ -83,6 +88,20 @@ class Workload:
     @property
     def distribution(self) -> LengthDistribution:
         return self.lengths or fixed_lengths(self.input_tokens, self.output_tokens)
+
+    @property
+    def cached_prompt_tokens(self) -> int:
+        """Prompt tokens per request served from the prefix cache: whole 16-token blocks only (vLLM
+        caches full blocks), and never the last prompt token (it is recomputed for its logits)."""
+        cached = max(self.shared_prefix_tokens, self.prefix_hit_fraction * self.input_tokens)
+        return max(0, min(int(cached) // BLOCK_TOKENS * BLOCK_TOKENS, self.input_tokens - 1))
+
+    @property
+    def counts_on_prefix_cache(self) -> bool:
+        return self.cached_prompt_tokens > 0
+
+    def without_prefix_cache(self) -> "Workload":
+        return replace(self, shared_prefix_tokens=0, prefix_hit_fraction=0.0)
 
     @property
     def served_max_len(self) -> int:
@@ -117,6 +136,12 @@ def check_finite_workload(w: Workload) -> None:
             raise SizingError(f"{option}: expected a number (got {value!r})", option)
         if not math.isfinite(value) or value <= 0:
             raise SizingError(f"{option}: must be a finite number greater than 0 (got {value!r})", option)
+    if isinstance(w.shared_prefix_tokens, bool) or not isinstance(w.shared_prefix_tokens, int) or w.shared_prefix_tokens < 0:
+        raise SizingError(f"--shared-prefix-tokens: must be a whole number of tokens, 0 or more "
+                          f"(got {w.shared_prefix_tokens!r})", "--shared-prefix-tokens")
+    if not (isinstance(w.prefix_hit_fraction, (int, float)) and 0 <= w.prefix_hit_fraction < 1):
+        raise SizingError(f"--prefix-hit-fraction: must be from 0 to below 1 (got {w.prefix_hit_fraction!r})",
+                          "--prefix-hit-fraction")
     if w.max_model_len is not None and (isinstance(w.max_model_len, bool) or not isinstance(w.max_model_len, int)
                                         or w.max_model_len <= 0):
         raise SizingError(f"--max-model-len: must be a whole number of tokens above 0 (got {w.max_model_len!r})",
@@ -193,13 +218,16 @@ class ReplicaModel:
         self.shape, self.workload, self.profile, self.real = shape, workload, profile, real
         self.step = step = build_step(shape, workload, profile, real)
         self.additive = profile.step_model == "additive"
-        s_in, self.s_out = workload.input_tokens, workload.output_tokens
+        # The prompt tokens each request computes: a prefix found in the cache is not recomputed.
+        self.cached = cached = workload.cached_prompt_tokens
+        s_in, self.s_out = workload.input_tokens - cached, workload.output_tokens
         self.s_in = s_in
         # Prompt lengths: E[s^2] / E[s] (the M/G/1 work ahead) and PROMPT_POINTS quantiles (own service).
-        self.s_work = workload.prompt_attention_tokens
+        self.s_work = workload.prompt_attention_tokens - cached
         d = workload.lengths
         self.prompt_points = ((s_in,) if d is None else
-                              tuple(d.input_quantile((i + 0.5) / PROMPT_POINTS) for i in range(PROMPT_POINTS)))
+                              tuple(max(1, d.input_quantile((i + 0.5) / PROMPT_POINTS) - cached)
+                                    for i in range(PROMPT_POINTS)))
         self.kv_tok = shape.model.kv_bytes_per_token(shape.kv_dtype)
         self.branches = step.decode_branches()
         self.prefill_alone_s = step.prefill_s(s_in)          # one prompt, alone, unchunked
@@ -238,7 +266,7 @@ class ReplicaModel:
 
     def prompt_quantile(self, q: float) -> float:
         d = self.workload.lengths
-        return self.s_in if d is None else d.input_quantile(q)
+        return self.s_in if d is None else max(1, d.input_quantile(q) - self.cached)
 
     # -- TPOT ---------------------------------------------------------------------------------
     def step_s(self, n: float) -> float:
@@ -650,8 +678,9 @@ def engine_max_num_seqs(shape: Shape, profile: Profile) -> int:
 
 def resident_blocks(workload: Workload, block: int = BLOCK_TOKENS) -> float:
     """Blocks a running sequence holds on average over its life: its context averaged over its
-    decode steps, plus half a block (the last block is partly filled)."""
-    return workload.decode_context_tokens / block + 0.5
+    decode steps, plus half a block (the last block is partly filled), less the blocks of a
+    prefix found in the cache: those are shared, held once for all the batch (not counted)."""
+    return (workload.decode_context_tokens - workload.cached_prompt_tokens) / block + 0.5
 
 
 def kv_blocks_needed(tokens: int, block: int = BLOCK_TOKENS) -> int:

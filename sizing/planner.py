@@ -90,6 +90,7 @@ class Plan:
     notes: tuple[str, ...] = field(default_factory=tuple)
     fill_idle_gpus: dict | None = None
     fleet: FleetView | None = None       # replicas fixed by the request: the whole fleet at the load
+    prefix_caching: dict | None = None   # the plan counts on the prefix cache: the figures with and without
 
     @property
     def memory(self) -> Memory:
@@ -170,6 +171,8 @@ def _engine_args(plan: Plan) -> dict:
         "max_num_batched_tokens": rm.batched_tokens,
         "gpu_memory_utilization": profile.gpu_memory_utilization,
         "kv_cache_dtype": "fp8" if req.kv_dtype == "fp8" else "auto",
+        # vLLM 0.29.0 caches prefixes by default; a plan that counts on it says so explicitly.
+        "enable_prefix_caching": w.counts_on_prefix_cache,
         "weights": req.weights,
         "checkpoint": model.checkpoints.get(req.weights if req.weights in model.checkpoints else "bf16"),
     }
@@ -348,7 +351,24 @@ def plan_for_tp(req: PlanRequest, model, instance: Instance, profile: Profile, t
         gpus_used=gpus_used, gpus_total=gpus_total, gpu_hour_price=gpu_price, node_price=node_price,
         binding_constraint=_binding_words(cap, w, need, loss), notes=tuple(notes), fill_idle_gpus=fill,
         replica_model=real, fleet=fleet_view(real, w, replicas) if req.replicas is not None else None,
+        prefix_caching=_prefix_view(shape, w, profile, real, cap, clients, qps_load),
     )
+
+
+def _prefix_view(shape: Shape, w: Workload, profile: Profile, real: ReplicaModel, cap: Capacity,
+                 clients: int, qps_load: float) -> dict | None:
+    """TTFT and capacity per replica with the prefix cache the workload states, and without it
+    (the same replica, every prompt token computed), at the same load."""
+    if not w.counts_on_prefix_cache:
+        return None
+    bare = ReplicaModel(shape, w.without_prefix_cache(), profile, real=True)
+
+    def figures(rm: ReplicaModel, capacity: Capacity) -> dict:
+        point = rm.closed_point(clients) if w.is_closed_loop else rm.at(qps_load)
+        return {"ttft_ms": point.ttft_ms, "ttft_p95_ms": point.ttft_p95_ms, "tpot_ms": point.tpot_ms,
+                "capacity_per_replica_qps": capacity.qps, "binding": capacity.binding}
+    return {"cached_prompt_tokens": w.cached_prompt_tokens, "with": figures(real, cap),
+            "without": figures(bare, bare.capacity())}
 
 
 def _demand(real: ReplicaModel, cap: Capacity, w: Workload) -> _Demand:

@@ -109,6 +109,13 @@ class LengthDistribution:
         mo = self.mean_output
         return self.mean_input + sum(o * o for o in self.outputs) / (2 * len(self.outputs) * mo)
 
+    def spread(self, field: str) -> tuple[float, float, int, int]:
+        """(mean, standard deviation, min, max) of `input` or `output` lengths."""
+        values = self.inputs if field == "input" else self.outputs
+        mean = sum(values) / len(values)
+        var = sum((v - mean) ** 2 for v in values) / len(values)
+        return mean, math.sqrt(var), min(values), max(values)
+
     def input_quantile(self, q: float) -> int:
         return _quantile(self.inputs, q)
 

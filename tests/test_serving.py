@@ -22,7 +22,8 @@ FLAG_FOR_ARG = {
 }
 # A second workload whose plan differs from prod's in every argument a workload decides.
 OTHER_WORKLOAD = {
-    "workload": {"qps": 15, "inputTokens": 2000, "outputTokens": 500, "ttftSeconds": 1.5, "tpotSeconds": 0.05},
+    "workload": {"qps": 15, "inputTokens": 2000, "outputTokens": 500, "maxModelLen": 16384, "ttftSeconds": 1.5,
+                 "tpotSeconds": 0.05},
     "model": {"id": "llama-3-70b", "weights": "fp8", "kvCacheDtype": "fp8", "tensorParallel": 8},
     "gpuPools": [{"zone": "us-east-1a", "instanceType": "p5.48xlarge", "nodes": 2},
                  {"zone": "us-east-1b", "instanceType": "p5.48xlarge", "nodes": 2}],
