@@ -1,59 +1,6 @@
-"""`llmserve size`'s length options: --input-tokens / --output-tokens as a number or as
-percentiles (p50=N,p95=N,max=N), or --lengths FILE (observed lengths, CSV or JSONL), over the
-stack's lengths. Errors name the flag; exit 2."""
+"""`llmserve size`'s words on the lengths (their form, the percentiles sized for, the served limit)
+and on the prefix cache the plan counts on."""
 from __future__ import annotations
-
-from pathlib import Path
-
-from settings.files import FileInputError, read_text
-from sizing.model import Workload
-from sizing.traffic import LengthDistribution, LengthsError, Percentiles, from_percentiles, parse_length_option
-from sizing.traffic import parse_lengths_text
-
-from .errors import fail
-
-
-def lengths_from_options(base: Workload, input_tokens: str | None, output_tokens: str | None,
-                         lengths: Path | None) -> tuple[int, int, LengthDistribution | None]:
-    """(mean input, mean output, distribution or None for fixed lengths) from the flags given,
-    else the stack's (or the reference's)."""
-    if lengths is not None:
-        given = [f for f, v in (("--input-tokens", input_tokens), ("--output-tokens", output_tokens)) if v is not None]
-        if given:
-            fail(f"--lengths and {' and '.join(given)}: give the lengths one way (a file of observed lengths, "
-                 "or numbers/percentiles), not both")
-        try:
-            dist = parse_lengths_text(read_text(lengths, "lengths file (CSV or JSONL)"), str(lengths))
-        except (FileInputError, LengthsError) as exc:
-            fail(f"--lengths: {exc}")
-        return round(dist.mean_input), round(dist.mean_output), dist
-    if input_tokens is None and output_tokens is None:
-        return base.input_tokens, base.output_tokens, base.lengths
-    try:
-        ins = parse_length_option(input_tokens, "--input-tokens") if input_tokens is not None else None
-        outs = parse_length_option(output_tokens, "--output-tokens") if output_tokens is not None else None
-    except LengthsError as exc:
-        fail(str(exc))
-    ins = ins if ins is not None else _base_form(base, "input")
-    outs = outs if outs is not None else _base_form(base, "output")
-    if isinstance(ins, int) and isinstance(outs, int):
-        return ins, outs, None
-    dist = from_percentiles(_percentiles(ins), _percentiles(outs))
-    return round(dist.mean_input), round(dist.mean_output), dist
-
-
-def _base_form(base: Workload, field: str) -> int | Percentiles:
-    """The stack's length for a field the flags leave alone: its number, or its percentiles."""
-    d = base.lengths
-    if d is None:
-        return base.input_tokens if field == "input" else base.output_tokens
-    values = d.inputs if field == "input" else d.outputs
-    q = d.input_quantile if field == "input" else d.output_quantile
-    return Percentiles(q(0.5), q(0.95), max(values))
-
-
-def _percentiles(v: int | Percentiles) -> Percentiles:
-    return Percentiles(v, v, v) if isinstance(v, int) else v
 
 
 def lengths_line(w: dict) -> str:

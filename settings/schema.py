@@ -24,6 +24,7 @@ from sizing.traffic import LengthDistribution, LengthsError, Percentiles, from_p
 
 from .files import FileInputError, read_text
 
+from .capacity import offering_id, reservation_id
 from .names import RESERVED_NAMESPACES, dns_label, private_cidr, role_arn, secret_key
 from .names import checkpoint as valid_checkpoint, hostname as valid_hostname, system_instance_type, tag
 
@@ -34,7 +35,7 @@ TLS_SECRET_KEYS = ("tlsCertificate", "tlsPrivateKey")
 ALL_SECRET_KEYS = SECRET_KEYS + TLS_SECRET_KEYS
 LETS_ENCRYPT = "https://acme-v02.api.letsencrypt.org/directory"
 # EKS versions the stack accepts: in EKS standard support on the prices' date (2026-11) and in
-# Envoy Gateway v1.9's compatibility matrix (v1.33-v1.36). See the README to move to the next.
+# Envoy Gateway v1.8's compatibility matrix (v1.32-v1.35). See docs/operations.md to move to the next.
 KUBERNETES_VERSIONS = ("1.34", "1.35")     # 1.34: standard support to 2026-12-02; 1.35: to 2027-03-27
 GATE_KEY_NAME = "accuracy-gate"   # the accuracy gate's own client id at the gateway (not a tenant's)
 MAX_API_KEYS = 16          # Envoy Gateway's BackendTrafficPolicy takes at most 16 local rate-limit rules
@@ -51,6 +52,8 @@ Hostname = Annotated[str, AfterValidator(valid_hostname)]
 ApiKeyName = Annotated[str, AfterValidator(secret_key)]
 RoleArn = Annotated[str, AfterValidator(role_arn)]
 Score = Annotated[float, Field(ge=0, le=1)]
+ReservationId = Annotated[str, AfterValidator(reservation_id)]      # cr-<17 hex>: settings/capacity.py
+OfferingId = Annotated[str, AfterValidator(offering_id)]            # cb-<17 hex>
 
 
 class _Strict(BaseModel):
@@ -72,7 +75,7 @@ class PercentileLengths(_Strict):
         try:
             Percentiles(self.p50, self.p95, self.max).check("")
         except LengthsError as exc:
-            raise ValueError(str(exc).lstrip(".")) from None
+            raise ValueError(str(exc)) from None
         return self
 
 
@@ -121,6 +124,14 @@ class WorkloadSettings(_Strict):
                              f"(got {str(v)[:40]!r})")
         return v
 
+    @field_validator("lengthsFile")
+    @classmethod
+    def _readable(cls, v: str | None) -> str | None:
+        """The file read and parsed here, so a problem names this key (and the CLI, --lengths)."""
+        if v is not None:
+            read_lengths_file(v)
+        return v
+
     @model_validator(mode="after")
     def _read_lengths(self):
         given = {"inputTokens", "outputTokens"} & self.model_fields_set
@@ -128,7 +139,7 @@ class WorkloadSettings(_Strict):
             if given:
                 raise ValueError(f"lengthsFile and {' and '.join(sorted(given))}: give the lengths one way "
                                  "(a file of observed lengths, or numbers/percentiles), not both")
-            self._lengths = read_lengths_file(self.lengthsFile, "lengthsFile")
+            self._lengths = read_lengths_file(self.lengthsFile)
         elif isinstance(self.inputTokens, PercentileLengths) or isinstance(self.outputTokens, PercentileLengths):
             self._lengths = from_percentiles(_as_percentiles(self.inputTokens), _as_percentiles(self.outputTokens))
         elif self.sharedPrefixTokens >= self.inputTokens:
@@ -158,13 +169,28 @@ def _as_percentiles(v: int | PercentileLengths) -> Percentiles:
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
-def read_lengths_file(path: str, key: str) -> LengthDistribution:
-    """A lengths file named by a stack key (relative to the project folder) or a flag."""
+def read_lengths_file(path: str) -> LengthDistribution:
+    """A lengths file named by a stack key (relative to the project folder) or a flag (made
+    absolute by the CLI). Parsed once per version of the file (the settings validate twice)."""
     full = Path(path) if Path(path).is_absolute() else PROJECT_ROOT / path
     try:
-        return parse_lengths_text(read_text(full, "lengths file (CSV or JSONL)"), path)
+        info = full.stat()
+        key = (str(full), info.st_mtime_ns, info.st_size)
+    except OSError:
+        key = None
+    if key is not None and key in _PARSED:
+        return _PARSED[key]
+    try:
+        dist = parse_lengths_text(read_text(full, "lengths file (CSV or JSONL)"), path)
     except (FileInputError, LengthsError) as exc:
-        raise ValueError(f"{key}: {exc}") from None
+        raise ValueError(str(exc)) from None
+    if key is not None:
+        _PARSED.clear()          # keep one: a stack names one file
+        _PARSED[key] = dist
+    return dist
+
+
+_PARSED: dict[tuple, LengthDistribution] = {}
 
 
 class ModelSettings(_Strict):
@@ -187,10 +213,10 @@ class ModelSettings(_Strict):
 
 
 class CapacityBlock(_Strict):
-    id: str | None = None                   # an existing capacity block reservation (cr-...)
+    id: ReservationId | None = None         # an existing capacity block reservation (cr-...)
     purchase: bool = False                  # buy one (non-refundable): needs allowPurchase too
     allowPurchase: bool = False
-    offeringId: str | None = None
+    offeringId: OfferingId | None = None
     durationHours: int | None = Field(None, gt=0)
 
 
@@ -199,7 +225,7 @@ class GpuPoolSettings(_Strict):
     instanceType: str = "p5.48xlarge"
     nodes: int = Field(1, ge=1, le=64)
     name: str | None = Field(None, pattern=r"^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$")
-    capacityReservationId: str | None = Field(None, pattern=r"^cr-[0-9a-f]{8,17}$")
+    capacityReservationId: ReservationId | None = None    # an On-Demand Capacity Reservation
     capacityBlock: CapacityBlock | None = None
     efa: bool = False
 
@@ -326,15 +352,70 @@ class LoadTestSettings(_Strict):
     storageGi: int = Field(5, ge=1, le=1000)        # the results volume
 
 
-class StackSettings(_Strict):
-    stack: str
+class PlanRequestSettings(_Strict):
+    """What a sizing plan needs, and nothing else: the one door for both a stack file (whose
+    `StackSettings` extends it) and `llmserve size`'s flags (which fill the same fields, see
+    llmserve/size_flags.py), so a bad value meets the same rule and the same message either way.
+    Composed of the sub-models others extend (workload, model, pools, sizing), fields unrenamed."""
     region: str
-    environment: Literal["dev", "staging", "prod"]
     workload: WorkloadSettings
     model: ModelSettings = ModelSettings()
     gpuPools: tuple[GpuPoolSettings, ...] = Field(min_length=1)
     replicas: int | Literal["auto"] = "auto"
     sizing: SizingSettings = SizingSettings()
+
+    @field_validator("replicas")
+    @classmethod
+    def _replicas(cls, v):
+        if isinstance(v, int) and v < 1:
+            raise ValueError(f"must be 'auto' or an integer of at least 1 (got {v})")
+        return v
+
+    @property
+    def zones(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(p.zone for p in self.gpuPools))
+
+    def request_body(self) -> dict:
+        """This request as settings keys again (what `llmserve size` applies its flags to)."""
+        # exclude_unset: a key the stack left to its default stays unset (lengthsFile refuses an
+        # inputTokens given beside it, and a dump would otherwise give every default).
+        return self.model_dump(include=set(PlanRequestSettings.model_fields), exclude_unset=True)
+
+    def plan_request(self) -> PlanRequest:
+        return PlanRequest(
+            workload=self.workload.sizing_workload(),
+            model=self.model.id, weights=self.model.weights, kv_dtype=self.model.kvCacheDtype,
+            pools=tuple(Pool(p.zone, p.instanceType, p.nodes, p.name or "") for p in self.gpuPools),
+            tp=self.model.tensorParallel,
+            replicas=None if self.replicas == "auto" else self.replicas,
+            profile=self.sizing.profile, gpu_hour_price=self.sizing.gpuHourPrice,
+            instance_price=self.sizing.instancePrice,
+        )
+
+
+# The reference design (no stack file): the reference workload (10 QPS, 1000 in / 300 out, the
+# sizing reference's SLOs at p95) on one p5.48xlarge in each of two zones; every other key its default.
+REFERENCE_REQUEST = {"region": "us-east-1", "workload": {"qps": 10.0},
+                     "gpuPools": [{"zone": "us-east-1a"}, {"zone": "us-east-1b"}]}
+
+# The settings key (under llm-serving:) each `PlanRequest` field comes from, as plan_request()
+# fills it: a `SizingError(field=...)` names the key the user can change.
+REQUEST_KEYS = {
+    "model": "model.id", "weights": "model.weights", "kv_dtype": "model.kvCacheDtype", "tp": "model.tensorParallel",
+    "pools": "gpuPools", "replicas": "replicas", "profile": "sizing.profile",
+    "gpu_hour_price": "sizing.gpuHourPrice", "instance_price": "sizing.instancePrice",
+    "workload.qps": "workload.qps", "workload.concurrency": "workload.concurrency",
+    "workload.input_tokens": "workload.inputTokens", "workload.output_tokens": "workload.outputTokens",
+    "workload.ttft_slo_s": "workload.ttftSeconds", "workload.tpot_slo_s": "workload.tpotSeconds",
+    "workload.slo_statistic": "workload.sloStatistic", "workload.max_model_len": "workload.maxModelLen",
+    "workload.shared_prefix_tokens": "workload.sharedPrefixTokens",
+    "workload.prefix_hit_fraction": "workload.prefixHitFraction",
+}
+
+
+class StackSettings(PlanRequestSettings):
+    stack: str
+    environment: Literal["dev", "staging", "prod"]
     kubernetesVersion: Literal[KUBERNETES_VERSIONS] = "1.35"
     apiAllowedCidrs: tuple[str, ...] = Field(min_length=1)
     # Who may reach the gateway's load balancer. Open to all only when said so: ["0.0.0.0/0"];
@@ -348,6 +429,7 @@ class StackSettings(_Strict):
     accuracyGate: AccuracyGateSettings = AccuracyGateSettings()
     loadTest: LoadTestSettings = LoadTestSettings()
     adminRoleArns: tuple[RoleArn, ...] = ()
+    previewRoleArns: tuple[RoleArn, ...] = ()   # read-only access entries (AmazonEKSViewPolicy): the CI preview role
 
     @field_validator("apiAllowedCidrs", "gatewayAllowedCidrs")
     @classmethod
@@ -364,18 +446,7 @@ class StackSettings(_Strict):
             tag(key, value)
         return v
 
-    @field_validator("replicas")
-    @classmethod
-    def _replicas(cls, v):
-        if isinstance(v, int) and v < 1:
-            raise ValueError("replicas must be 'auto' or an integer >= 1")
-        return v
-
     # -- derived ----------------------------------------------------------------------------
-    @property
-    def zones(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(p.zone for p in self.gpuPools))
-
     @property
     def nat_per_zone(self) -> bool:
         return self.network.natPerZone if self.network.natPerZone is not None else self.environment == "prod"
@@ -389,14 +460,3 @@ class StackSettings(_Strict):
     def accuracy_gate_enabled(self) -> bool:
         e = self.accuracyGate.enabled
         return e if e is not None else self.environment in ("staging", "prod")
-
-    def plan_request(self) -> PlanRequest:
-        return PlanRequest(
-            workload=self.workload.sizing_workload(),
-            model=self.model.id, weights=self.model.weights, kv_dtype=self.model.kvCacheDtype,
-            pools=tuple(Pool(p.zone, p.instanceType, p.nodes, p.name or "") for p in self.gpuPools),
-            tp=self.model.tensorParallel,
-            replicas=None if self.replicas == "auto" else self.replicas,
-            profile=self.sizing.profile, gpu_hour_price=self.sizing.gpuHourPrice,
-            instance_price=self.sizing.instancePrice,
-        )

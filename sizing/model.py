@@ -43,14 +43,15 @@ PROMPT_POINTS = 16          # prompt-length quantiles a varying prompt's own pre
 class SizingError(ValueError):
     """A configuration the model cannot serve; the message names the constraint that fails.
 
-    `option` names the input that can fix it, as the CLI names it ("--tp", "--weights", "SLOs",
-    "--qps", ...; None when it is the layout or the load), so the CLI points at it without reading
-    the message.
+    `field` names the `PlanRequest` field that can fix it ("tp", "weights", "workload.qps", ...;
+    None when it is the layout): the settings turn it into the stack key, the CLI into the flag,
+    whichever the user wrote (settings.schema.REQUEST_KEYS, llmserve/size_flags.py). The message
+    itself names neither.
     """
 
-    def __init__(self, message: str, option: str | None = None):
+    def __init__(self, message: str, field: str | None = None):
         super().__init__(message)
-        self.option = option
+        self.field = field
 
 
 @dataclass(frozen=True)
@@ -121,34 +122,31 @@ class Workload:
         return self.lengths.decode_context_tokens
 
 
-WORKLOAD_OPTIONS = {"input_tokens": "--input-tokens", "output_tokens": "--output-tokens",
-                    "ttft_slo_s": "--ttft-slo", "tpot_slo_s": "--tpot-slo", "qps": "--qps",
-                    "concurrency": "--concurrency"}
+WORKLOAD_FIGURES = ("input_tokens", "output_tokens", "ttft_slo_s", "tpot_slo_s", "qps", "concurrency")
 
 
 def check_finite_workload(w: Workload) -> None:
-    """Refuse nan, inf and non-positive figures up front, naming the option."""
-    for name, option in WORKLOAD_OPTIONS.items():
+    """Refuse nan, inf and non-positive figures up front, naming the field."""
+    for name in WORKLOAD_FIGURES:
         value = getattr(w, name)
         if value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise SizingError(f"{option}: expected a number (got {value!r})", option)
+            raise SizingError(f"expected a number (got {value!r})", f"workload.{name}")
         if not math.isfinite(value) or value <= 0:
-            raise SizingError(f"{option}: must be a finite number greater than 0 (got {value!r})", option)
+            raise SizingError(f"must be a finite number greater than 0 (got {value!r})", f"workload.{name}")
     if isinstance(w.shared_prefix_tokens, bool) or not isinstance(w.shared_prefix_tokens, int) or w.shared_prefix_tokens < 0:
-        raise SizingError(f"--shared-prefix-tokens: must be a whole number of tokens, 0 or more "
-                          f"(got {w.shared_prefix_tokens!r})", "--shared-prefix-tokens")
+        raise SizingError(f"must be a whole number of tokens, 0 or more (got {w.shared_prefix_tokens!r})",
+                          "workload.shared_prefix_tokens")
     if not (isinstance(w.prefix_hit_fraction, (int, float)) and 0 <= w.prefix_hit_fraction < 1):
-        raise SizingError(f"--prefix-hit-fraction: must be from 0 to below 1 (got {w.prefix_hit_fraction!r})",
-                          "--prefix-hit-fraction")
+        raise SizingError(f"must be from 0 to below 1 (got {w.prefix_hit_fraction!r})", "workload.prefix_hit_fraction")
     if w.max_model_len is not None and (isinstance(w.max_model_len, bool) or not isinstance(w.max_model_len, int)
                                         or w.max_model_len <= 0):
-        raise SizingError(f"--max-model-len: must be a whole number of tokens above 0 (got {w.max_model_len!r})",
-                          "--max-model-len")
+        raise SizingError(f"must be a whole number of tokens above 0 (got {w.max_model_len!r})",
+                          "workload.max_model_len")
     if w.slo_statistic not in STATISTICS:
-        raise SizingError(f"--slo-statistic: unknown statistic '{w.slo_statistic}'; choose one of: "
-                          f"{', '.join(STATISTICS)}", "--slo-statistic")
+        raise SizingError(f"unknown statistic '{w.slo_statistic}'; choose one of: {', '.join(STATISTICS)}",
+                          "workload.slo_statistic")
 
 
 @dataclass(frozen=True)
@@ -689,21 +687,26 @@ def kv_blocks_needed(tokens: int, block: int = BLOCK_TOKENS) -> int:
     return blocks_for(tokens, block) + NULL_BLOCKS
 
 
+def candidate_tps(model: Model, instance: Instance) -> list[int]:
+    """The TP degrees a replica may take: within one node, dividing the attention heads."""
+    return [tp for tp in (1, 2, 4, 8, 16) if tp <= instance.gpus and model.heads % tp == 0]
+
+
 def check_shape(shape: Shape, workload: Workload, profile: Profile) -> None:
     """Raise SizingError naming the constraint when a shape cannot run the workload at all."""
     m, inst, tp = shape.model, shape.instance, shape.tp
     if tp < 1 or tp > inst.gpus:
         raise SizingError(f"tensor parallel {tp} exceeds the {inst.gpus} GPUs of one {inst.id} node "
-                          "(a TP group never spans nodes)", option="--tp")
+                          f"(a TP group never spans nodes); use at most {inst.gpus}", "tp")
     if m.heads % tp:
-        raise SizingError(f"tensor parallel {tp} does not divide the {m.heads} attention heads of {m.id}",
-                          option="--tp")
+        raise SizingError(f"tensor parallel {tp} does not divide the {m.heads} attention heads of {m.id}; "
+                          f"use one of {', '.join(map(str, candidate_tps(m, inst)))}", "tp")
     mem = memory(shape, workload, profile, CHUNK_MIN + profile.max_num_seqs)
     if mem.weights_per_gpu_gb >= mem.usable_per_gpu_gb:
         raise SizingError(
             f"{shape.weights} weights of {m.id} need {mem.weights_per_gpu_gb:.1f} GB per GPU at TP={tp}, "
             f"more than the {mem.usable_per_gpu_gb:.1f} GB usable on a {inst.gpu.id} "
-            "(raise TP, use fp8 weights or a larger GPU)", option="--weights")
+            "(raise TP, use fp8 weights or a larger GPU)", "weights")
     check_served_length(shape, workload, profile, mem)
 
 
@@ -715,11 +718,11 @@ def check_served_length(shape: Shape, workload: Workload, profile: Profile, mem:
     if limit and served > limit:
         raise SizingError(
             f"max_model_len {served:,} is above the {limit:,}-token context of {m.id} (max_position_embeddings); "
-            f"state a maximum of at most {limit:,} (longer requests are refused)", "--max-model-len")
+            f"state a maximum of at most {limit:,} (longer requests are refused)", "workload.max_model_len")
     block = profile.block_tokens
     have = mem.kv_tokens // block
     if have < kv_blocks_needed(served, block):
         raise SizingError(
             f"no room for one request of max_model_len {served:,} tokens: the KV cache beside the weights "
             f"holds {max(have - NULL_BLOCKS, 0) * block:,} tokens at TP={shape.tp} on {shape.instance.gpu.id}, and "
-            "vLLM refuses to start (raise TP, use fp8 KV, or lower the stated maximum)", "--max-model-len")
+            "vLLM refuses to start (raise TP, use fp8 KV, or lower the stated maximum)", "workload.max_model_len")

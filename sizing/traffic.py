@@ -40,8 +40,12 @@ class LengthsError(ValueError):
     """A length input that cannot be used; `field` names what to fix (a key, a column, a row)."""
 
     def __init__(self, field: str, message: str):
-        super().__init__(f"{field}: {message}")
+        super().__init__(f"{field}: {message}" if field else message)
         self.field = field
+
+
+def _sub(field: str, name: str) -> str:
+    return f"{field}.{name}" if field else name
 
 
 @dataclass(frozen=True)
@@ -54,11 +58,11 @@ class Percentiles:
         for name in ("p50", "p95", "max"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise LengthsError(f"{field}.{name}", f"must be a whole number of tokens above 0 (got {value!r})")
+                raise LengthsError(_sub(field, name), f"must be a whole number of tokens above 0 (got {value!r})")
         if self.p95 < self.p50:
-            raise LengthsError(f"{field}.p95", f"{self.p95} is below p50 {self.p50}; a p95 is at least the median")
+            raise LengthsError(_sub(field, "p95"), f"{self.p95} is below p50 {self.p50}; a p95 is at least the median")
         if self.max < self.p95:
-            raise LengthsError(f"{field}.max", f"{self.max} is below p95 {self.p95}; the longest is at least the p95")
+            raise LengthsError(_sub(field, "max"), f"{self.max} is below p95 {self.p95}; the longest is at least the p95")
         return self
 
     def points(self) -> tuple[int, ...]:
@@ -116,11 +120,15 @@ class LengthDistribution:
         var = sum((v - mean) ** 2 for v in values) / len(values)
         return mean, math.sqrt(var), min(values), max(values)
 
+    @cached_property
+    def _sorted(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        return tuple(sorted(self.inputs)), tuple(sorted(self.outputs))
+
     def input_quantile(self, q: float) -> int:
-        return _quantile(self.inputs, q)
+        return _quantile_sorted(self._sorted[0], q)
 
     def output_quantile(self, q: float) -> int:
-        return _quantile(self.outputs, q)
+        return _quantile_sorted(self._sorted[1], q)
 
     def summary(self) -> dict:
         """What the plan shows: the form and the percentiles it sized for."""
@@ -136,7 +144,10 @@ class LengthDistribution:
 
 
 def _quantile(values: tuple[int, ...], q: float) -> int:
-    s = sorted(values)
+    return _quantile_sorted(sorted(values), q)
+
+
+def _quantile_sorted(s, q: float) -> int:
     return s[min(len(s) - 1, max(0, math.ceil(q * len(s)) - 1))]
 
 
@@ -228,24 +239,3 @@ def _jsonl_pairs(text: str, source: str) -> list[tuple[int, int]]:
         if len(pairs) > MAX_ROWS:
             raise LengthsError(source, f"more than {MAX_ROWS:,} rows; sample it")
     return pairs
-
-
-def parse_length_option(text: str, option: str) -> int | Percentiles:
-    """A CLI length: `1000` (fixed) or `p50=800,p95=3000,max=7000` (percentiles)."""
-    text = text.strip()
-    if text.isdigit():
-        value = int(text)
-        if value <= 0:
-            raise LengthsError(option, f"must be above 0 (got {value})")
-        return value
-    parts = dict(p.partition("=")[::2] for p in text.split(",") if p.strip())
-    keys = {k.strip() for k in parts}
-    if keys != {"p50", "p95", "max"}:
-        raise LengthsError(option, f"expected a number of tokens (1000) or p50=N,p95=N,max=N (got {text[:60]!r})")
-    values = {}
-    for k, v in parts.items():
-        v = v.strip()
-        if not v.isdigit():
-            raise LengthsError(f"{option} {k.strip()}", f"expected a whole number of tokens (got {v[:20]!r})")
-        values[k.strip()] = int(v)
-    return Percentiles(**values).check(option)
