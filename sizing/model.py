@@ -95,7 +95,7 @@ class Workload:
         """Prompt tokens per request served from the prefix cache: whole 16-token blocks only (vLLM
         caches full blocks), and never the last prompt token (it is recomputed for its logits)."""
         cached = max(self.shared_prefix_tokens, self.prefix_hit_fraction * self.input_tokens)
-        return max(0, min(int(cached) // BLOCK_TOKENS * BLOCK_TOKENS, self.input_tokens - 1))
+        return max(0, min(int(cached), self.input_tokens - 1) // BLOCK_TOKENS * BLOCK_TOKENS)
 
     @property
     def counts_on_prefix_cache(self) -> bool:
