@@ -6,6 +6,8 @@ from __future__ import annotations
 def lengths_line(w: dict) -> str:
     """The report's line on the lengths: their form, the percentiles sized for, the served limit."""
     d = w["lengths"]
+    if d["form"] == "fixed":         # the title says them already (and the README's reference output)
+        return ""
     fields = []
     for name in ("input_tokens", "output_tokens"):
         f = d[name]
@@ -24,7 +26,7 @@ def prefix_line(d: dict) -> str:
     def fig(x, unit):
         return "unstable" if x is None else f"{x:,.0f} {unit}" if unit == "ms" else f"{x:.1f} {unit}"
     w, wo = pc["with"], pc["without"]
-    return (f"\nPrefix cache: {pc['cached_prompt_tokens']:,} prompt tokens per request from the cache "
+    return (f"Prefix cache: {pc['cached_prompt_tokens']:,} prompt tokens per request from the cache "
             f"(--enable-prefix-caching): TTFT {fig(w['ttft_ms'], 'ms')} (p95 {fig(w['ttft_p95_ms'], 'ms')}), "
             f"capacity {fig(w['capacity_per_replica_qps'], 'QPS')} per replica; without it TTFT "
             f"{fig(wo['ttft_ms'], 'ms')} (p95 {fig(wo['ttft_p95_ms'], 'ms')}), capacity "

@@ -26,7 +26,9 @@ def print_report(d: dict, plot: Path | None) -> None:
         table.add_row(*row)
     console.print(table)
     console.print(f"Binding constraint: {d['binding_constraint']}.")
-    console.print(lengths_line(w) + prefix_line(d))
+    for line in (lengths_line(w), prefix_line(d)):
+        if line:
+            console.print(line)
     nodes = ", ".join(f"{n['pool']}/node-{n['node']}: {n['replicas']} replica(s), {n['gpus_idle']} GPUs idle"
                       for n in d["nodes"])
     console.print(f"Plan: {d['replicas']} x TP={d['tp']} replicas {d['replicas_by_zone']}; {nodes}.")

@@ -146,7 +146,7 @@ def _distribution_draw(spec: WorkloadSpec, lens: random.Random):
     """Draws from the plan's length distribution (one stream, so arrivals never move)."""
     d = spec.distribution
     if d is None:
-        raise ValueError("lengths 'distribution' needs the plan's length distribution")
+        raise ValueError("lengths 'distribution': the workload's lengths are fixed; use fixed or lognormal")
     ins, outs, n_in, n_out = d.inputs, d.outputs, len(d.inputs), len(d.outputs)
     cap = spec.max_model_len
 
