@@ -149,8 +149,8 @@ def test_at_saturation_the_batch_follows_the_resident_tokens_not_whole_requests(
     grow = memory(shape(), w, get_profile("calibrated"), 8192)
     from dataclasses import replace
     whole = memory(shape(), w, replace(get_profile("calibrated"), kv_reservation="whole"), 8192)
-    assert grow.max_seqs_kv == int((grow.kv_tokens // 16 - 1) // (5250 / 16 + 0.5))
-    assert whole.max_seqs_kv == (whole.kv_tokens // 16 - 1) // math.ceil(5500 / 16)
+    assert grow.max_seqs_kv == int((grow.kv_cache_tokens // 16 - 1) // (5250 / 16 + 0.5))
+    assert whole.max_seqs_kv == (whole.kv_cache_tokens // 16 - 1) // math.ceil(5500 / 16)
     assert abs(grow.max_seqs_kv / 86 - 1) < 0.1 and whole.max_seqs_kv < grow.max_seqs_kv
 
 
