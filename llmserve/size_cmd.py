@@ -46,7 +46,7 @@ def size(
     sweep: bool = typer.Option(False, help="Rank every (instance, layout, GPUs, weights) by cost per 1M output tokens."),
 ) -> None:
     if plot is not None:
-        check_output_file("--plot", plot)
+        check_output_file("--plot", plot, ".png")
     loaded = load(stack, config) if stack is not None or config is not None else None
     source = loaded.source if loaded is not None else None
     req = _request(loaded, _given(), source, fit=not sweep)

@@ -11,8 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-import conventions
-from conventions import PROJECT, SERVING_NAMESPACE
+from conventions import SERVING_NAMESPACE
 from sizing.catalog import CatalogError, load_catalog
 from sizing.model import Workload
 from sizing.planner import PlanRequest, Pool
@@ -20,9 +19,9 @@ from sizing.profiles import load_profiles
 
 from .capacity import offering_id, reservation_id
 from .names import RESERVED_NAMESPACES, dns_label, private_cidr, role_arn, secret_key
-from .names import checkpoint as valid_checkpoint, hostname as valid_hostname, system_instance_type, tag
+from .names import acme_server, checkpoint as valid_checkpoint, hostname as valid_hostname, system_instance_type
+from .names import tags as valid_tags
 
-NAMESPACE = PROJECT    # the config namespace (llm-serving:<key>) and the cluster name prefix
 SECRET_KEYS = ("hubToken", "apiKeys", "grafanaAdminPassword")
 # Only with `gateway.certificate: provided`: the certificate chain and key (PEM) the gateway serves.
 TLS_SECRET_KEYS = ("tlsCertificate", "tlsPrivateKey")
@@ -33,7 +32,6 @@ LETS_ENCRYPT = "https://acme-v02.api.letsencrypt.org/directory"
 KUBERNETES_VERSIONS = ("1.34", "1.35")     # 1.34: standard support to 2026-12-02; 1.35: to 2027-03-27
 GATE_KEY_NAME = "accuracy-gate"   # the accuracy gate's own client id at the gateway (not a tenant's)
 MAX_API_KEYS = 16          # Envoy Gateway's BackendTrafficPolicy takes at most 16 local rate-limit rules
-ZONE_LETTERS = conventions.ZONE_LETTERS   # the subnet layout (components/network.py) has a block for each
 # The score each supported accuracy task is judged on (lm-eval 0.4.13 task configs: metric,filter).
 ACCURACY_TASK_METRICS = {
     "gsm8k": "exact_match,strict-match",
@@ -166,7 +164,7 @@ class GatewaySettings(_Strict):
     certificate: Literal["acme", "provided"] = "acme"
     hostedZoneId: str | None = Field(None, pattern=r"^Z[A-Z0-9]{1,31}$")
     acmeEmail: str | None = Field(None, pattern=r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
-    acmeServer: str = LETS_ENCRYPT
+    acmeServer: Annotated[str, AfterValidator(acme_server)] = LETS_ENCRYPT
     tlsSecretName: str = Field("llm-gateway-tls", pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
     inferenceExtension: bool = True
     # one rate-limit share per key; values are secrets
@@ -330,9 +328,7 @@ class StackSettings(PlanRequestSettings):
     @field_validator("tags")
     @classmethod
     def _tags(cls, v: dict[str, str]) -> dict[str, str]:
-        for key, value in v.items():
-            tag(key, value)
-        return v
+        return valid_tags(v)
 
     # -- derived ----------------------------------------------------------------------------
     @property

@@ -111,7 +111,7 @@ class Memory:
     cuda_graph_gb: float           # per GPU
     kv_budget_gb: float
     kv_bytes_per_token: float
-    kv_tokens: int                 # vLLM's "GPU KV cache size: N tokens"
+    kv_cache_tokens: int           # vLLM's "GPU KV cache size: N tokens"
     max_model_len: int
     max_seqs_kv: int               # sequences whose full context (s_in + s_out) fits in the KV cache
     max_seqs: int                  # that, capped by the engine's max_num_seqs
@@ -120,7 +120,7 @@ class Memory:
     @property
     def max_concurrency(self) -> float:
         """vLLM's "Maximum concurrency for max_model_len tokens per request"."""
-        return self.kv_tokens / self.max_model_len if self.max_model_len else 0.0
+        return self.kv_cache_tokens / self.max_model_len if self.max_model_len else 0.0
 
 
 @dataclass(frozen=True)
@@ -559,15 +559,15 @@ def memory(shape: Shape, workload: Workload, profile: Profile, batched_tokens: i
     if vllm:
         block = profile.block_tokens
         blocks = max(0, int(budget // (block * kv_tok))) if budget > 0 else 0
-        kv_tokens = blocks * block
+        kv_cache_tokens = blocks * block
         seqs = blocks // math.ceil(max_len / block)
     else:
-        kv_tokens = max(0, int(budget // kv_tok)) if budget > 0 else 0
+        kv_cache_tokens = max(0, int(budget // kv_tok)) if budget > 0 else 0
         seqs = max(0, int(budget // (max_len * kv_tok))) if budget > 0 else 0
     return Memory(
         weights_gb=w / GB, weights_per_gpu_gb=w / tp / GB, usable_per_gpu_gb=usable, activation_gb=act,
         cuda_graph_gb=graphs, kv_budget_gb=max(budget, 0) / GB, kv_bytes_per_token=kv_tok,
-        kv_tokens=kv_tokens, max_model_len=max_len,
+        kv_cache_tokens=kv_cache_tokens, max_model_len=max_len,
         max_seqs_kv=seqs, max_seqs=min(seqs, profile.max_num_seqs), total_gb=tp * gpu.memory_gb,
     )
 

@@ -87,7 +87,7 @@ class Plan:
     gpus_used: int
     gpus_total: int
     gpu_hour_price: float | None
-    node_price: float | None
+    node_price_per_hour: float | None
     binding_constraint: str
     notes: tuple[str, ...] = field(default_factory=tuple)
     fill_idle_gpus: dict | None = None
@@ -132,7 +132,7 @@ class Plan:
 
     @property
     def node_cost_per_hour(self) -> float | None:
-        return None if self.node_price is None else len(self.nodes) * self.node_price
+        return None if self.node_price_per_hour is None else len(self.nodes) * self.node_price_per_hour
 
     def per_million(self, per_hour: float | None) -> float | None:
         tokens = self.output_tokens_per_hour
@@ -370,7 +370,7 @@ def plan_for_tp(req: PlanRequest, model, instance: Instance, profile: Profile, t
         ideal=ideal.closed_point(clients) if w.is_closed_loop else ideal.at(qps_load),
         real=real.closed_point(clients) if w.is_closed_loop else real.at(qps_load),
         closed_loop=closed, max_clients_per_replica=int(need.per_replica) if w.is_closed_loop else None,
-        gpus_used=gpus_used, gpus_total=gpus_total, gpu_hour_price=gpu_price, node_price=node_price,
+        gpus_used=gpus_used, gpus_total=gpus_total, gpu_hour_price=gpu_price, node_price_per_hour=node_price,
         binding_constraint=_binding_words(cap, w, need, loss), notes=tuple(notes), fill_idle_gpus=fill,
         replica_model=real, fleet=fleet_view(real, w, replicas) if req.replicas is not None else None,
         layout=layout,

@@ -169,8 +169,8 @@ def test_dp_attention_with_ep_serving_args():
                          layout="dp-ep"))
     a = p.engine_args
     assert (a["tensor_parallel_size"], a["data_parallel_size"], a["enable_expert_parallel"]) == (1, 8, True)
-    assert p.memory.kv_tokens > 4 * plan(PlanRequest(Workload(qps=10), model="deepseek-r1", weights="fp8",
-                                                     pools=_pools("p5en.48xlarge", 2), layout="tp")).memory.kv_tokens
+    assert p.memory.kv_cache_tokens > 4 * plan(PlanRequest(Workload(qps=10), model="deepseek-r1", weights="fp8",
+                                                     pools=_pools("p5en.48xlarge", 2), layout="tp")).memory.kv_cache_tokens
 
 
 @pytest.mark.parametrize("config,message", [

@@ -18,7 +18,7 @@ REQUIRED_KEYS = [
     "prefill_ms", "prefill_share", "prefill_saturation_qps", "ttft_ms", "tpot_ms", "in_flight", "kv_cache_gb",
     "weights_gb", "weights_per_gpu_gb", "memory_used_gb", "memory_total_gb", "capacity_qps", "capacity_per_replica_qps",
     "kv_cache_tokens", "max_concurrency", "utilization",
-    "replicas", "gpus", "cost_per_hour", "cost_per_million_output_tokens", "node_cost_per_hour",
+    "replicas", "gpus_used", "cost_per_hour", "cost_per_million_output_tokens", "node_cost_per_hour",
     "node_cost_per_million_output_tokens", "binding_constraint",
 ]
 

@@ -242,7 +242,7 @@ def test_non_finite_sizing_inputs_are_refused_naming_the_field(field, value, mes
 def test_kv_capacity_is_counted_the_way_vllm_counts_it():
     r = rm(profile=get_profile("calibrated"))
     mem = r.memory
-    assert mem.kv_tokens % 16 == 0                                   # whole blocks of 16 tokens
-    assert mem.max_seqs_kv == mem.kv_tokens // 16 // math.ceil(1300 / 16)
+    assert mem.kv_cache_tokens % 16 == 0                                   # whole blocks of 16 tokens
+    assert mem.max_seqs_kv == mem.kv_cache_tokens // 16 // math.ceil(1300 / 16)
     assert mem.activation_gb > 0 and mem.cuda_graph_gb == 1.0
-    assert mem.max_concurrency == pytest.approx(mem.kv_tokens / 1300)
+    assert mem.max_concurrency == pytest.approx(mem.kv_cache_tokens / 1300)
