@@ -13,7 +13,7 @@ def print_report(d: dict, plot: Path | None) -> None:
     console = Console(width=110)
     w = d["workload"]
     load = f"{w['qps']:g} QPS" if w["qps"] is not None else f"{w['concurrency']} concurrent clients"
-    title = (f"{d['model']} {d['weights']} (KV {d['kv_dtype']}) on {d['instance_type']}, TP={d['tp']}: "
+    title = (f"{d['model']} {d['weights']} (KV {d['kv_dtype']}) on {d['instance_type']}, {'TP' if d['layout'] == 'tp' else 'DP+EP'}={d['tp']}: "
              f"{load}, {w['input_tokens']:,} in / {w['output_tokens']:,} out, "
              f"TTFT < {w['ttft_slo_s']:g} s, TPOT <= {w['tpot_slo_s'] * 1e3:g} ms at the {w['slo_statistic']} "
              f"[profile {d['profile']}]")
@@ -31,7 +31,7 @@ def print_report(d: dict, plot: Path | None) -> None:
             console.print(line)
     nodes = ", ".join(f"{n['pool']}/node-{n['node']}: {n['replicas']} replica(s), {n['gpus_idle']} GPUs idle"
                       for n in d["nodes"])
-    console.print(f"Plan: {d['replicas']} x TP={d['tp']} replicas {d['replicas_by_zone']}; {nodes}.")
+    console.print(f"Plan: {d['replicas']} x {'TP' if d['layout'] == 'tp' else 'DP+EP'}={d['tp']} replicas {d['replicas_by_zone']}; {nodes}.")
     if d.get("unstable_reason"):
         console.print(f"Unstable at {d['load_per_replica_qps']:.3g} QPS per replica: {d['unstable_reason']}.")
     if "fleet" in d:

@@ -295,11 +295,13 @@ def does_not_fit(req: PlanRequest, model, instance: Instance) -> str:
     """A model whose weights do not fit one node at any layout: say so, and name the cheapest
     option of the sweep (another GPU or precision; a replica over several nodes is issue 19's)."""
     from .sweep import cheapest_alternative
+    profile = get_profile(req.profile)
     node_gb = instance.gpus * instance.gpu.memory_gb
+    usable_gb = instance.gpus * (instance.gpu.memory_gb * profile.gpu_memory_utilization - profile.runtime_overhead_gb)
     weights_gb = model.weight_bytes(req.weights) / 1e9
     msg = (f"{model.id} does not fit one {instance.id}: {model.params_b:,.0f} B parameters are "
            f"{weights_gb:,.0f} GB of {req.weights} weights against {node_gb:,.0f} GB of GPU memory "
-           f"({instance.gpus} x {instance.gpu.memory_gb:g} GB), before any KV cache")
+           f"({instance.gpus} x {instance.gpu.memory_gb:g} GB, {usable_gb:,.0f} GB of it usable), before any KV cache")
     zones = len({p.zone for p in req.pools})
     alt = cheapest_alternative(req.workload, req.model, req.kv_dtype, zones, req.profile, req.model_config)
     if alt is None:
