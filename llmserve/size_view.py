@@ -1,10 +1,9 @@
-"""`llmserve size` as text: the reference table, the binding constraint, the plan and its notes
-(the JSON is `sizing.report.plan_to_dict` as it is)."""
+"""`llmserve size`'s report: the table, the binding constraint, the lengths and the plan."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from sizing.report import table_rows
+from .lengths_opts import lengths_line, prefix_line
 
 
 def print_report(d: dict, plot: Path | None) -> None:
@@ -14,7 +13,7 @@ def print_report(d: dict, plot: Path | None) -> None:
     console = Console(width=110)
     w = d["workload"]
     load = f"{w['qps']:g} QPS" if w["qps"] is not None else f"{w['concurrency']} concurrent clients"
-    title = (f"{d['model']} {d['weights']} (KV {d['kv_dtype']}) on {d['instance_type']}, TP={d['tp']}: "
+    title = (f"{d['model']} {d['weights']} (KV {d['kv_dtype']}) on {d['instance_type']}, {'TP' if d['layout'] == 'tp' else 'DP+EP'}={d['tp']}: "
              f"{load}, {w['input_tokens']:,} in / {w['output_tokens']:,} out, "
              f"TTFT < {w['ttft_slo_s']:g} s, TPOT <= {w['tpot_slo_s'] * 1e3:g} ms at the {w['slo_statistic']} "
              f"[profile {d['profile']}]")
@@ -22,24 +21,28 @@ def print_report(d: dict, plot: Path | None) -> None:
     table.add_column("figure")
     table.add_column("ideal", justify="right")
     table.add_column("real", justify="right")
+    from sizing.report import table_rows
     for row in table_rows(d):
         table.add_row(*row)
     console.print(table)
     console.print(f"Binding constraint: {d['binding_constraint']}.")
+    for line in (lengths_line(w), prefix_line(d)):
+        if line:
+            console.print(line)
     nodes = ", ".join(f"{n['pool']}/node-{n['node']}: {n['replicas']} replica(s), {n['gpus_idle']} GPUs idle"
                       for n in d["nodes"])
-    console.print(f"Plan: {d['replicas']} x TP={d['tp']} replicas {d['replicas_by_zone']}; {nodes}.")
+    console.print(f"Plan: {d['replicas']} x {'TP' if d['layout'] == 'tp' else 'DP+EP'}={d['tp']} replicas {d['replicas_by_zone']}; {nodes}.")
     if d.get("unstable_reason"):
         console.print(f"Unstable at {d['load_per_replica_qps']:.3g} QPS per replica: {d['unstable_reason']}.")
     if "fleet" in d:
-        console.print(_fleet_line(d))
+        console.print(fleet_line(d))
     for note in d["notes"]:
         console.print(f"Note: {note}.")
     if plot is not None:
         console.print(f"Plot written to {plot}.")
 
 
-def _fleet_line(d: dict) -> str:
+def fleet_line(d: dict) -> str:
     """`--replicas N`: that fleet, every replica up, at the load given."""
     f = d["fleet"]
     share = (f"{f['clients_per_replica']:g} clients ({f['load_per_replica_qps']:.3g} QPS) per replica"
