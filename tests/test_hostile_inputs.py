@@ -389,3 +389,16 @@ def test_the_region_list_is_botocores():
     data = create_loader().load_data("endpoints")
     regions = {r for p in data["partitions"] if p["partition"] in ("aws", "aws-cn", "aws-us-gov") for r in p["regions"]}
     assert set(AWS_REGIONS) == regions
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"sizing": {"gpuHourPrice": 1e300}}, f"{NS}:sizing.gpuHourPrice: must be at most 1000 (got 1e+300)"),
+    ({"workload": {"qps": 10, "ttftSeconds": 1e300}}, f"{NS}:workload.ttftSeconds: must be at most 3600 (got 1e+300)"),
+    ({"gateway": {**GW, "acmeServer": "https://u:p@acme.example.com/dir"}}, f"{NS}:gateway.acmeServer: the ACME "
+     "directory URL holds credentials; ACME authenticates with the account key, so give the URL alone, e.g. "
+     "https://acme-v02.api.letsencrypt.org/directory"),
+])
+def test_absurd_figures_are_refused_not_planned(overrides, message):
+    with pytest.raises(SettingsError) as err:
+        settings_from_config("prod", with_overrides(stack_config("prod"), overrides))
+    assert message in err.value.problems, err.value.problems
