@@ -169,9 +169,10 @@ class _Hostile(http.server.BaseHTTPRequestHandler):
     def do_POST(self):
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
         mode = type(self).mode
-        if mode == "trickle":
+        if mode in ("trickle", "drip"):      # drip: no Content-Length, the body ends when the server closes
             self.send_response(200)
-            self.send_header("Content-Length", "1000")
+            if mode == "trickle":
+                self.send_header("Content-Length", "1000")
             self.end_headers()
             try:
                 for _ in range(100):
@@ -239,6 +240,7 @@ def test_check_never_calls_an_unreadable_fleet_within_plan(hostile, mode):
 
 @pytest.mark.parametrize("mode, message", [
     ("trickle", "no full answer within 1 s"),
+    ("drip", "no full answer within 1 s"),
     ("endless", "an answer over 8,388,608 bytes; at most that is read"),
 ])
 def test_a_slow_or_endless_answer_is_cut_off(hostile, monkeypatch, mode, message):
