@@ -26,7 +26,7 @@ from pathlib import Path
 import pulumi
 import pulumi_kubernetes as k8s
 
-import conventions
+from conventions import PYTHON_IMAGE, VLLM_IMAGE
 from settings import StackSettings
 from settings.schema import ACCURACY_TASK_METRICS, AccuracyGateSettings
 from sizing.planner import Plan
@@ -36,12 +36,15 @@ from .api_keys import gate_key
 from .gateway import gate_rate_limit, proxy_replicas
 from .loadtest import gateway_url, job_egress, one_shot_pod_spec
 from .options import after, own
-from .serving import VLLM_IMAGE, served_checkpoint
+from .serving import served_checkpoint
 
-PYTHON_IMAGE = conventions.PYTHON_IMAGE
 LM_EVAL = "lm-eval[api]==0.4.13"        # the API client only: no torch in the gate's image
 # LM_EVAL and all it needs, each with its PyPI SHA-256 (how to regenerate: docs/security.md).
 REQUIREMENTS = Path(__file__).resolve().parent / "data" / "lm-eval-requirements.txt"
+# The served model's tokenizer (transformers, in the requirements; AutoTokenizer needs no torch):
+# lm-eval counts each context with it and left-truncates one past max_length - max_gen_toks
+# (lm_eval/models/api_models.py, 0.4.13).
+TRANSFORMERS = "transformers==5.24.0"
 # The gate waits this long at least for lm-eval (the Job's deadline and Pulumi's await); more
 # when its quota needs longer for the tasks' questions (`gate_timeout_s`).
 GATE_TIMEOUT_S = 4 * 3600
@@ -108,8 +111,12 @@ def lm_eval_command(plan: Plan, job: GateJob) -> list[str]:
         f"num_concurrent={concurrency(plan, job)}",
         "max_retries=3",
         f"timeout={REQUEST_TIMEOUT_S}",
-        "tokenized_requests=False",      # the server tokenizes; the gate needs no tokenizer
-        "tokenizer_backend=none",
+        "tokenized_requests=False",      # the server tokenizes the text it is sent
+        # The served model's tokenizer and context: lm-eval truncates an over-long few-shot context
+        # (max_length - max_gen_toks) instead of sending what vLLM would refuse with a 400.
+        "tokenizer_backend=huggingface",
+        f"tokenizer={plan.engine_args['checkpoint']}",
+        f"max_length={plan.engine_args['max_model_len']}",
     ])
     return ["lm_eval", "--model", "local-completions", "--model_args", model_args,
             "--tasks", ",".join(job.gate.tasks), "--output_path", f"{WORK}/results"]

@@ -3,8 +3,9 @@
 Envoy asks the picker (ext_proc, gRPC) which pod should take each request; the picker scrapes
 every vLLM pod's `/metrics` and scores queue depth (`vllm:num_requests_waiting`) and KV-cache
 usage. It runs active-active (no leader election): with only those two scorers it keeps no
-per-replica state (the prefix-cache scorer, which does, is left out), so any replica answers
-alike and a PodDisruptionBudget can keep one up while a node drains.
+per-replica state (the prefix-cache scorer, which does, is added only when the plan counts on
+per-conversation prefix reuse: PREFIX_AWARE_CONFIG), so any replica answers alike and a
+PodDisruptionBudget can keep one up while a node drains.
 
 Fail-closed, stated as it is: Envoy AI Gateway v1.0.0 (the extension server that builds the
 picker's ext_proc filter) sets `FailureModeAllow: false` and never reads the pool's
@@ -21,19 +22,17 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from conventions import ENDPOINT_PICKER_IMAGE, PICKER_GRPC_PORT, PICKER_HEALTH_PORT, PICKER_METRICS_PORT
+from conventions import ENDPOINT_PICKER_IMAGE, PICKER_GRPC_PORT, PICKER_HEALTH_PORT, PICKER_METRICS_PORT, VLLM_API_PORT
 
 from .cluster import SYSTEM_ROLE_LABEL
 from .options import after
 from .placement import HOST_KEY, ZONE_KEY, spread
 from .pod_security import SCRATCH_MOUNT, SCRATCH_VOLUME, container_security, pod_security
-from .serving import API_PORT, APP_LABELS, METADATA_RANGE
+from .serving import APP_LABELS, METADATA_RANGE
 
 # The last inference-extension release that ships the picker (v1.6.0 moved it to llm-d); it
 # serves the same `inference.networking.k8s.io/v1` InferencePool API as the v1.6.0 CRD.
-PICKER_IMAGE = ENDPOINT_PICKER_IMAGE
 POOL_API = "inference.networking.k8s.io/v1"
-GRPC_PORT, HEALTH_PORT = PICKER_GRPC_PORT, PICKER_HEALTH_PORT   # the picker's defaults
 MIN_PICKER_REPLICAS = 2
 FAILURE_MODE = "FailClose"      # what the proxy does (AI Gateway v1.0.0): see the module docstring
 PICKER_LABELS = {"app.kubernetes.io/name": "endpoint-picker", "llm-serving.io/role": "gateway"}
@@ -55,6 +54,33 @@ schedulingProfiles:
     weight: 1
   - pluginRef: max-score-picker
 """
+# With a prefix hit fraction (multi-turn reuse, a conversation's prefix cached on one replica) the
+# plan counts on requests returning where their prefix is: GAIE v1.5.0's `prefix-cache-scorer`
+# (pkg/epp/framework/plugins/scheduling/scorer/prefix, weights 2/2/3 as its chart's default,
+# config/charts/epplib/templates/_config.yaml). Each picker replica learns its own approximate
+# index, so two replicas route a conversation alike only as often as it lands on the same picker:
+# a soft preference, never a correctness matter. A prefix shared by every request (system prompt)
+# is cached on every replica after its first request and needs no scorer.
+PREFIX_AWARE_CONFIG = """\
+apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: queue-scorer
+- type: kv-cache-utilization-scorer
+- type: prefix-cache-scorer
+- type: max-score-picker
+- type: single-profile-handler
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: queue-scorer
+    weight: 2
+  - pluginRef: kv-cache-utilization-scorer
+    weight: 2
+  - pluginRef: prefix-cache-scorer
+    weight: 3
+  - pluginRef: max-score-picker
+"""
 
 
 def picker_replicas(zones: int) -> int:
@@ -69,22 +95,23 @@ class EndpointPickerArgs:
     namespace: str                  # the serving namespace: a pool selects pods in its own namespace
     gateway_namespace: str          # where the Envoy proxies that call the picker run
     monitoring_namespace: str
+    prefix_aware: bool = False      # the plan counts on per-conversation prefix reuse (see PREFIX_AWARE_CONFIG)
 
 
 def picker_container(pool_name: str, namespace: str) -> dict:
     return {
-        "name": "epp", "image": PICKER_IMAGE,
+        "name": "epp", "image": ENDPOINT_PICKER_IMAGE,
         "args": ["--pool-name", pool_name, "--pool-namespace", namespace,
                  "--pool-group", "inference.networking.k8s.io",
                  "--config-file", f"/config/{CONFIG_FILE}",
                  # Only the monitoring namespace reaches the metrics port (below).
                  "--metrics-endpoint-auth=false", "--zap-encoder", "json"],
-        "ports": [{"name": "grpc", "containerPort": GRPC_PORT},
-                  {"name": "grpc-health", "containerPort": HEALTH_PORT},
+        "ports": [{"name": "grpc", "containerPort": PICKER_GRPC_PORT},
+                  {"name": "grpc-health", "containerPort": PICKER_HEALTH_PORT},
                   {"name": "metrics", "containerPort": PICKER_METRICS_PORT}],
         "env": [{"name": "NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
-        "livenessProbe": {"grpc": {"port": HEALTH_PORT, "service": "inference-extension"}, "periodSeconds": 10},
-        "readinessProbe": {"grpc": {"port": HEALTH_PORT, "service": "inference-extension"}, "periodSeconds": 2},
+        "livenessProbe": {"grpc": {"port": PICKER_HEALTH_PORT, "service": "inference-extension"}, "periodSeconds": 10},
+        "readinessProbe": {"grpc": {"port": PICKER_HEALTH_PORT, "service": "inference-extension"}, "periodSeconds": 2},
         "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "1Gi"}},
         # A static Go binary: it writes nothing but /tmp (an emptyDir).
         "securityContext": container_security(),
@@ -99,19 +126,19 @@ def picker_network_policies(gateway_namespace: str, monitoring_namespace: str) -
     return {
         "epp-from-gateway": {"podSelector": {"matchLabels": dict(PICKER_LABELS)}, "policyTypes": ["Ingress"],
                              "ingress": [{"from": [from_namespace(gateway_namespace)],
-                                          "ports": [{"protocol": "TCP", "port": GRPC_PORT}]},
+                                          "ports": [{"protocol": "TCP", "port": PICKER_GRPC_PORT}]},
                                          {"from": [from_namespace(monitoring_namespace)],
                                           "ports": [{"protocol": "TCP", "port": PICKER_METRICS_PORT}]}]},
         # The picker scores pods from their /metrics on the API port.
         "vllm-from-epp": {"podSelector": {"matchLabels": dict(APP_LABELS)}, "policyTypes": ["Ingress"],
                           "ingress": [{"from": [{"podSelector": {"matchLabels": dict(PICKER_LABELS)}}],
-                                       "ports": [{"protocol": "TCP", "port": API_PORT}]}]},
+                                       "ports": [{"protocol": "TCP", "port": VLLM_API_PORT}]}]},
         # Out: the vLLM pods' API port (their metrics) and the API server (it watches pods and the
         # pool); the API server's addresses are inside the VPC, so HTTPS goes anywhere but the
         # metadata service.
         "epp-egress": {"podSelector": {"matchLabels": dict(PICKER_LABELS)}, "policyTypes": ["Egress"],
                        "egress": [{"to": [{"podSelector": {"matchLabels": dict(APP_LABELS)}}],
-                                   "ports": [{"protocol": "TCP", "port": API_PORT}]},
+                                   "ports": [{"protocol": "TCP", "port": VLLM_API_PORT}]},
                                   {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": [METADATA_RANGE]}}],
                                    "ports": [{"protocol": "TCP", "port": 443}]}]},
     }
@@ -131,7 +158,8 @@ class EndpointPicker(pulumi.ComponentResource):
 
         account = self._access(name, ns, args, o)
         config = k8s.core.v1.ConfigMap(f"{name}-config", metadata={"name": self.picker_name, "namespace": ns},
-                                       data={CONFIG_FILE: PICKER_CONFIG}, opts=o)
+                                       data={CONFIG_FILE: PREFIX_AWARE_CONFIG if args.prefix_aware else PICKER_CONFIG},
+                                       opts=o)
         self.deployment = self._deployment(name, ns, config, pulumi.ResourceOptions(
             parent=self, provider=args.provider, depends_on=[config, account]))
         self.pdb = k8s.policy.v1.PodDisruptionBudget(
@@ -148,15 +176,15 @@ class EndpointPicker(pulumi.ComponentResource):
         self.service = k8s.core.v1.Service(
             f"{name}-svc", metadata={"name": self.picker_name, "namespace": ns},
             spec={"selector": dict(PICKER_LABELS), "ports": [
-                {"name": "grpc", "port": GRPC_PORT, "targetPort": "grpc", "appProtocol": "http2"},
+                {"name": "grpc", "port": PICKER_GRPC_PORT, "targetPort": "grpc", "appProtocol": "http2"},
                 {"name": "metrics", "port": PICKER_METRICS_PORT, "targetPort": "metrics"}]},
             opts=o)
         self.pool = k8s.apiextensions.CustomResource(
             f"{name}-pool", api_version=POOL_API, kind="InferencePool",
             metadata={"name": self.pool_name, "namespace": ns},
             spec={"selector": {"matchLabels": dict(APP_LABELS)},
-                  "targetPorts": [{"number": API_PORT}],
-                  "endpointPickerRef": {"name": self.picker_name, "port": {"number": GRPC_PORT},
+                  "targetPorts": [{"number": VLLM_API_PORT}],
+                  "endpointPickerRef": {"name": self.picker_name, "port": {"number": PICKER_GRPC_PORT},
                                         "failureMode": FAILURE_MODE}},
             opts=o)
 

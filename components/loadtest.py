@@ -23,8 +23,10 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 import conventions
+from conventions import GUIDELLM_IMAGE
 from settings import StackSettings
 from settings.schema import LoadTestSettings
+from sizing.model import Workload
 from sizing.planner import Plan
 
 from .api_keys import client_key
@@ -35,7 +37,6 @@ from .serving import HUB_TOKEN_DIR, HUB_TOKEN_KEY, egress_policies, served_check
 from .pod_security import SCRATCH_MOUNT, SCRATCH_VOLUME, container_security, pod_security
 
 # GuideLLM 0.8.1 writes report schema version 2, the one `llmserve loadtest-report` reads.
-GUIDELLM_IMAGE = conventions.GUIDELLM_IMAGE
 RESULTS_PATH = "/results"
 SCENARIO_PATH = "/config"
 SEED = 42
@@ -77,9 +78,8 @@ def job_egress(labels: dict[str, str], name: str) -> dict[str, dict]:
 
 # -- figures derived from the plan (pure) ----------------------------------------------------
 def loadtest_rates(plan: Plan, steps: int) -> list[float]:
-    """The planned QPS first, then `steps` evenly spaced rates up to the sized capacity."""
-    if plan.request.workload.qps is None:
-        raise ValueError("loadTest: the workload is closed-loop (concurrency); the rate sweep needs workload.qps")
+    """The planned QPS first, then `steps` evenly spaced rates up to the sized capacity (an
+    open-loop workload: the settings refuse a load test of a closed-loop one)."""
     planned = float(plan.request.workload.qps)
     sweep = [round(plan.capacity_qps * k / steps, 2) for k in range(1, steps + 1)]
     return [planned] + [r for r in sweep if abs(r - planned) > 0.01 * planned]
@@ -116,13 +116,34 @@ def scenario(plan: Plan, run: LoadTestRun) -> dict:
         "profile": {"kind": lt.arrivals, "rate": loadtest_rates(plan, lt.sweepSteps)},
         "constraints": [{"kind": "max_duration", "seconds": lt.stepSeconds}],
         "tokenizer": {"kind": "huggingface_auto", "model": run.checkpoint},
-        "data": [{"kind": "synthetic_text", "prompt_tokens": w.input_tokens, "output_tokens": w.output_tokens}],
+        "data": [synthetic_data(w)],
         "seed": {"kind": "static", "value": SEED},
     }
     digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
     spec["outputs"] = [{"kind": "json", "path": f"{RESULTS_PATH}/guidellm-{run.stack}-{digest}.json"}]
     labels = {"stack": run.stack, "plan-qps": f"{w.qps:g}", "plan-capacity-qps": f"{plan.capacity_qps:.2f}"}
     return {"metadata": {"labels": labels}, "spec": spec}
+
+
+def synthetic_data(w: Workload) -> dict:
+    """The plan's lengths as GuideLLM 0.8.1's synthetic text options (guidellm/schemas/data/
+    deserializers/synthetic.py SyntheticTextDataArgs): a mean, and for a distribution its standard
+    deviation, min and max per field, which GuideLLM draws as a normal clipped to [min, max]
+    (guidellm/utils/random.py IntegerRangeSampler): the plan's means, spread and range, not its
+    shape. A shared prefix is GuideLLM's own prefix (prefix_tokens, one prefix for all requests),
+    sent before the prompt, so the prompt's part excludes it."""
+    prefix = min(w.shared_prefix_tokens, w.input_tokens - 1)
+    data = {"kind": "synthetic_text", "prompt_tokens": w.input_tokens - prefix, "output_tokens": w.output_tokens}
+    if w.lengths is not None and w.lengths.form != "fixed":
+        for field, name, offset in (("input", "prompt_tokens", prefix), ("output", "output_tokens", 0)):
+            mean, std, low, high = w.lengths.spread(field)
+            data[name] = max(1, round(mean) - offset)
+            if std >= 1:       # GuideLLM takes a standard deviation above 0 only
+                data[f"{name}_stdev"] = round(std)
+            data[f"{name}_min"], data[f"{name}_max"] = max(1, low - offset), max(1, high - offset)
+    if prefix > 0:
+        data["prefix_tokens"], data["prefix_count"] = prefix, 1
+    return data
 
 
 def run_deadline_s(plan: Plan, lt: LoadTestSettings) -> int:

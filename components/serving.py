@@ -20,20 +20,19 @@ import pulumi_kubernetes as k8s
 
 from conventions import (  # noqa: F401 (VLLM_IMAGE, METRICS_PROXY_IMAGE: read here and by other components)
     ANNOTATION_ENVIRONMENT, ANNOTATION_GPUS_PER_NODE, ANNOTATION_REPLICA_CAPACITY_QPS, ANNOTATION_TARGET_QPS,
-    ANNOTATION_TENSOR_PARALLEL, ANNOTATION_ZONE, KEDA_CHART_VERSION, KEDA_NAMESPACE, LABEL_APP_NAME, LABEL_ENVIRONMENT,
-    METRICS_PROXY_IMAGE, MONITORING_NAMESPACE, VLLM_API_PORT, VLLM_IMAGE, VLLM_METRICS_PORT,
+    ANNOTATION_TENSOR_PARALLEL, ANNOTATION_ZONE, KEDA_CHART_VERSION, KEDA_NAMESPACE, LABEL_APP_NAME,
+    LABEL_ENVIRONMENT, LABEL_ROLE, METRICS_PROXY_IMAGE, MONITORING_NAMESPACE, VLLM_API_PORT, VLLM_IMAGE,
+    VLLM_METRICS_PORT,
 )
 from settings import StackSettings
 from sizing.planner import Plan
 
 from .drain import drain_timing, longest_request_s
-from .gpu_node_pool import LABEL_ROLE, MODEL_CACHE_PATH
+from .gpu_node_pool import MODEL_CACHE_PATH
 from .placement import HOST_KEY, ZONE_KEY, spread
 from .pod_security import SCRATCH_MOUNT, SCRATCH_VOLUME, container_security, pod_security
 
-KEDA_CHART, KEDA_VERSION, KEDA_REPO = "keda", KEDA_CHART_VERSION, "https://kedacore.github.io/charts"   # CRD in ../shared/crds
-API_PORT = VLLM_API_PORT
-METRICS_PORT = VLLM_METRICS_PORT
+KEDA_CHART, KEDA_REPO = "keda", "https://kedacore.github.io/charts"   # CRD in ../shared/crds
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Equal", "value": "true", "effect": "NoSchedule"}
 APP_LABELS = {LABEL_APP_NAME: "vllm", LABEL_ROLE: "serving"}
@@ -56,8 +55,8 @@ MEMORY_GIB_PER_GPU = 48         # host memory for safetensors staging and the to
 METRICS_PROXY_HEALTH_PATH = "/healthz"
 METRICS_PROXY_CONF = f"""\
 server {{
-  listen {METRICS_PORT};
-  location = /metrics {{ proxy_pass http://127.0.0.1:{API_PORT}/metrics; }}
+  listen {VLLM_METRICS_PORT};
+  location = /metrics {{ proxy_pass http://127.0.0.1:{VLLM_API_PORT}/metrics; }}
   location = {METRICS_PROXY_HEALTH_PATH} {{ access_log off; return 200; }}
   location / {{ return 404; }}
 }}
@@ -90,9 +89,15 @@ def vllm_args(plan: Plan, shutdown_timeout_s: int, checkpoint: str | None = None
     return [
         "--model", checkpoint or a["checkpoint"],
         "--served-model-name", plan.request.model,
-        "--port", str(API_PORT),
+        "--port", str(VLLM_API_PORT),
         "--download-dir", CONTAINER_CACHE_PATH,
         "--tensor-parallel-size", str(a["tensor_parallel_size"]),
+        # The MoE layout (sizing.parallel): vLLM 0.29.0 vllm/engine/arg_utils.py
+        # `--data-parallel-size` and `--enable-expert-parallel`; `--quantization fp8` quantizes a
+        # BF16 checkpoint at load when the plan serves fp8 without an FP8 checkpoint.
+        *(["--data-parallel-size", str(a["data_parallel_size"])] if a.get("data_parallel_size", 1) > 1 else []),
+        *(["--enable-expert-parallel"] if a.get("enable_expert_parallel") else []),
+        *(["--quantization", a["quantization"]] if a.get("quantization") else []),
         "--kv-cache-dtype", a["kv_cache_dtype"],
         "--max-model-len", str(a["max_model_len"]),
         "--max-num-seqs", str(a["max_num_seqs"]),
@@ -100,7 +105,7 @@ def vllm_args(plan: Plan, shutdown_timeout_s: int, checkpoint: str | None = None
         "--max-num-batched-tokens", str(a["max_num_batched_tokens"]),
         "--gpu-memory-utilization", str(a["gpu_memory_utilization"]),
         "--shutdown-timeout", str(shutdown_timeout_s),
-    ]
+    ] + (["--enable-prefix-caching"] if a["enable_prefix_caching"] else [])
 
 
 def target_qps(plan: Plan) -> float:
@@ -205,7 +210,7 @@ def vllm_container(plan: Plan, drain, startup_s: int, checkpoint: str) -> dict:
         "image": VLLM_IMAGE,
         "args": vllm_args(plan, drain.shutdown_timeout_s, checkpoint),
         "env": vllm_env(),
-        "ports": [{"name": "http", "containerPort": API_PORT, "protocol": "TCP"}],
+        "ports": [{"name": "http", "containerPort": VLLM_API_PORT, "protocol": "TCP"}],
         "resources": {"limits": {GPU_RESOURCE: str(tp), "memory": memory},
                       "requests": {GPU_RESOURCE: str(tp), "cpu": str(cpu), "memory": memory}},
         # Read-only root: every path it writes is moved onto a volume (vllm_env).
@@ -230,7 +235,7 @@ def metrics_proxy_container() -> dict:
     return {
         "name": "metrics-proxy",
         "image": METRICS_PROXY_IMAGE,
-        "ports": [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}],
+        "ports": [{"name": "metrics", "containerPort": VLLM_METRICS_PORT, "protocol": "TCP"}],
         "resources": {"requests": {"cpu": "50m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}},
         # nginx-unprivileged writes only its pid and temp files, all under /tmp (an emptyDir).
         "volumeMounts": [{"name": "metrics-proxy-conf", "mountPath": "/etc/nginx/conf.d", "readOnly": True},
@@ -286,7 +291,7 @@ class Serving(pulumi.ComponentResource):
         self.keda = None
         if args.burst_scaling:
             self.keda = k8s.helm.v3.Release(
-                f"{name}-keda", name="keda", chart=KEDA_CHART, version=KEDA_VERSION,
+                f"{name}-keda", name="keda", chart=KEDA_CHART, version=KEDA_CHART_VERSION,
                 repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=KEDA_REPO),
                 namespace=KEDA_NAMESPACE, create_namespace=True,
                 values={"nodeSelector": {LABEL_ROLE: "system"}},
@@ -331,8 +336,8 @@ class Serving(pulumi.ComponentResource):
         self.service = k8s.core.v1.Service(
             f"{name}-svc", metadata={"name": "vllm", "namespace": ns, "labels": dict(APP_LABELS)},
             spec={"type": "ClusterIP", "selector": dict(APP_LABELS),
-                  "ports": [{"name": "http", "port": API_PORT, "targetPort": "http", "protocol": "TCP"},
-                            {"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics", "protocol": "TCP"}]},
+                  "ports": [{"name": "http", "port": VLLM_API_PORT, "targetPort": "http", "protocol": "TCP"},
+                            {"name": "metrics", "port": VLLM_METRICS_PORT, "targetPort": "metrics", "protocol": "TCP"}]},
             opts=ns_opts)
 
     # -- pieces --------------------------------------------------------------------------------
@@ -401,11 +406,11 @@ class Serving(pulumi.ComponentResource):
             "vllm-api-from-gateway": {
                 "podSelector": {"matchLabels": dict(APP_LABELS)}, "policyTypes": ["Ingress"],
                 "ingress": [{"from": [from_namespace(args.gateway_namespace)],
-                             "ports": [{"protocol": "TCP", "port": API_PORT}]}]},
+                             "ports": [{"protocol": "TCP", "port": VLLM_API_PORT}]}]},
             "vllm-metrics-from-monitoring": {
                 "podSelector": {"matchLabels": dict(APP_LABELS)}, "policyTypes": ["Ingress"],
                 "ingress": [{"from": [from_namespace(args.monitoring_namespace)],
-                             "ports": [{"protocol": "TCP", "port": METRICS_PORT}]}]},
+                             "ports": [{"protocol": "TCP", "port": VLLM_METRICS_PORT}]}]},
         }
         return [k8s.networking.v1.NetworkPolicy(f"{name}-{key}", metadata={"name": key, "namespace": ns},
                                                 spec=spec, opts=opts)

@@ -13,16 +13,16 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from conventions import PROJECT, ZONE_LETTERS
 from inputs import InputError, safe_yaml
 from inputs.files import check_path_length, read_text
-
-from sizing.catalog import CatalogError, load_catalog
+from sizing.catalog import CatalogError, load_catalog, resolve_model
 from sizing.model import Shape, SizingError, candidate_tps, check_shape
 from sizing.profiles import get_profile
 
+from .accuracy_fit import gate_fit_problems
 from .names import AWS_REGIONS, region as valid_region
-from .schema import (ALL_SECRET_KEYS, MAX_API_KEYS, NAMESPACE, REQUEST_KEYS, ZONE_LETTERS, PlanRequestSettings,
-                     StackSettings, _Strict)
+from .schema import ALL_SECRET_KEYS, MAX_API_KEYS, REQUEST_KEYS, PlanRequestSettings, StackSettings, _Strict
 
 STACKS_DIR = Path(__file__).resolve().parent.parent / "stacks"
 REGION_KEY = "aws:region"
@@ -89,12 +89,12 @@ def settings_from_config(stack: str, config: dict) -> StackSettings:
         raise SettingsError(problems)
     for key, value in config.items():
         if not isinstance(key, str):
-            problems.append(f"config: key {key!r} is not a name; keys look like {NAMESPACE}:workload")
+            problems.append(f"config: key {key!r} is not a name; keys look like {PROJECT}:workload")
             continue
         ns, colon, name = key.partition(":")
         if key == REGION_KEY:
             body["region"] = value
-        elif ns == NAMESPACE:
+        elif ns == PROJECT:
             if name in ALL_SECRET_KEYS:
                 if not (isinstance(value, dict) and "secure" in value):
                     problems.append(f"{key}: must be a secret; set it with "
@@ -102,26 +102,27 @@ def settings_from_config(stack: str, config: dict) -> StackSettings:
                 continue
             body[name] = value
         elif not colon:
-            problems.append(f"{key}: a config key needs its namespace; did you mean {NAMESPACE}:{key}?")
-        elif ns not in OTHER_NAMESPACES and _near(ns, NAMESPACE):
-            problems.append(f"{key}: unknown namespace '{ns}'; did you mean {NAMESPACE}:{name}?")
+            problems.append(f"{key}: a config key needs its namespace; did you mean {PROJECT}:{key}?")
+        elif ns not in OTHER_NAMESPACES and _near(ns, PROJECT):
+            problems.append(f"{key}: unknown namespace '{ns}'; did you mean {PROJECT}:{name}?")
     if "region" not in body:
         problems.append(f"{REGION_KEY}: missing; set the stack's AWS region, e.g. `aws:region: us-east-1`")
         body["region"] = "missing"
     return _validated(StackSettings, body, problems)
 
 
-def request_from_body(body: dict) -> PlanRequestSettings:
+def request_from_body(body: dict, fit: bool = True) -> PlanRequestSettings:
     """Validate a plan request given as settings keys (what `llmserve size` builds from its flags,
     on top of a stack's request or the reference one): the same checks, the same messages, as
-    those keys get in a stack file."""
+    those keys get in a stack file. `fit=False` (the sweep) skips whether the model fits the
+    request's own instance type: the sweep tries every type and says why each is refused."""
     problems = [p for key, value in body.items() for p in _non_finite(_full_key(key), value)]
     if problems:
         raise SettingsError(problems)
-    return _validated(PlanRequestSettings, body, [])
+    return _validated(PlanRequestSettings, body, [], fit)
 
 
-def _validated(model: type[PlanRequestSettings], body: dict, problems: list[str]):
+def _validated(model: type[PlanRequestSettings], body: dict, problems: list[str], fit: bool = True):
     """The schema, then the rules that span keys; every problem at once, each naming its key."""
     try:
         # Strict, through JSON: `true` is not 1 for qps, nodes or tensorParallel, nor "yes" a boolean,
@@ -131,8 +132,8 @@ def _validated(model: type[PlanRequestSettings], body: dict, problems: list[str]
         problems.extend(_pydantic_problems(exc))
         raise SettingsError(problems) from None
     except RecursionError:
-        raise SettingsError(problems + [f"{NAMESPACE}: a value is nested too deeply; check the stack file"]) from None
-    problems.extend(semantic_problems(settings) if isinstance(settings, StackSettings) else request_problems(settings))
+        raise SettingsError(problems + [f"{PROJECT}: a value is nested too deeply; check the stack file"]) from None
+    problems.extend(semantic_problems(settings) if isinstance(settings, StackSettings) else request_problems(settings, fit))
     if problems:
         raise SettingsError(problems)
     return settings
@@ -146,7 +147,7 @@ def stack_settings(stack: str, config_path: Path | None = None) -> StackSettings
 
 
 def _full_key(name: str) -> str:
-    return REGION_KEY if name == "region" else f"{NAMESPACE}:{name}"
+    return REGION_KEY if name == "region" else f"{PROJECT}:{name}"
 
 
 def request_key(field: str | None) -> str | None:
@@ -191,16 +192,19 @@ def semantic_problems(s: StackSettings) -> list[str]:
     gate on, and the load test's workload."""
     problems = request_problems(s)
     if s.accuracy_gate_enabled and s.gateway.rateLimitShare > MAX_TENANT_SHARE_WITH_GATE:
-        problems.append(f"{NAMESPACE}:gateway.rateLimitShare: {s.gateway.rateLimitShare:g} leaves the accuracy gate's "
+        problems.append(f"{PROJECT}:gateway.rateLimitShare: {s.gateway.rateLimitShare:g} leaves the accuracy gate's "
                         f"own key less than {1 - MAX_TENANT_SHARE_WITH_GATE:.0%} of the capacity; use at most "
                         f"{MAX_TENANT_SHARE_WITH_GATE:g}, or set accuracyGate.enabled: false")
+    if s.accuracy_gate_enabled:
+        problems += gate_fit_problems(s.accuracyGate.tasks, s.workload.sizing_workload().served_max_len,
+                                      f"{PROJECT}:accuracyGate.tasks")
     if s.loadTest.enabled and s.workload.qps is None:
-        problems.append(f"{NAMESPACE}:loadTest.enabled: the workload is closed-loop (concurrency); the rate "
+        problems.append(f"{PROJECT}:loadTest.enabled: the workload is closed-loop (concurrency); the rate "
                         "sweep needs workload.qps, or set loadTest.enabled: false")
     return problems
 
 
-def request_problems(r: PlanRequestSettings) -> list[str]:
+def request_problems(r: PlanRequestSettings, fit: bool = True) -> list[str]:
     """A plan request's problems no single field shows: the region and its zones, pool names and
     capacity, one instance type, and whether the model fits it."""
     problems = []
@@ -214,10 +218,10 @@ def request_problems(r: PlanRequestSettings) -> list[str]:
     problems += _pool_problems(r, region if region_ok else None)
     types = {p.instanceType for p in r.gpuPools}
     if len(types) > 1:
-        problems.append(f"{NAMESPACE}:gpuPools: pools mix instance types ({', '.join(sorted(types))}); "
+        problems.append(f"{PROJECT}:gpuPools: pools mix instance types ({', '.join(sorted(types))}); "
                         "use one instance type for all GPU pools")
         return problems
-    return problems + _fit_problems(r, types.pop())
+    return problems + (_fit_problems(r, types.pop()) if fit else [])
 
 
 def _pool_problems(s: PlanRequestSettings, region: str | None) -> list[str]:
@@ -225,7 +229,7 @@ def _pool_problems(s: PlanRequestSettings, region: str | None) -> list[str]:
     one consistent way to its capacity (reservation, a block held, or a block bought)."""
     problems, names = [], set()
     for i, pool in enumerate(s.gpuPools):
-        key = f"{NAMESPACE}:gpuPools[{i}]"
+        key = f"{PROJECT}:gpuPools[{i}]"
         if region and not (pool.zone.startswith(region) and re.fullmatch(r"[a-z]", pool.zone[len(region):])):
             problems.append(f"{key}.zone: '{pool.zone}' is not a zone of the region {region}; "
                             f"use a zone such as {region}a")
@@ -256,20 +260,27 @@ def _fit_problems(r: PlanRequestSettings, instance_type: str) -> list[str]:
     type; the sizing's own check (`check_shape`) says why not, naming its field."""
     catalog = load_catalog()
     instance = catalog.instance(instance_type)
-    model = catalog.model(r.model.id)
+    model = resolve_model(r.model.id, r.model.config)
+    layout = r.model.layout or "tp"
     profile = get_profile(r.sizing.profile)
     workload = r.plan_request().workload
     tp = r.model.tensorParallel
-    problems = []
-    for t in [tp] if tp is not None else candidate_tps(model, instance):
+    errors = []
+    tps = [tp] if tp is not None else (candidate_tps(model, instance) if layout == "tp" else [instance.gpus])
+    for t in tps:
         try:
-            check_shape(Shape(model, instance, t, r.model.weights, r.model.kvCacheDtype), workload, profile)
+            check_shape(Shape(model, instance, t, r.model.weights, r.model.kvCacheDtype, layout), workload, profile)
             return []
         except SizingError as exc:
-            problems.append(sizing_problem(exc))
+            errors.append(exc)
     if tp is not None:
-        return problems
-    return [f"{NAMESPACE}:gpuPools: {model.id} with {r.model.weights} weights does not fit on "
+        return [sizing_problem(exc) for exc in errors]
+    if errors and (errors[-1].field or "").startswith("workload."):
+        return [sizing_problem(errors[-1])]     # a served length no TP helps: the most capable TP's reason
+    if all(exc.field == "weights" for exc in errors):     # no layout holds the weights: say so, and what does
+        from sizing.planner import does_not_fit
+        return [f"{PROJECT}:gpuPools: {does_not_fit(r.plan_request(), model, instance)}"]
+    return [f"{PROJECT}:gpuPools: {model.id} with {r.model.weights} weights does not fit on "
             f"{instance.id} even at TP={instance.gpus}; use a larger instance type or fp8 weights"]
 
 
@@ -289,9 +300,11 @@ LENGTH_FIXES = {
 
 # A number out of its range and a word not among the choices read the same whether the value came
 # from a stack key or from `llmserve size`'s flag for it (pydantic's own words name neither the value nor the fix).
+# pydantic 2.14.3's error types and their `ctx` (docs.pydantic.dev/latest/errors/validation_errors/):
+# greater_than {gt}, greater_than_equal {ge}, less_than {lt}, less_than_equal {le}, literal_error {expected}.
 BOUND_WORDS = {"greater_than": ("greater than", "gt"), "greater_than_equal": ("at least", "ge"),
                "less_than": ("less than", "lt"), "less_than_equal": ("at most", "le")}
-CHOICE_NOUNS = {"weights": "precision", "kvCacheDtype": "precision", "sloStatistic": "statistic",
+CHOICE_NOUNS = {"weights": "precision", "kvCacheDtype": "precision", "sloStatistic": "statistic", "layout": "layout",
                 "kubernetesVersion": "Kubernetes version", "environment": "environment"}
 
 
@@ -348,10 +361,10 @@ def _pydantic_problems(exc: ValidationError) -> list[str]:
                 for e in errors):
             continue
         if not loc:
-            key = NAMESPACE
+            key = PROJECT
         else:
             head, rest = loc[0], loc[1:]
-            key = REGION_KEY if head == "region" else f"{NAMESPACE}:{head}"
+            key = REGION_KEY if head == "region" else f"{PROJECT}:{head}"
             for part in rest:
                 key += f"[{part}]" if part.isdigit() else key_part(part)
         msg = err["msg"]

@@ -22,11 +22,23 @@ def _request_fields(plan: Plan) -> dict:
     req, w = plan.request, plan.request.workload
     return {
         "model": req.model, "instance_type": plan.instance.id, "gpu": plan.instance.gpu.id,
-        "weights": req.weights, "kv_dtype": req.kv_dtype, "profile": req.profile, "tp": plan.tp,
+        "weights": req.weights, "kv_dtype": req.kv_dtype, "profile": req.profile, "tp": plan.tp, "layout": plan.layout,
         "workload": {"qps": w.qps, "concurrency": w.concurrency, "input_tokens": w.input_tokens,
                      "output_tokens": w.output_tokens, "ttft_slo_s": w.ttft_slo_s, "tpot_slo_s": w.tpot_slo_s,
-                     "slo_statistic": w.slo_statistic},
+                     "slo_statistic": w.slo_statistic,
+                     # the lengths' form and the percentiles sized for; the served limit they give
+                     "lengths": w.distribution.summary(), "max_model_len": w.served_max_len,
+                     "shared_prefix_tokens": w.shared_prefix_tokens, "prefix_hit_fraction": w.prefix_hit_fraction},
+        # with the prefix cache the workload states and without it (absent when it states none)
+        "prefix_caching": _num_tree(plan.prefix_caching),
     }
+
+
+def _num_tree(d):
+    """A nested dict of figures with non-finite numbers as None (JSON has no infinity)."""
+    if d is None:
+        return None
+    return {k: _num_tree(v) if isinstance(v, dict) else (_num(v) if isinstance(v, float) else v) for k, v in d.items()}
 
 
 def _latency_fields(plan: Plan) -> dict:
@@ -53,10 +65,10 @@ def _memory_fields(plan: Plan) -> dict:
         "kv_cache_gb": _num(kv_gb, 2),
         "kv_budget_gb": _num(mem.kv_budget_gb, 2),
         "max_seqs_kv": mem.max_seqs_kv,
-        "kv_cache_tokens": mem.kv_tokens,
+        "kv_cache_tokens": mem.kv_cache_tokens,
         "max_concurrency": _num(mem.max_concurrency, 2),
-        "activation_gb_per_gpu": _num(mem.activation_gb, 3),
-        "cuda_graph_gb_per_gpu": _num(mem.cuda_graph_gb, 3),
+        "activation_gb": _num(mem.activation_gb, 3),
+        "cuda_graph_gb": _num(mem.cuda_graph_gb, 3),
         "weights_gb": _num(mem.weights_gb, 2),
         "weights_per_gpu_gb": _num(mem.weights_per_gpu_gb, 2),
         "memory_used_gb": _num(mem.weights_gb + kv_gb, 2) if math.isfinite(kv_gb) else None,
@@ -73,7 +85,7 @@ def _capacity_and_layout_fields(plan: Plan) -> dict:
         if plan.capacity_per_replica.qps else None,
         "replicas": plan.replicas,
         "replicas_by_zone": plan.replicas_by_zone,
-        "gpus": plan.gpus_used,
+        "gpus_used": plan.gpus_used,
         "gpus_total": plan.gpus_total,
         "nodes": [{"pool": n.pool, "zone": n.zone, "node": n.node, "replicas": n.replicas,
                    "gpus_used": n.gpus_used, "gpus_idle": n.gpus_idle} for n in plan.nodes],
@@ -90,7 +102,7 @@ def _cost_and_engine_fields(plan: Plan) -> dict:
         "gpu_hour_price": plan.gpu_hour_price,
         "cost_per_hour": _num(plan.cost_per_hour, 2),
         "cost_per_million_output_tokens": _num(plan.per_million(plan.cost_per_hour), 3),
-        "node_price_per_hour": plan.node_price,
+        "node_price_per_hour": plan.node_price_per_hour,
         "node_cost_per_hour": _num(plan.node_cost_per_hour, 2),
         "node_cost_per_million_output_tokens": _num(plan.per_million(plan.node_cost_per_hour), 3),
         "binding_constraint": plan.binding_constraint,
@@ -157,7 +169,7 @@ def table_rows(d: dict) -> list[tuple[str, str, str]]:
         (f"replicas (N+1 by {d['redundancy']}), TP={d['tp']}", "", str(d["replicas"])),
         ("capacity with all replicas / after losing " + (d["lost_domain"] or "nothing"), "",
          f"{d['capacity_qps']:.1f} / {d['capacity_after_zone_loss_qps']:.1f} QPS"),
-        (f"cost at ${d['gpu_hour_price']:.2f} per GPU-hour ({d['gpus']} GPUs)" if d["gpu_hour_price"] else "cost (GPUs used)",
+        (f"cost at ${d['gpu_hour_price']:.2f} per GPU-hour ({d['gpus_used']} GPUs)" if d["gpu_hour_price"] else "cost (GPUs used)",
          "", "n/a" if cost is None else f"${cost:,.2f}/h"),
         ("cost per 1M output tokens (GPUs used)", "", "n/a" if d["cost_per_million_output_tokens"] is None
          else f"${d['cost_per_million_output_tokens']:.2f}"),

@@ -169,7 +169,7 @@ def option_value():
 
 SIZE_OPTIONS = ["--model", "--gpu", "--instance", "--weights", "--kv-dtype", "--tp", "--qps", "--concurrency",
                 "--input-tokens", "--output-tokens", "--ttft-slo", "--tpot-slo", "--profile", "--gpu-hour-price",
-                "--zones", "--nodes-per-zone", "--stack"]
+                "--zones", "--nodes-per-zone", "--stack", "--model-config", "--layout"]
 
 
 @st.composite
@@ -185,6 +185,54 @@ def size_argv(draw) -> list[str]:
 @given(size_argv())
 def test_size_command_lines(argv):
     check(run_cli(argv, limit_s=10), "size", argv)
+
+
+# -- config.json (sizing.architecture): a shipped config with fields replaced, removed or added ----
+MODEL_CONFIGS = sorted((Path(__file__).parent.parent / "sizing/data/models").glob("*.json"))
+CONFIG_FIELDS = ["hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+                 "intermediate_size", "vocab_size", "tie_word_embeddings", "max_position_embeddings", "model_type",
+                 "n_routed_experts", "num_local_experts", "num_experts", "num_experts_per_tok", "experts_per_token",
+                 "n_shared_experts", "moe_intermediate_size", "first_k_dense_replace", "moe_layer_freq",
+                 "decoder_sparse_step", "mlp_only_layers", "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim",
+                 "qk_nope_head_dim", "v_head_dim", "layer_types", "sliding_window", "quantization_config",
+                 "torch_dtype", "text_config", "attention_bias"]
+
+
+@st.composite
+def mangled_model_configs(draw):
+    config = json.loads(draw(st.sampled_from(MODEL_CONFIGS)).read_text())
+    for _ in range(draw(st.integers(1, 3))):
+        key = draw(st.sampled_from(CONFIG_FIELDS))
+        if draw(st.booleans()):
+            config.pop(key, None)
+        else:
+            config[key] = draw(nasty_values())
+    return config
+
+
+@settings(max_examples=400, **FUZZ)
+@given(mangled_model_configs())
+def test_config_json_is_sized_or_refused_naming_the_field(config):
+    from sizing.architecture import ConfigError, parse_config
+    CASES["config.json"] += 1
+    try:
+        arch = parse_config(config)
+    except ConfigError as exc:
+        assert str(exc).startswith(f"config.json: {exc.field}: ") and exc.field, str(exc)
+        return
+    figures = [arch.total_params, arch.active_params, arch.weight_bytes("fp8"), arch.kv_bytes_per_token(2, 4096),
+               arch.experts_touched(64)]
+    assert all(math.isfinite(f) and f >= 0 for f in figures) and 0 < arch.active_params <= arch.total_params
+
+
+@settings(max_examples=20, **FUZZ)
+@given(st.one_of(mangled_model_configs().map(lambda c: json.dumps(c).encode()),
+                 st.binary(max_size=200), st.sampled_from([b"", b"{", b"[]", b"\xff\xfe", b"{}" * 10])))
+def test_size_reads_a_model_config_file_or_refuses_it_in_one_line(tmp_path_factory, data):
+    path = tmp_path_factory.mktemp("cfg") / "config.json"
+    path.write_bytes(data)
+    argv = ["size", "--model-config", str(path), "--json"]
+    check(run_cli(argv, limit_s=10), "size --model-config", argv)
 
 
 SIM_OPTIONS = {"--duration": st.sampled_from(["1", "30", "60", "0", "-5", "abc", "nan", "inf"]),

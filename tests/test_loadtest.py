@@ -11,7 +11,8 @@ from types import SimpleNamespace
 import pytest
 from typer.testing import CliRunner
 
-from components.loadtest import GUIDELLM_IMAGE, loadtest_rates
+from conventions import GUIDELLM_IMAGE
+from components.loadtest import loadtest_rates
 from llmserve.cli import app
 from offline.engine import is_secret, unwrap
 from proving.loadtest_report import Benchmark, Report, ReportError, Stat, assess, parse_report, read_report
