@@ -319,8 +319,10 @@ def _bound_or_choice(err: dict, field: str) -> str:
 
 def _shown(value) -> str:
     """A value as the user wrote it, whichever way it came (a flag parses 0 as 0.0, YAML as 0)."""
-    if isinstance(value, float) and value.is_integer():
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
         return str(int(value))
+    if isinstance(value, float):
+        return f"{value:g}"          # 1e+300, not its 301 digits
     return str(value)[:40]
 
 

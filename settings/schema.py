@@ -95,8 +95,10 @@ class WorkloadSettings(_Strict):
     # plan shows TTFT and capacity with and without it.
     sharedPrefixTokens: int = Field(0, ge=0, le=1_000_000)
     prefixHitFraction: float = Field(0.0, ge=0, lt=1)
-    ttftSeconds: float = Field(1.0, gt=0)
-    tpotSeconds: float = Field(0.040, gt=0)
+    # Bounded above so a typo (1e300) is refused, not planned: a first token after an hour, or an
+    # output token a minute apart, is no latency objective an interactive service states.
+    ttftSeconds: float = Field(1.0, gt=0, le=3600)
+    tpotSeconds: float = Field(0.040, gt=0, le=60)
     sloStatistic: Literal["mean", "p50", "p90", "p95", "p99"] = "p95"   # the SLOs hold at this statistic
     _lengths: LengthDistribution | None = PrivateAttr(None)
 
@@ -251,8 +253,10 @@ class GpuPoolSettings(_Strict):
 
 class SizingSettings(_Strict):
     profile: str = "reference"
-    gpuHourPrice: float | None = Field(None, gt=0)
-    instancePrice: float | None = Field(None, gt=0)
+    # On-demand p5/p5en list prices are $55-64 per instance-hour, $7-8 per GPU-hour
+    # (../shared/reference/hardware.md, 2026): over 100x that is a typo, not a price.
+    gpuHourPrice: float | None = Field(None, gt=0, le=1000)
+    instancePrice: float | None = Field(None, gt=0, le=10_000)
 
     @field_validator("profile")
     @classmethod

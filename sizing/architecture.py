@@ -30,7 +30,6 @@ import json
 import math
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
 from inputs import InputError
 from inputs.files import read_regular_file
@@ -224,9 +223,8 @@ def element_bytes(weights: str, arch: Architecture | None = None) -> float:
 
 # -- parsing --------------------------------------------------------------------------------------
 def read_config(path: str | os.PathLike) -> Architecture:
-    """Read and parse a local config.json: a regular file of at most MAX_CONFIG_BYTES, read through the
-    one reader of user-named files (inputs.files: no FIFO, device or folder; size checked before reading)."""
-    try:
+    """Read and parse a local config.json: a regular file of at most MAX_CONFIG_BYTES."""
+    try:        # the shared reader: stat before open, O_NONBLOCK, a bounded read, long names refused
         raw = read_regular_file(path, MAX_CONFIG_BYTES, "config.json")
     except InputError as exc:
         raise ConfigError("path", str(exc)) from None
