@@ -7,25 +7,37 @@ Bad input prints one line, `error: <what> ...`, and exits with code 2; never a t
 """
 from __future__ import annotations
 
-import importlib
+import os
 import sys
 
-import typer
-from click.exceptions import Abort, Exit, NoArgsIsHelpError, UsageError
+# pydantic looks for plugins in the entry points of every installed distribution when it builds
+# its first model (pydantic/plugin/_loader.py, 2.14.3): a quarter of loading the settings models.
+# The CLI uses none; a user who sets the variable keeps their value.
+os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
-# Each command's module and the commands it registers, in the order `llmserve --help` lists them.
-# `main` builds an app holding only the command asked for: typer turns every registered
-# function's signature into click options on each call (~20 ms for all nine), and a command's
-# module is imported only when that command runs.
-COMMANDS: dict[str, tuple[str, ...]] = {
-    "size_cmd": ("size",),
-    "preview_cmd": ("preview",),
-    "preflight_cmd": ("preflight",),
-    "render_cmd": ("render",),
-    "simulate_cmd": ("simulate",),
-    "loadtest_cmd": ("loadtest-report",),
-    "twin_cmd": ("twin", "check", "calibrate"),
-}
+import typer  # noqa: E402
+from click.exceptions import Abort, Exit, NoArgsIsHelpError, UsageError  # noqa: E402
+
+from . import loadtest_cmd, preflight_cmd, preview_cmd, render_cmd, simulate_cmd, size_cmd, twin_cmd  # noqa: E402
+
+
+def _register_size(app: typer.Typer) -> None:
+    app.command("size", help=size_cmd.__doc__)(size_cmd.size)
+
+
+# The commands each module registers, in the order `llmserve --help` lists them. `main` builds an
+# app holding only the command asked for: typer turns the signature of every registered function
+# into click options on each call (~20 ms for all nine). The modules import their heavy
+# dependencies (Pulumi, boto3, matplotlib, the load-test report's models) only when they run.
+REGISTRARS = (
+    (("size",), _register_size),
+    (("preview",), preview_cmd.register),
+    (("preflight",), preflight_cmd.register),
+    (("render",), render_cmd.register),
+    (("simulate",), simulate_cmd.register),
+    (("loadtest-report",), loadtest_cmd.register),
+    (("twin", "check", "calibrate"), twin_cmd.register),
+)
 
 
 def _root() -> None:
@@ -33,7 +45,7 @@ def _root() -> None:
 
 
 def build_app(command: str | None = None) -> typer.Typer:
-    """The typer app with every command, or with only `command`'s module when it names one."""
+    """The typer app with every command, or only the commands of `command`'s module when it names one."""
     app = typer.Typer(
         name="llmserve",
         help="Size, preview and check a production LLM serving stack on AWS before paying for it.",
@@ -43,22 +55,14 @@ def build_app(command: str | None = None) -> typer.Typer:
         rich_markup_mode=None,
     )
     app.callback()(_root)
-    wanted = [m for m, names in COMMANDS.items() if command in names] or list(COMMANDS)
-    for name in wanted:
-        module = importlib.import_module(f"{__package__}.{name}")
-        if name == "size_cmd":
-            app.command("size", help=module.__doc__)(module.size)
-        else:
-            module.register(app)
+    wanted = [register for names, register in REGISTRARS if command in names]
+    for register in wanted or [register for _, register in REGISTRARS]:
+        register(app)
     return app
 
 
-def __getattr__(name: str):
-    """`llmserve.cli.app`: the app with every command (for click's test runner), built on first use."""
-    if name == "app":
-        globals()["app"] = built = build_app()
-        return built
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# Every command (click's test runner and `--help` use it); registering costs nothing until it runs.
+app = build_app()
 
 
 def main(argv: list[str] | None = None) -> int:
