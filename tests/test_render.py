@@ -19,6 +19,8 @@ from tests.conftest import ROOT, UPSTREAM
 from tests.stacks import stack_config
 
 runner = CliRunner()
+# One xdist worker renders the three stacks (the module fixture) for every test here.
+pytestmark = pytest.mark.xdist_group("render")
 
 
 def render(stack: str, out: Path):

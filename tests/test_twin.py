@@ -24,6 +24,8 @@ SCALE = "100"              # simulated seconds per wall second
 CHECK_AT_S = 800           # simulated: when check and calibrate read the twin
 WINDOW = "6s"              # wall: 600 simulated seconds at SCALE
 SLOWDOWN = 1.2
+# Real servers; one xdist worker runs every twin here, so each module fixture starts its twin once.
+pytestmark = [pytest.mark.servers, pytest.mark.xdist_group("twin")]
 
 
 def run_cli(*argv: str) -> tuple[int, str, str]:
