@@ -16,8 +16,8 @@ from components.loadtest import LoadTest, LoadTestArgs, LoadTestRun
 from components.monitoring import Monitoring, MonitoringArgs
 from components.network import Network, NetworkArgs, network_zones
 from components.serving import Serving, ServingArgs, served_checkpoint
-from settings import SettingsError
-from settings.pulumi_config import require_secrets, secret, settings_from_pulumi
+from settings import SettingsError, sizing_problem
+from settings.pulumi_config import refuse_example_values, require_secrets, secret, settings_from_pulumi
 from sizing.model import SizingError
 from sizing.planner import plan as make_plan
 
@@ -27,7 +27,8 @@ try:
 except SettingsError as exc:       # one line per problem, each naming the key; no traceback
     raise pulumi.RunError(f"invalid stack config:\n{exc}") from None
 except SizingError as exc:
-    raise pulumi.RunError(f"no plan for this stack config: {exc}") from None
+    raise pulumi.RunError(f"no plan for this stack config: {sizing_problem(exc)}") from None
+refuse_example_values(settings)    # on a real engine only: the committed stacks' example values
 require_secrets(settings)          # one line naming `pulumi config set --secret` when one is missing
 
 # -- AWS: network -> cluster -> one GPU node pool per (zone, pool) ---------------------------------
@@ -41,7 +42,7 @@ network = Network("llm", NetworkArgs(
 cluster = Cluster("llm", ClusterArgs(
     stack=settings.stack, environment=settings.environment, region=settings.region,
     kubernetes_version=settings.kubernetesVersion, api_allowed_cidrs=settings.apiAllowedCidrs,
-    admin_role_arns=settings.adminRoleArns, system_nodes=settings.systemNodes, tags=settings.tags,
+    admin_role_arns=settings.adminRoleArns, view_role_arns=settings.previewRoleArns, system_nodes=settings.systemNodes, tags=settings.tags,
     network=network))
 gpu_pools: list[GpuNodePool] = []
 for pool, pool_settings in zip(plan.request.pools, settings.gpuPools):     # each updates after the one before

@@ -25,11 +25,11 @@ TARGET_MB = 500.0
 def run(requests: int, router: str, stack: str, profile: str | None) -> tuple[str, bool]:
     from dataclasses import replace
 
-    from settings import load_stack
+    from settings import stack_settings
     from simulator import config_from_plan, simulate
     from sizing.planner import plan
 
-    req = load_stack(stack).plan_request()
+    req = stack_settings(stack).plan_request()
     p = plan(replace(req, profile=profile) if profile else req)
     qps = p.request.workload.qps
     cfg = config_from_plan(p, duration_s=requests / qps, router=router)

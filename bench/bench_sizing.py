@@ -40,7 +40,7 @@ def sweep_rate(seconds: float = 2.0, profile_name: str = "reference", statistic:
     """Configurations evaluated per second, over the sweep's own grid at five loads."""
     from sizing.catalog import load_catalog
     from sizing.model import Workload
-    from sizing.planner import candidate_tps
+    from sizing.model import candidate_tps
     from sizing.profiles import get_profile
     from sizing.sweep import SWEEP_WEIGHTS, evaluate
 

@@ -18,6 +18,7 @@ from sizing.model import Workload
 from sizing.planner import PlanRequest, Pool
 from sizing.profiles import load_profiles
 
+from .capacity import offering_id, reservation_id
 from .names import RESERVED_NAMESPACES, dns_label, private_cidr, role_arn, secret_key
 from .names import checkpoint as valid_checkpoint, hostname as valid_hostname, system_instance_type, tag
 
@@ -28,7 +29,7 @@ TLS_SECRET_KEYS = ("tlsCertificate", "tlsPrivateKey")
 ALL_SECRET_KEYS = SECRET_KEYS + TLS_SECRET_KEYS
 LETS_ENCRYPT = "https://acme-v02.api.letsencrypt.org/directory"
 # EKS versions the stack accepts: in EKS standard support on the prices' date (2026-11) and in
-# Envoy Gateway v1.9's compatibility matrix (v1.33-v1.36). See the README to move to the next.
+# Envoy Gateway v1.8's compatibility matrix (v1.32-v1.35). See docs/operations.md to move to the next.
 KUBERNETES_VERSIONS = ("1.34", "1.35")     # 1.34: standard support to 2026-12-02; 1.35: to 2027-03-27
 GATE_KEY_NAME = "accuracy-gate"   # the accuracy gate's own client id at the gateway (not a tenant's)
 MAX_API_KEYS = 16          # Envoy Gateway's BackendTrafficPolicy takes at most 16 local rate-limit rules
@@ -45,6 +46,8 @@ Hostname = Annotated[str, AfterValidator(valid_hostname)]
 ApiKeyName = Annotated[str, AfterValidator(secret_key)]
 RoleArn = Annotated[str, AfterValidator(role_arn)]
 Score = Annotated[float, Field(ge=0, le=1)]
+ReservationId = Annotated[str, AfterValidator(reservation_id)]      # cr-<17 hex>: settings/capacity.py
+OfferingId = Annotated[str, AfterValidator(offering_id)]            # cb-<17 hex>
 
 
 class _Strict(BaseModel):
@@ -88,10 +91,10 @@ class ModelSettings(_Strict):
 
 
 class CapacityBlock(_Strict):
-    id: str | None = None                   # an existing capacity block reservation (cr-...)
+    id: ReservationId | None = None         # an existing capacity block reservation (cr-...)
     purchase: bool = False                  # buy one (non-refundable): needs allowPurchase too
     allowPurchase: bool = False
-    offeringId: str | None = None
+    offeringId: OfferingId | None = None
     durationHours: int | None = Field(None, gt=0)
 
 
@@ -100,7 +103,7 @@ class GpuPoolSettings(_Strict):
     instanceType: str = "p5.48xlarge"
     nodes: int = Field(1, ge=1, le=64)
     name: str | None = Field(None, pattern=r"^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$")
-    capacityReservationId: str | None = Field(None, pattern=r"^cr-[0-9a-f]{8,17}$")
+    capacityReservationId: ReservationId | None = None    # an On-Demand Capacity Reservation
     capacityBlock: CapacityBlock | None = None
     efa: bool = False
 
@@ -227,15 +230,69 @@ class LoadTestSettings(_Strict):
     storageGi: int = Field(5, ge=1, le=1000)        # the results volume
 
 
-class StackSettings(_Strict):
-    stack: str
+class PlanRequestSettings(_Strict):
+    """What a sizing plan needs, and nothing else: the one door for both a stack file (whose
+    `StackSettings` extends it) and `llmserve size`'s flags (which fill the same fields, see
+    llmserve/size_flags.py), so a bad value meets the same rule and the same message either way.
+    Composed of the sub-models others extend (workload, model, pools, sizing), fields unrenamed."""
     region: str
-    environment: Literal["dev", "staging", "prod"]
     workload: WorkloadSettings
     model: ModelSettings = ModelSettings()
     gpuPools: tuple[GpuPoolSettings, ...] = Field(min_length=1)
     replicas: int | Literal["auto"] = "auto"
     sizing: SizingSettings = SizingSettings()
+
+    @field_validator("replicas")
+    @classmethod
+    def _replicas(cls, v):
+        if isinstance(v, int) and v < 1:
+            raise ValueError(f"must be 'auto' or an integer of at least 1 (got {v})")
+        return v
+
+    @property
+    def zones(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(p.zone for p in self.gpuPools))
+
+    def request_body(self) -> dict:
+        """This request as settings keys again (what `llmserve size` applies its flags to)."""
+        return self.model_dump(include=set(PlanRequestSettings.model_fields))
+
+    def plan_request(self) -> PlanRequest:
+        w = self.workload
+        return PlanRequest(
+            workload=Workload(input_tokens=w.inputTokens, output_tokens=w.outputTokens,
+                              ttft_slo_s=w.ttftSeconds, tpot_slo_s=w.tpotSeconds,
+                              qps=w.qps, concurrency=w.concurrency, slo_statistic=w.sloStatistic),
+            model=self.model.id, weights=self.model.weights, kv_dtype=self.model.kvCacheDtype,
+            pools=tuple(Pool(p.zone, p.instanceType, p.nodes, p.name or "") for p in self.gpuPools),
+            tp=self.model.tensorParallel,
+            replicas=None if self.replicas == "auto" else self.replicas,
+            profile=self.sizing.profile, gpu_hour_price=self.sizing.gpuHourPrice,
+            instance_price=self.sizing.instancePrice,
+        )
+
+
+# The reference design (no stack file): the reference workload (10 QPS, 1000 in / 300 out, the
+# sizing reference's SLOs at p95) on one p5.48xlarge in each of two zones; every other key its default.
+REFERENCE_REQUEST = {"region": "us-east-1", "workload": {"qps": 10.0},
+                     "gpuPools": [{"zone": "us-east-1a"}, {"zone": "us-east-1b"}]}
+
+# The settings key (under llm-serving:) each `PlanRequest` field comes from, as plan_request()
+# fills it: a `SizingError(field=...)` names the key the user can change.
+REQUEST_KEYS = {
+    "model": "model.id", "weights": "model.weights", "kv_dtype": "model.kvCacheDtype", "tp": "model.tensorParallel",
+    "pools": "gpuPools", "replicas": "replicas", "profile": "sizing.profile",
+    "gpu_hour_price": "sizing.gpuHourPrice", "instance_price": "sizing.instancePrice",
+    "workload.qps": "workload.qps", "workload.concurrency": "workload.concurrency",
+    "workload.input_tokens": "workload.inputTokens", "workload.output_tokens": "workload.outputTokens",
+    "workload.ttft_slo_s": "workload.ttftSeconds", "workload.tpot_slo_s": "workload.tpotSeconds",
+    "workload.slo_statistic": "workload.sloStatistic",
+}
+
+
+class StackSettings(PlanRequestSettings):
+    stack: str
+    environment: Literal["dev", "staging", "prod"]
     kubernetesVersion: Literal[KUBERNETES_VERSIONS] = "1.35"
     apiAllowedCidrs: tuple[str, ...] = Field(min_length=1)
     # Who may reach the gateway's load balancer. Open to all only when said so: ["0.0.0.0/0"];
@@ -249,6 +306,7 @@ class StackSettings(_Strict):
     accuracyGate: AccuracyGateSettings = AccuracyGateSettings()
     loadTest: LoadTestSettings = LoadTestSettings()
     adminRoleArns: tuple[RoleArn, ...] = ()
+    previewRoleArns: tuple[RoleArn, ...] = ()   # read-only access entries (AmazonEKSViewPolicy): the CI preview role
 
     @field_validator("apiAllowedCidrs", "gatewayAllowedCidrs")
     @classmethod
@@ -265,18 +323,7 @@ class StackSettings(_Strict):
             tag(key, value)
         return v
 
-    @field_validator("replicas")
-    @classmethod
-    def _replicas(cls, v):
-        if isinstance(v, int) and v < 1:
-            raise ValueError("replicas must be 'auto' or an integer >= 1")
-        return v
-
     # -- derived ----------------------------------------------------------------------------
-    @property
-    def zones(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(p.zone for p in self.gpuPools))
-
     @property
     def nat_per_zone(self) -> bool:
         return self.network.natPerZone if self.network.natPerZone is not None else self.environment == "prod"
@@ -290,17 +337,3 @@ class StackSettings(_Strict):
     def accuracy_gate_enabled(self) -> bool:
         e = self.accuracyGate.enabled
         return e if e is not None else self.environment in ("staging", "prod")
-
-    def plan_request(self) -> PlanRequest:
-        w = self.workload
-        return PlanRequest(
-            workload=Workload(input_tokens=w.inputTokens, output_tokens=w.outputTokens,
-                              ttft_slo_s=w.ttftSeconds, tpot_slo_s=w.tpotSeconds,
-                              qps=w.qps, concurrency=w.concurrency, slo_statistic=w.sloStatistic),
-            model=self.model.id, weights=self.model.weights, kv_dtype=self.model.kvCacheDtype,
-            pools=tuple(Pool(p.zone, p.instanceType, p.nodes, p.name or "") for p in self.gpuPools),
-            tp=self.model.tensorParallel,
-            replicas=None if self.replicas == "auto" else self.replicas,
-            profile=self.sizing.profile, gpu_hour_price=self.sizing.gpuHourPrice,
-            instance_price=self.sizing.instancePrice,
-        )
