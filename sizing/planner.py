@@ -10,10 +10,11 @@ import math
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from .catalog import Instance, load_catalog
+from .catalog import Instance, load_catalog, resolve_model
+from .fit import _unloaded, unloaded_reason  # noqa: F401 (the sweep and the CLI name unloaded_reason here too)
 from .model import Capacity, Memory, Point, ReplicaModel, Shape, SizingError, Workload, candidate_tps, check_shape
+from .parallel import serving_args
 from .profiles import Profile, get_profile
-from .queueing import QUANTILES
 
 BINDING_WORDS = {
     "tpot": "{stat} TPOT reaches the {tpot:.0f} ms SLO (decode steps slow as the batch grows)",
@@ -57,6 +58,8 @@ class PlanRequest:
     profile: str = "reference"
     gpu_hour_price: float | None = None  # defaults to the instance price / its GPUs
     instance_price: float | None = None  # overrides the catalog's node price
+    model_config: str | None = None      # a local config.json instead of the catalog's `model`
+    layout: str | None = None            # tp | dp-ep (sizing.parallel); None: the planner picks
 
 
 @dataclass(frozen=True)
@@ -84,11 +87,12 @@ class Plan:
     gpus_used: int
     gpus_total: int
     gpu_hour_price: float | None
-    node_price: float | None
+    node_price_per_hour: float | None
     binding_constraint: str
     notes: tuple[str, ...] = field(default_factory=tuple)
     fill_idle_gpus: dict | None = None
     fleet: FleetView | None = None       # replicas fixed by the request: the whole fleet at the load
+    layout: str = "tp"                   # how a replica's `tp` GPUs split the model (sizing.parallel)
 
     @property
     def memory(self) -> Memory:
@@ -128,7 +132,7 @@ class Plan:
 
     @property
     def node_cost_per_hour(self) -> float | None:
-        return None if self.node_price is None else len(self.nodes) * self.node_price
+        return None if self.node_price_per_hour is None else len(self.nodes) * self.node_price_per_hour
 
     def per_million(self, per_hour: float | None) -> float | None:
         tokens = self.output_tokens_per_hour
@@ -156,11 +160,11 @@ def _engine_args(plan: Plan) -> dict:
     max_num_batched_tokens is the replica model's step budget (`ReplicaModel._batched_tokens`):
     the TTFT the plan promises assumes exactly these chunks."""
     req, w = plan.request, plan.request.workload
-    model = load_catalog().model(req.model)
+    model = plan.replica_model.shape.model
     profile = get_profile(req.profile)
     rm = plan.replica_model
     return {
-        "tensor_parallel_size": plan.tp,
+        **serving_args(rm.shape),
         "max_model_len": w.input_tokens + w.output_tokens,
         "max_num_seqs": rm.memory.max_seqs,
         "max_num_batched_tokens": rm.batched_tokens,
@@ -168,6 +172,8 @@ def _engine_args(plan: Plan) -> dict:
         "kv_cache_dtype": "fp8" if req.kv_dtype == "fp8" else "auto",
         "weights": req.weights,
         "checkpoint": model.checkpoints.get(req.weights if req.weights in model.checkpoints else "bf16"),
+        # fp8 without a prequantized checkpoint: vLLM quantizes the BF16 weights at load
+        "quantization": "fp8" if req.weights == "fp8" and "fp8" not in model.checkpoints else None,
     }
 
 
@@ -224,52 +230,24 @@ def place_on_nodes(counts: dict[str, int], pools: tuple[Pool, ...], tp: int, gpu
 
 
 # -- planning ----------------------------------------------------------------------------------
-def unloaded_reason(rm: ReplicaModel, w: Workload) -> str:
-    """Why a replica misses the SLOs with no load at all, in plain words."""
-    return _unloaded(rm, w)[1]
-
-
-def _unloaded(rm: ReplicaModel, w: Workload) -> tuple[str | None, str]:
-    """(the SLO field to relax, why) a replica misses the SLOs with no load at all."""
-    if rm.ttft0_s >= w.ttft_slo_s:
-        return "workload.ttft_slo_s", (f"prefill of a {w.input_tokens:,}-token prompt takes {rm.ttft0_s:.2f} s, "
-                                       f"above the {w.ttft_slo_s:g} s TTFT SLO")
-    if rm.step_s(1) >= w.tpot_slo_s:
-        return "workload.tpot_slo_s", (f"one decode step takes {rm.step_s(1) * 1e3:.1f} ms with a single sequence, "
-                                       f"above the {w.tpot_slo_s * 1e3:g} ms TPOT SLO")
-    light = 1e-3 * min(rm.qps_at_batch(rm.memory.max_seqs), 1 / rm.share_per_request_s)
-    ttft, tpot = rm.latencies_at(light, QUANTILES.get(w.slo_statistic))
-    if ttft >= w.ttft_slo_s:
-        return "workload.ttft_slo_s", (
-            f"at the lightest load the {w.slo_statistic} TTFT is {ttft:.2f} s (a {w.input_tokens:,}-token "
-            f"prompt in chunks of up to {rm.batched_tokens:,} tokens, each step shared with the decodes), "
-            f"above the {w.ttft_slo_s:g} s TTFT SLO")
-    if tpot >= w.tpot_slo_s:
-        return "workload.tpot_slo_s", (f"at the lightest load the {w.slo_statistic} TPOT is {tpot * 1e3:.1f} ms, "
-                                       f"above the {w.tpot_slo_s * 1e3:g} ms TPOT SLO")
-    return None, "the KV cache cannot hold the batch the SLOs need"
-
-
 def plan(req: PlanRequest) -> Plan:
     for name, value in (("gpu_hour_price", req.gpu_hour_price), ("instance_price", req.instance_price)):
         if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
             raise SizingError(f"must be a finite number greater than 0 (got {value!r})", name)
     if req.replicas is not None and not (isinstance(req.replicas, int) and req.replicas >= 1):
         raise SizingError(f"must be an integer of at least 1 (got {req.replicas!r})", "replicas")
-    catalog = load_catalog()
-    model = catalog.model(req.model)
+    model = resolve_model(req.model, req.model_config)
     profile = get_profile(req.profile)
     types = {p.instance_type for p in req.pools}
     if not req.pools:
         raise PlanError("no GPU pools: give at least one (zone, instance type, nodes)")
     if len(types) > 1:
         raise PlanError(f"GPU pools mix instance types ({', '.join(sorted(types))}); use one type")
-    instance = catalog.instance(types.pop())
-    tps = [req.tp] if req.tp else candidate_tps(model, instance)
+    instance = load_catalog().instance(types.pop())
     best, failures = None, []
-    for tp in tps:
+    for layout, tp in _candidates(req, model, instance):
         try:
-            p = plan_for_tp(req, model, instance, profile, tp)
+            p = plan_for_tp(req, model, instance, profile, tp, layout)
         except PlanError as exc:      # fits, but the pools cannot carry the load
             failures.append((1, tp, str(exc), exc.field))
             continue
@@ -282,6 +260,8 @@ def plan(req: PlanRequest) -> Plan:
     if best is None:
         if not failures:
             raise PlanError("no tensor-parallel degree fits")
+        if req.tp in (None, instance.gpus) and all(f[3] == "weights" for f in failures):
+            raise PlanError(does_not_fit(req, model, instance), "weights")
         # Report the most capable option's failure: the one a user would try to fix.
         _, tp, msg, field_ = max(failures)
         if req.tp:
@@ -289,6 +269,37 @@ def plan(req: PlanRequest) -> Plan:
         # A TP the planner chose is not the user's to fix: the failure then names no TP field.
         raise PlanError(f"no TP degree works; at TP={tp}, the most capable: {msg}", None if field_ == "tp" else field_)
     return best[1]
+
+
+def _candidates(req: PlanRequest, model, instance: Instance) -> list[tuple[str, int]]:
+    """(layout, GPUs per replica) to try: the request's, else TP at every degree that splits the
+    model and, for an MoE model, data-parallel attention with EP over the whole node."""
+    layouts = [req.layout] if req.layout else (["tp", "dp-ep"] if model.is_moe else ["tp"])
+    out = []
+    for layout in layouts:
+        if layout == "dp-ep":
+            out.append((layout, req.tp or instance.gpus))
+        else:
+            out += [(layout, tp) for tp in ([req.tp] if req.tp else candidate_tps(model, instance))]
+    return out
+
+
+def does_not_fit(req: PlanRequest, model, instance: Instance) -> str:
+    """A model whose weights do not fit one node at any layout: say so, and name the cheapest
+    option of the sweep (another GPU or precision; a replica over several nodes is issue 19's)."""
+    from .sweep import cheapest_alternative
+    node_gb = instance.gpus * instance.gpu.memory_gb
+    weights_gb = model.weight_bytes(req.weights) / 1e9
+    msg = (f"{model.id} does not fit one {instance.id}: {model.params_b:,.0f} B parameters are "
+           f"{weights_gb:,.0f} GB of {req.weights} weights against {node_gb:,.0f} GB of GPU memory "
+           f"({instance.gpus} x {instance.gpu.memory_gb:g} GB), before any KV cache")
+    zones = len({p.zone for p in req.pools})
+    alt = cheapest_alternative(req.workload, req.model, req.kv_dtype, zones, req.profile, req.model_config)
+    if alt is None:
+        return msg + "; no instance in the catalog holds it on one node (a multi-node replica is needed)"
+    cost = f", ${alt.node_cost_per_hour:,.2f}/h" if alt.node_cost_per_hour is not None else ""
+    return (msg + f"; cheapest alternative: {alt.instance} with {alt.weights} weights, {alt.layout} over "
+            f"{alt.tp} GPUs per replica ({alt.replicas} replicas on {alt.nodes} nodes{cost})")
 
 
 @dataclass(frozen=True)
@@ -313,9 +324,10 @@ class _Loss:
     notes: tuple[str, ...]
 
 
-def plan_for_tp(req: PlanRequest, model, instance: Instance, profile: Profile, tp: int) -> Plan:
+def plan_for_tp(req: PlanRequest, model, instance: Instance, profile: Profile, tp: int,
+                layout: str = "tp") -> Plan:
     w = req.workload
-    shape = Shape(model, instance, tp, req.weights, req.kv_dtype)
+    shape = Shape(model, instance, tp, req.weights, req.kv_dtype, layout)
     check_shape(shape, w, profile)
     real = ReplicaModel(shape, w, profile, real=True)
     ideal = ReplicaModel(shape, w, profile, real=False)
@@ -339,6 +351,11 @@ def plan_for_tp(req: PlanRequest, model, instance: Instance, profile: Profile, t
         clients = math.ceil(need.demand / carrying)
         closed = real.closed_loop(clients)
         qps_load = closed["requests_per_s"]
+    if req.weights == "fp4" and not instance.gpu.fp4_tflops:
+        # vLLM 0.29.0 runs FP4 checkpoints without FP4 tensor cores as W4A16 (Marlin):
+        # model_executor/layers/quantization/modelopt.py ModelOptNvFp4Config.get_min_capability 75,
+        # mxfp4.py Mxfp4Config.get_min_capability 80.
+        notes.append(f"no FP4 tensor cores on {instance.gpu.id}: FP4 weights run as W4A16 (4-bit reads, BF16 math)")
     gpu_price, node_price = _prices(req, instance, notes)
     gpus_used, gpus_total = replicas * tp, sum(p.nodes for p in req.pools) * instance.gpus
     fill = _fill_idle_gpus(slots, loss, replicas, tp, gpus_used, gpus_total, cap.qps, notes)
@@ -351,9 +368,10 @@ def plan_for_tp(req: PlanRequest, model, instance: Instance, profile: Profile, t
         ideal=ideal.closed_point(clients) if w.is_closed_loop else ideal.at(qps_load),
         real=real.closed_point(clients) if w.is_closed_loop else real.at(qps_load),
         closed_loop=closed, max_clients_per_replica=int(need.per_replica) if w.is_closed_loop else None,
-        gpus_used=gpus_used, gpus_total=gpus_total, gpu_hour_price=gpu_price, node_price=node_price,
+        gpus_used=gpus_used, gpus_total=gpus_total, gpu_hour_price=gpu_price, node_price_per_hour=node_price,
         binding_constraint=_binding_words(cap, w, need, loss), notes=tuple(notes), fill_idle_gpus=fill,
         replica_model=real, fleet=fleet_view(real, w, replicas) if req.replicas is not None else None,
+        layout=layout,
     )
 
 

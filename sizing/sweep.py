@@ -1,4 +1,6 @@
-"""Rank every feasible (instance, TP, weight precision) for a workload by cost per 1M output tokens.
+"""Rank every (instance, layout, GPUs per replica, weight precision) for a workload by cost per 1M
+output tokens, and say why each refused option is refused (does not fit, no FP4 on this GPU, EP
+not applicable to a dense model, no checkpoint at that precision, ...).
 
 Each option gets the replicas N+1 across the given zones needs, placed evenly, on as many whole
 nodes per zone as those replicas take. Evaluation is closed-form (no iteration), so a sweep
@@ -9,12 +11,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .catalog import Instance, load_catalog
+from .catalog import Instance, load_catalog, resolve_model
+from .fit import unloaded_reason
 from .model import ReplicaModel, Shape, SizingError, Workload, candidate_tps, check_shape
-from .planner import unloaded_reason
 from .profiles import Profile, get_profile
 
-SWEEP_WEIGHTS = ("fp8", "bf16")
+SWEEP_WEIGHTS = ("fp8", "bf16", "fp4")
 SWEEP_ITERATIONS = 5    # capacity to 1% of its range: enough to count replicas, and 10,000+ configs/s
 USEFUL_SHARE = 0.01     # a replica that carries less than this share of the load is refused, with why
 
@@ -27,6 +29,7 @@ class Option:
     weights: str
     kv_dtype: str
     feasible: bool
+    layout: str = "tp"
     reason: str = ""
     capacity_qps: float = 0.0
     binding: str = ""
@@ -40,9 +43,9 @@ class Option:
 
 
 def evaluate(model, instance: Instance, tp: int, weights: str, kv_dtype: str, workload: Workload,
-             profile: Profile, zones: int, gpu_hour_price: float | None = None) -> Option:
-    ident = dict(instance=instance.id, gpu=instance.gpu.id, tp=tp, weights=weights, kv_dtype=kv_dtype)
-    shape = Shape(model, instance, tp, weights, kv_dtype)
+             profile: Profile, zones: int, gpu_hour_price: float | None = None, layout: str = "tp") -> Option:
+    ident = dict(instance=instance.id, gpu=instance.gpu.id, tp=tp, weights=weights, kv_dtype=kv_dtype, layout=layout)
+    shape = Shape(model, instance, tp, weights, kv_dtype, layout)
     try:
         check_shape(shape, workload, profile)
     except SizingError as exc:
@@ -88,17 +91,30 @@ def evaluate(model, instance: Instance, tp: int, weights: str, kv_dtype: str, wo
 
 
 def sweep(workload: Workload, model_id: str, kv_dtype: str, zones: int, profile_name: str = "reference",
-          gpu_hour_price: float | None = None) -> list[Option]:
+          gpu_hour_price: float | None = None, model_config: str | None = None) -> list[Option]:
     catalog = load_catalog()
-    model = catalog.model(model_id)
+    model = resolve_model(model_id, model_config)
     profile = get_profile(profile_name)
     options = [
-        evaluate(model, inst, tp, weights, kv_dtype, workload, profile, zones, gpu_hour_price)
+        evaluate(model, inst, tp, weights, kv_dtype, workload, profile, zones, gpu_hour_price, layout)
         for inst in catalog.instances.values()
-        for tp in candidate_tps(model, inst)
+        for layout, tp in layouts(model, inst)
         for weights in SWEEP_WEIGHTS
     ]
     inf = math.inf
     return sorted(options, key=lambda o: (not o.feasible,
                                           o.node_cost_per_million if o.node_cost_per_million is not None else inf,
                                           o.cost_per_million if o.cost_per_million is not None else inf))
+
+
+def layouts(model, instance: Instance) -> list[tuple[str, int]]:
+    """(layout, GPUs per replica): TP at every degree that splits the model, and data-parallel
+    attention with EP over the whole node (evaluated for a dense model too, to say why not)."""
+    return [("tp", tp) for tp in candidate_tps(model, instance)] + [("dp-ep", instance.gpus)]
+
+
+def cheapest_alternative(workload: Workload, model_id: str, kv_dtype: str, zones: int, profile_name: str,
+                         model_config: str | None = None) -> Option | None:
+    """The cheapest feasible option of the sweep (by node cost, then GPU cost), or None."""
+    best = [o for o in sweep(workload, model_id, kv_dtype, zones, profile_name, None, model_config) if o.feasible]
+    return best[0] if best else None

@@ -68,8 +68,9 @@ INVALID = [
         prod_with(model={"id": "llama-3.1-405b", "weights": "bf16"},
                   gpuPools=[{"zone": "us-east-1a", "instanceType": "p4d.24xlarge"},
                             {"zone": "us-east-1b", "instanceType": "p4d.24xlarge"}]),
-        ["llm-serving:gpuPools: llama-3.1-405b with bf16 weights does not fit on p4d.24xlarge even at TP=8; "
-         "use a larger instance type or fp8 weights"],
+        ["llm-serving:gpuPools: llama-3.1-405b does not fit one p4d.24xlarge: 406 B parameters are 812 GB of bf16 "
+         "weights against 320 GB of GPU memory (8 x 40 GB), before any KV cache; cheapest alternative: p5e.48xlarge "
+         "with fp8 weights, tp over 8 GPUs per replica (4 replicas on 4 nodes, $173.04/h)"],
         id="model-does-not-fit-the-instance"),
     pytest.param(
         prod_with(model={"id": "llama-3-70b", "tensorParallel": 16}),
@@ -108,7 +109,7 @@ INVALID = [
     pytest.param(
         prod_with(gpuPools=[{"zone": "us-east-1a", "instanceType": "p9.big"}]),
         ["llm-serving:gpuPools[0].instanceType: unknown instance type 'p9.big'; choose one of: g6e.48xlarge, "
-         "p4d.24xlarge, p5.48xlarge, p5e.48xlarge, p5en.48xlarge"],
+         "p4d.24xlarge, p5.48xlarge, p5e.48xlarge, p5en.48xlarge, p6-b200.48xlarge"],
         id="unknown-instance-type"),
     pytest.param(
         prod_with(gpuPools=[{"zone": "us-east-1a", "instanceType": P5}, {"zone": "us-east-1b", "instanceType": "p5e.48xlarge"}]),
