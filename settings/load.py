@@ -20,6 +20,7 @@ from sizing.catalog import CatalogError, load_catalog, resolve_model
 from sizing.model import Shape, SizingError, candidate_tps, check_shape
 from sizing.profiles import get_profile
 
+from .accuracy_fit import gate_fit_problems
 from .names import AWS_REGIONS, region as valid_region
 from .schema import ALL_SECRET_KEYS, MAX_API_KEYS, REQUEST_KEYS, PlanRequestSettings, StackSettings, _Strict
 
@@ -194,6 +195,9 @@ def semantic_problems(s: StackSettings) -> list[str]:
         problems.append(f"{PROJECT}:gateway.rateLimitShare: {s.gateway.rateLimitShare:g} leaves the accuracy gate's "
                         f"own key less than {1 - MAX_TENANT_SHARE_WITH_GATE:.0%} of the capacity; use at most "
                         f"{MAX_TENANT_SHARE_WITH_GATE:g}, or set accuracyGate.enabled: false")
+    if s.accuracy_gate_enabled:
+        problems += gate_fit_problems(s.accuracyGate.tasks, s.workload.sizing_workload().served_max_len,
+                                      f"{PROJECT}:accuracyGate.tasks")
     if s.loadTest.enabled and s.workload.qps is None:
         problems.append(f"{PROJECT}:loadTest.enabled: the workload is closed-loop (concurrency); the rate "
                         "sweep needs workload.qps, or set loadTest.enabled: false")
@@ -271,6 +275,8 @@ def _fit_problems(r: PlanRequestSettings, instance_type: str) -> list[str]:
             errors.append(exc)
     if tp is not None:
         return [sizing_problem(exc) for exc in errors]
+    if errors and (errors[-1].field or "").startswith("workload."):
+        return [sizing_problem(errors[-1])]     # a served length no TP helps: the most capable TP's reason
     if all(exc.field == "weights" for exc in errors):     # no layout holds the weights: say so, and what does
         from sizing.planner import does_not_fit
         return [f"{PROJECT}:gpuPools: {does_not_fit(r.plan_request(), model, instance)}"]
@@ -294,6 +300,8 @@ LENGTH_FIXES = {
 
 # A number out of its range and a word not among the choices read the same whether the value came
 # from a stack key or from `llmserve size`'s flag for it (pydantic's own words name neither the value nor the fix).
+# pydantic 2.14.3's error types and their `ctx` (docs.pydantic.dev/latest/errors/validation_errors/):
+# greater_than {gt}, greater_than_equal {ge}, less_than {lt}, less_than_equal {le}, literal_error {expected}.
 BOUND_WORDS = {"greater_than": ("greater than", "gt"), "greater_than_equal": ("at least", "ge"),
                "less_than": ("less than", "lt"), "less_than_equal": ("at most", "le")}
 CHOICE_NOUNS = {"weights": "precision", "kvCacheDtype": "precision", "sloStatistic": "statistic", "layout": "layout",

@@ -10,8 +10,10 @@ import random
 from dataclasses import dataclass
 from itertools import accumulate
 
+from sizing.traffic import LengthDistribution
+
 ARRIVALS = ("poisson", "gamma")
-LENGTHS = ("fixed", "lognormal")
+LENGTHS = ("fixed", "lognormal", "distribution")
 
 
 class Request:
@@ -63,6 +65,9 @@ class WorkloadSpec:
     lengths: str = "fixed"
     length_cv: float = 0.5         # lognormal lengths: coefficient of variation around the means
     seed: int = 0
+    # lengths "distribution": drawn from the plan's own (sizing.traffic): observed pairs together,
+    # percentile quantiles each on its own
+    distribution: LengthDistribution | None = None
 
 
 MAX_DURATION_S = 7 * 86_400         # a week of arrivals
@@ -123,6 +128,9 @@ def generate(spec: WorkloadSpec) -> list[Request]:
     times = arrival_times(spec)
     if spec.lengths == "fixed":
         return [Request(i, t, spec.input_tokens, spec.output_tokens) for i, t in enumerate(times)]
+    if spec.lengths == "distribution":
+        draw = _distribution_draw(spec, lens)
+        return [Request(i, t, *draw()) for i, t in enumerate(times)]
     sigma = math.sqrt(math.log(1 + spec.length_cv ** 2))
     draw = lens.lognormvariate
     mu_in = math.log(spec.input_tokens) - sigma * sigma / 2
@@ -164,3 +172,22 @@ def arrival_times(spec: WorkloadSpec) -> list[float]:
                 return times
             times.append(t)
         batch = max(16, batch // 8)
+
+
+def _distribution_draw(spec: WorkloadSpec, lens: random.Random):
+    """Draws from the plan's length distribution (one stream, so arrivals never move)."""
+    d = spec.distribution
+    if d is None:
+        raise ValueError("lengths 'distribution': the workload's lengths are fixed; use fixed or lognormal")
+    ins, outs, n_in, n_out = d.inputs, d.outputs, len(d.inputs), len(d.outputs)
+    cap = spec.max_model_len
+
+    def draw() -> tuple[int, int]:
+        i = lens.randrange(n_in)
+        p = ins[i]
+        o = outs[i] if d.paired else outs[lens.randrange(n_out)]
+        # vLLM refuses a request beyond max_model_len (a 400); the plan's limit holds the
+        # distribution's longest, so this clip only matters for a stated maximum below it.
+        p = min(p, cap - 1)
+        return p, min(o, cap - p)
+    return draw

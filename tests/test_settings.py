@@ -69,7 +69,7 @@ INVALID = [
                   gpuPools=[{"zone": "us-east-1a", "instanceType": "p4d.24xlarge"},
                             {"zone": "us-east-1b", "instanceType": "p4d.24xlarge"}]),
         ["llm-serving:gpuPools: llama-3.1-405b does not fit one p4d.24xlarge: 406 B parameters are 812 GB of bf16 "
-         "weights against 320 GB of GPU memory (8 x 40 GB), before any KV cache; cheapest alternative: p5e.48xlarge "
+         "weights against 320 GB of GPU memory (8 x 40 GB, 256 GB of it usable), before any KV cache; cheapest alternative: p5e.48xlarge "
          "with fp8 weights, tp over 8 GPUs per replica (4 replicas on 4 nodes, $173.04/h)"],
         id="model-does-not-fit-the-instance"),
     pytest.param(
