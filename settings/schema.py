@@ -21,7 +21,8 @@ from sizing.planner import PlanRequest, Pool
 from sizing.profiles import load_profiles
 from sizing.traffic import LengthDistribution, LengthsError, Percentiles, from_percentiles, parse_lengths_text
 
-from .files import FileInputError, read_text
+from inputs import InputError
+from inputs.files import read_text
 
 from .capacity import offering_id, reservation_id
 from .names import RESERVED_NAMESPACES, dns_label, private_cidr, role_arn, secret_key
@@ -167,6 +168,9 @@ def _as_percentiles(v: int | PercentileLengths) -> Percentiles:
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
+MAX_LENGTHS_FILE_BYTES = 64 * 2**20     # 64 MiB: about a million rows of two lengths
+
+
 def read_lengths_file(path: str) -> LengthDistribution:
     """A lengths file named by a stack key (relative to the project folder) or a flag (made
     absolute by the CLI). Parsed once per version of the file (the settings validate twice)."""
@@ -179,8 +183,8 @@ def read_lengths_file(path: str) -> LengthDistribution:
     if key is not None and key in _PARSED:
         return _PARSED[key]
     try:
-        dist = parse_lengths_text(read_text(full, "lengths file (CSV or JSONL)"), path)
-    except (FileInputError, LengthsError) as exc:
+        dist = parse_lengths_text(read_text(full, MAX_LENGTHS_FILE_BYTES, "lengths file (CSV or JSONL)"), path)
+    except (InputError, LengthsError) as exc:
         raise ValueError(str(exc)) from None
     if key is not None:
         _PARSED.clear()          # keep one: a stack names one file
