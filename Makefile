@@ -8,9 +8,12 @@ setup:
 	scripts/setup test
 test:
 	scripts/test
+# Each benchmark prints its target and PASS or FAIL (docs/benchmarks.md); all run, then make
+# fails if any target failed.
+BENCHES = bench/bench_sizing.py bench/bench_simulate.py bench/bench_preview.py bench/bench_accuracy.py \
+          bench/bench_agreement.py
 bench: setup
-	.venv/bin/python bench/bench_sizing.py
-	@for b in bench/bench_preview.py bench/bench_simulate.py bench/bench_accuracy.py bench/bench_agreement.py; do [ -f $$b ] && .venv/bin/python $$b || true; done
+	@status=0; for b in $(BENCHES); do echo "== $$b"; .venv/bin/python $$b || status=1; done; exit $$status
 preview: setup
 	.venv/bin/llmserve preview --stack prod
 # `pulumi up` and `pulumi preview` with the guard policies: the only flags added are the pack and its

@@ -11,8 +11,6 @@ from pathlib import Path
 
 import typer
 
-from proving.loadtest_report import ReportError, assess, read_report, simulate_plan
-
 from .errors import fail
 
 
@@ -21,6 +19,9 @@ def loadtest_report(
     stack: str = typer.Option("prod", help="The plan to judge it against: stacks/Pulumi.STACK.yaml."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
+    # Imported here, not at the top: its pydantic models cost every other command ~0.2 s.
+    from proving.loadtest_report import ReportError, assess, read_report, simulate_plan
+
     from .stack_arg import load
 
     try:

@@ -12,6 +12,8 @@ dependent inputs would silently vanish from later registrations.
 from __future__ import annotations
 
 import base64
+import contextlib
+import gc
 import json
 import os
 import runpy
@@ -224,6 +226,23 @@ def placeholder_secret(key: str, raw: dict) -> str:
 
 
 # -- running -----------------------------------------------------------------------------------
+@contextlib.contextmanager
+def paused_gc():
+    """The cyclic garbage collector off for a bounded batch of work (a build, a policy run).
+
+    The provider SDKs leave hundreds of thousands of long-lived objects (their classes and type
+    hints) that every full collection walks again; a build allocates enough to trigger many, which
+    cost a preview a third of its time beyond importing those SDKs. Reference counting still frees
+    what it can; cycles wait for the collector, back on (if it was) when the batch ends."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def run_program(stack: str, raw_config: dict, program: Path = PROGRAM) -> Recording:
     """Build the program for `stack` with `raw_config` (a stack file's `config:` map)."""
     import pulumi
@@ -247,7 +266,8 @@ def run_program(stack: str, raw_config: dict, program: Path = PROGRAM) -> Record
     root = get_root_resource()
 
     program_globals: dict[str, Any] = {}
-    _sync_await(run_pulumi_func(lambda: program_globals.update(runpy.run_path(str(program), run_name="__main__"))))
+    with paused_gc():
+        _sync_await(run_pulumi_func(lambda: program_globals.update(runpy.run_path(str(program), run_name="__main__"))))
     # The settings and plan the program itself built: readers use these, never a second build.
     recording.settings, recording.plan = program_globals.get("settings"), program_globals.get("plan")
     recording.outputs = {k: _resolve(v) for k, v in root.outputs.items()}

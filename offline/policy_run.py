@@ -44,9 +44,9 @@ def _providers(recording) -> dict[str, PolicyProviderResource]:
     return out
 
 
-def stack_resources(recording) -> list[PolicyResource]:
+def stack_resources(recording, providers: dict[str, PolicyProviderResource] | None = None) -> list[PolicyResource]:
     """The recorded graph as the stack policies see it (outputs, parents, dependencies)."""
-    providers = _providers(recording)
+    providers = _providers(recording) if providers is None else providers
     by_urn: dict[str, PolicyResource] = {}
     for reg in recording.resources:
         by_urn[reg.urn] = PolicyResource(
@@ -85,6 +85,9 @@ def evaluate(recording, environment: str) -> list[dict]:
     level_of = levels(environment)
     providers = _providers(recording)
     stack: list[PolicyResource] | None = None
+    # Each resource's props unwrapped and proxied once for every resource policy (the analyzer
+    # deserializes them again per policy; the policies only read them). Most of a policy run.
+    inputs: dict[str, Any] = {}
     out: list[dict] = []
     for rule in RULES:
         level = level_of[rule.name]
@@ -98,7 +101,10 @@ def evaluate(recording, environment: str) -> list[dict]:
 
         if rule.scope == "resource":
             for reg in recording.resources:
-                args = ResourceValidationArgs(reg.type, _props(reg.inputs), reg.urn, reg.name, _options(reg),
+                props = inputs.get(reg.urn)
+                if props is None:
+                    props = inputs[reg.urn] = _props(reg.inputs)
+                args = ResourceValidationArgs(reg.type, props, reg.urn, reg.name, _options(reg),
                                               providers.get(reg.provider))
                 try:
                     found = _run(rule.validate, args)
@@ -108,7 +114,7 @@ def evaluate(recording, environment: str) -> list[dict]:
                 # A resource policy's violations are about the resource it judged.
                 out.extend({"policy": rule.name, "level": shown, "urn": reg.urn, "message": m} for _, m in found)
         else:
-            stack = stack if stack is not None else stack_resources(recording)
+            stack = stack if stack is not None else stack_resources(recording, providers)
             try:
                 found = _run(rule.validate, StackValidationArgs(stack))
             except UnknownValueError as exc:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .engine import PLACEHOLDER_PREFIX, leaked_secret_urns
+from .engine import PLACEHOLDER_PREFIX, leaked_secret_urns, paused_gc
 from .values import redacted, scrubbed
 
 LEAKED_SECRET_POLICY = "preview-no-plaintext-secrets"
@@ -51,8 +51,9 @@ def preview_stack(stack: str, config: Path | None = None) -> Preview:
     from .policy_run import evaluate
     from .stack import load_stack
 
-    recording = load_stack(stack, config).record()
-    violations = [dict(v) for v in evaluate(recording, recording.settings.environment)]
+    with paused_gc():     # the settings' models, the build and the policy run: see paused_gc
+        recording = load_stack(stack, config).record()
+        violations = [dict(v) for v in evaluate(recording, recording.settings.environment)]
     resources = [{"urn": r.urn, "type": r.type, "name": r.name, "id": r.id, "parent": r.parent,
                   "dependencies": list(r.dependencies), "inputs": redacted(r.inputs)} for r in recording.resources]
     leaked = set(leaked_secret_urns(recording))

@@ -15,6 +15,7 @@ the next arrival, or the KV limit. Completions come off a heap keyed by finish s
 from __future__ import annotations
 
 import heapq
+import math
 from collections import deque
 
 from .cost import StepCost
@@ -55,6 +56,7 @@ class Replica:
         self.fin_sum = 0                 # sum of decoders' finish steps (pending decode tokens)
         self.pend = 0                    # pending prefill + output tokens of non-decoding requests
         self.busy = False
+        self.next_end = math.inf         # when the pending step(s) end (inf: idle); the loop reads it
         self.s_start = self.s_dur = 0.0
         self.s_count = 0
         self.s_n = 0
@@ -75,13 +77,12 @@ class Replica:
     # -- driving the clock -------------------------------------------------------------------------
     def run_until(self, t: float) -> None:
         """Apply every step that ends by t (the step in progress at t stays pending)."""
-        while self.busy:
-            end = self.s_start + self.s_count * self.s_dur
-            if end > t:
-                return
+        while self.busy and self.next_end <= t:
+            end = self.next_end
             self._apply(self.s_count)
             self.clock = end
             self.busy = False
+            self.next_end = math.inf
             self._start()
 
     def enqueue(self, r: Request, t: float) -> None:
@@ -106,6 +107,7 @@ class Replica:
             self._apply(done)
             self.s_start += done * self.s_dur
         self.s_count = 1
+        self.next_end = self.s_start + self.s_dur
 
     # -- one step ------------------------------------------------------------------------------------
     def _start(self) -> None:
@@ -170,6 +172,7 @@ class Replica:
             dur = self._cost.step_s(n, c_total)
             self.s_dur, self.s_count, self.s_chunks = dur, 1, chunks
             self.s_prefill = dur - dec          # the prefill's part of this step
+            self.next_end = self.clock + dur
             return
         # Pure decode: run to the next finish, or until the cache holds no more tokens.
         heap = self.heap
@@ -177,7 +180,9 @@ class Replica:
             heapq.heappop(heap)
         steps = heap[0][0] - self.k
         room = (self.kv_cap - used) // n
-        self.s_dur, self.s_count, self.s_chunks = dec, (steps if steps < room else room), None
+        count = steps if steps < room else room
+        self.s_dur, self.s_count, self.s_chunks = dec, count, None
+        self.next_end = self.clock + count * dec
 
     def _apply(self, steps: int) -> None:
         """Apply `steps` steps of the pending work (all of a prefill step's one step)."""

@@ -36,9 +36,11 @@ class Router:
         if self.policy == "round-robin" or count == 1:
             return healthy[turn]
         best, best_load = None, None
+        outstanding = self.policy == "least-outstanding"
         for i in range(count):
             rep = healthy[(turn + i) % count]
-            load = rep.outstanding() if self.policy == "least-outstanding" else rep.pending_tokens(t)
+            # Replica.outstanding(), inline: this runs once per request per replica.
+            load = len(rep.waiting) + len(rep.running) if outstanding else rep.pending_tokens(t)
             if best_load is None or load < best_load:
                 best, best_load = rep, load
         return best

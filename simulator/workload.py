@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
+from itertools import accumulate
 
 from sizing.traffic import LengthDistribution
 
@@ -123,39 +124,54 @@ def generate(spec: WorkloadSpec) -> list[Request]:
     if spec.lengths not in LENGTHS:
         raise ValueError(f"lengths '{spec.lengths}': choose one of {', '.join(LENGTHS)}")
     check_work(spec.qps, spec.duration_s, spec.burstiness_cv, spec.length_cv)
-    arr = random.Random(f"{spec.seed}-arrivals")
     lens = random.Random(f"{spec.seed}-lengths")
+    times = arrival_times(spec)
+    if spec.lengths == "fixed":
+        return [Request(i, t, spec.input_tokens, spec.output_tokens) for i, t in enumerate(times)]
+    if spec.lengths == "distribution":
+        draw = _distribution_draw(spec, lens)
+        return [Request(i, t, *draw()) for i, t in enumerate(times)]
+    sigma = math.sqrt(math.log(1 + spec.length_cv ** 2))
+    draw = lens.lognormvariate
+    mu_in = math.log(spec.input_tokens) - sigma * sigma / 2
+    mu_out = math.log(spec.output_tokens) - sigma * sigma / 2
+    out: list[Request] = []
+    for i, t in enumerate(times):
+        # vLLM refuses a prompt beyond max_model_len and stops generation at it: clip the same.
+        p = min(max(1, round(draw(mu_in, sigma))), spec.max_model_len - 1)
+        out.append(Request(i, t, p, min(max(1, round(draw(mu_out, sigma))), spec.max_model_len - p)))
+    return out
+
+
+def arrival_times(spec: WorkloadSpec) -> list[float]:
+    """Arrival times in [0, duration): the running sum of the gaps, drawn in batches of about the
+    expected count. The same draws, in the same order and summed the same way, as one
+    `expovariate` (or `gammavariate`) call per request: the seeded times are unchanged."""
+    arr = random.Random(f"{spec.seed}-arrivals")
+    expected = spec.qps * spec.duration_s
+    batch = int(expected + 6 * math.sqrt(expected)) + 16
     if spec.arrivals == "poisson":
-        def gap() -> float:
-            return arr.expovariate(spec.qps)
+        rnd, log, qps = arr.random, math.log, spec.qps
+
+        def gaps(n: int) -> list[float]:      # random.expovariate, inline (CPython 3.11 Lib/random.py)
+            return [-log(1.0 - rnd()) / qps for _ in range(n)]
     else:
         shape = 1.0 / (spec.burstiness_cv ** 2)
         scale = 1.0 / (spec.qps * shape)       # mean gap 1/qps
+        gamma = arr.gammavariate
 
-        def gap() -> float:
-            return arr.gammavariate(shape, scale)
-    if spec.lengths == "fixed":
-        def draw() -> tuple[int, int]:
-            return spec.input_tokens, spec.output_tokens
-    elif spec.lengths == "distribution":
-        draw = _distribution_draw(spec, lens)
-    else:
-        sigma = math.sqrt(math.log(1 + spec.length_cv ** 2))
-
-        def lognormal(mean: float) -> int:
-            return max(1, round(lens.lognormvariate(math.log(mean) - sigma * sigma / 2, sigma)))
-
-        def draw() -> tuple[int, int]:
-            # vLLM refuses a prompt beyond max_model_len and stops generation at it: clip the same.
-            p = min(lognormal(spec.input_tokens), spec.max_model_len - 1)
-            return p, min(lognormal(spec.output_tokens), spec.max_model_len - p)
-    out: list[Request] = []
-    t = gap()
-    while t < spec.duration_s:
-        p, o = draw()
-        out.append(Request(len(out), t, p, o))
-        t += gap()
-    return out
+        def gaps(n: int) -> list[float]:
+            return [gamma(shape, scale) for _ in range(n)]
+    times: list[float] = []
+    t = 0.0
+    while True:
+        drawn = gaps(batch)
+        drawn[0] += t                          # the sum goes on from the last time, as t += gap
+        for t in accumulate(drawn):
+            if t >= spec.duration_s:
+                return times
+            times.append(t)
+        batch = max(16, batch // 8)
 
 
 def _distribution_draw(spec: WorkloadSpec, lens: random.Random):

@@ -19,7 +19,7 @@ def _unloaded(rm: ReplicaModel, w: Workload) -> tuple[str | None, str]:
     if rm.step_s(1) >= w.tpot_slo_s:
         return "workload.tpot_slo_s", (f"one decode step takes {rm.step_s(1) * 1e3:.1f} ms with a single sequence, "
                                        f"above the {w.tpot_slo_s * 1e3:g} ms TPOT SLO")
-    light = 1e-3 * min(rm.qps_at_batch(rm.memory.max_seqs), 1 / rm.share_per_request_s)
+    light = 1e-3 * min(rm.load_ceilings())
     ttft, tpot = rm.latencies_at(light, QUANTILES.get(w.slo_statistic))
     if ttft >= w.ttft_slo_s:
         return "workload.ttft_slo_s", (

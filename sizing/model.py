@@ -356,14 +356,15 @@ class ReplicaModel:
         last = self.step.step_s(n, s_in - (k - 1) * chunk)
         return (k - 1) * self.step.step_s(n, chunk) + last, last
 
-    def _ttft_prefill(self, qps: float, n: float, tpot: float, q: float | None) -> float:
+    def _ttft_prefill(self, qps: float, n: float, tpot: float, q: float | None, queue: tuple | None = None) -> float:
         """TTFT before any KV-admission wait, at a statistic (q None: the mean).
 
         A prompt first waits for the step in progress: with probability rho a chunk step (length
         `full`), else, while decodes run, a decode step; then for the prompt work ahead of it
         (M/D/1); then its own ceil(s_in / chunk) steps, the last of which is full when a prompt
-        that arrived meanwhile fills the rest of its budget (vLLM schedules it in the same step)."""
-        rho, work, service, full, last = self._prefill_queue(qps, n)
+        that arrived meanwhile fills the rest of its budget (vLLM schedules it in the same step).
+        `queue`: `_prefill_queue(qps, n)` when the caller has it already."""
+        rho, work, service, full, last = queue or self._prefill_queue(qps, n)
         if rho >= 1:
             return math.inf
         busy = 1 - math.exp(-n)                              # decodes run: a step is in progress
@@ -398,7 +399,8 @@ class ReplicaModel:
                       "decode steps slow faster than the load they carry: TPOT has no steady state")
             return _unstable(qps, u, reason, self._stat)
         n = self.in_flight(qps, tpot)
-        rho = self._prefill_queue(qps, n)[0]
+        queue = self._prefill_queue(qps, n)            # once: every TTFT figure below reads it
+        rho = queue[0]
         if rho >= 1:
             reason = (f"prompts arrive faster than chunks of {max(self.batched_tokens - n, 1):.0f} tokens "
                       f"drain beside {n:.0f} decodes (prefill queue at {rho:.0%})")
@@ -409,17 +411,17 @@ class ReplicaModel:
             return _unstable(qps, u, reason, self._stat, tpot, n)
         stay = self.ttft0_s + (self.s_out - 1) * tpot
         kv_mean, kv95 = erlang_c_wait(self.memory.max_seqs, n, stay)
-        ttft_mean = self._ttft_prefill(qps, n, tpot, None) + kv_mean
-        ttft95 = self._ttft_prefill(qps, n, tpot, 0.95) + kv95
+        ttft_mean = self._ttft_prefill(qps, n, tpot, None, queue) + kv_mean
+        ttft95 = self._ttft_prefill(qps, n, tpot, 0.95, queue) + kv95
         ttft_q = ttft_mean if q is None else (
-            ttft95 if q == 0.95 else self._ttft_prefill(qps, n, tpot, q) + erlang_c_wait(self.memory.max_seqs, n, stay, q)[1])
+            ttft95 if q == 0.95 else self._ttft_prefill(qps, n, tpot, q, queue) + erlang_c_wait(self.memory.max_seqs, n, stay, q)[1])
         tpot95 = self._tpot_at(n, u, 0.95)
         tpot_q = self._tpot_at(n, u, q)
         return Point(
             qps=qps, prefill_share=u, ttft_ms=1e3 * ttft_mean, ttft_p95_ms=1e3 * ttft95,
             tpot_ms=1e3 * tpot, tpot_p95_ms=1e3 * tpot95, in_flight=n,
             kv_cache_gb=n * (self.s_in + self.s_out) * self.kv_tok / GB,
-            queue_ms=1e3 * (ttft_mean - self._prefill_queue(qps, n)[2]), stable=True,
+            queue_ms=1e3 * (ttft_mean - queue[2]), stable=True,
             statistic=self._stat, ttft_at_statistic_ms=1e3 * ttft_q, tpot_at_statistic_ms=1e3 * tpot_q,
         )
 
@@ -433,6 +435,11 @@ class ReplicaModel:
         return self._ttft_prefill(qps, n, tpot, q), self._tpot_at(n, u, q)
 
     # -- capacity ---------------------------------------------------------------------------------
+    def load_ceilings(self) -> tuple[float, float]:
+        """(kv, prefill): the QPS that fills the KV cache (or max_num_seqs) by Little's law, and the
+        QPS at which prefill alone takes the whole replica. The one place either is written."""
+        return self.qps_at_batch(self.memory.max_seqs), 1 / self.share_per_request_s
+
     def capacity(self, statistic: str | None = None, detail: bool = True, iterations: int = 11) -> Capacity:
         """The largest QPS within the SLOs at the statistic, the KV cache and the prefill share.
 
@@ -441,8 +448,7 @@ class ReplicaModel:
         w = self.workload
         stat = statistic or self._stat
         q = QUANTILES.get(stat)
-        kv = self.qps_at_batch(self.memory.max_seqs)
-        prefill = 1 / self.share_per_request_s
+        kv, prefill = self.load_ceilings()
         top = min(kv, prefill)
         if not detail:
             def both(lam: float) -> bool:      # TPOT first: a miss there skips the TTFT queue
@@ -541,10 +547,11 @@ class ReplicaModel:
             "kv_cache_gb": m * (self.s_in + self.s_out) * self.kv_tok / GB,
         }
 
-    def closed_point(self, clients: int) -> Point:
+    def closed_point(self, clients: int, cl: dict | None = None) -> Point:
         """The replica under N closed-loop clients, as a Point: TTFT is the cycle bound N / X less
-        the decode time (finite for any N), its tail the chunked-prefill queue's spread at X."""
-        cl = self.closed_loop(clients)
+        the decode time (finite for any N), its tail the chunked-prefill queue's spread at X.
+        `cl`: `closed_loop(clients)` when the caller has it already (its bisection, once)."""
+        cl = cl or self.closed_loop(clients)
         x, tpot = cl["requests_per_s"], cl["tpot_ms"] / 1e3
         if not (x > 0 and math.isfinite(tpot)):
             return _unstable(x, cl["prefill_share"], "no throughput at this batch", self._stat)

@@ -111,7 +111,7 @@ class Plan:
 
     @property
     def prefill_saturation_qps(self) -> float:
-        return 1 / self.replica_model.share_per_request_s
+        return self.replica_model.load_ceilings()[1]
 
     @property
     def replicas_carrying(self) -> int:
@@ -375,7 +375,7 @@ def plan_for_tp(req: PlanRequest, model, instance: Instance, profile: Profile, t
         capacity_qps=replicas * cap.qps, capacity_after_zone_loss_qps=loss.left * cap.qps,
         replicas_after_loss=loss.left, load_per_replica_qps=qps_load,
         ideal=ideal.closed_point(clients) if w.is_closed_loop else ideal.at(qps_load),
-        real=real.closed_point(clients) if w.is_closed_loop else real.at(qps_load),
+        real=real.closed_point(clients, closed) if w.is_closed_loop else real.at(qps_load),
         closed_loop=closed, max_clients_per_replica=int(need.per_replica) if w.is_closed_loop else None,
         gpus_used=gpus_used, gpus_total=gpus_total, gpu_hour_price=gpu_price, node_price_per_hour=node_price,
         binding_constraint=_binding_words(cap, w, need, loss), notes=tuple(notes), fill_idle_gpus=fill,

@@ -4,6 +4,7 @@ part contains reaches up into the CLI."""
 from __future__ import annotations
 
 import ast
+from functools import lru_cache
 from pathlib import Path
 
 import pytest
@@ -79,8 +80,10 @@ def source_files() -> dict[str, Path]:
         "__main__": ROOT / "__main__.py", "policies.__main__": ROOT / "policies" / "__main__.py"}
 
 
+@lru_cache(maxsize=1)
 def project_graph() -> dict[str, set[str]]:
-    """module -> the project modules it imports (a name that is an attribute maps to its module)."""
+    """module -> the project modules it imports (a name that is an attribute maps to its module).
+    Read once per test process (every source file parsed); the tests only read it."""
     files = source_files()
     graph = {}
     for name, path in files.items():

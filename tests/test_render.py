@@ -19,13 +19,15 @@ from tests.conftest import ROOT, UPSTREAM
 from tests.stacks import stack_config
 
 runner = CliRunner()
+# The three stacks rendered once per xdist worker (a session fixture: a worker interleaves tests of
+# other modules, which would tear a module fixture down and render again).
 
 
 def render(stack: str, out: Path):
     return runner.invoke(app, ["render", "--stack", stack, "--out", str(out)])
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def rendered(tmp_path_factory) -> dict[str, Path]:
     """Each stack rendered once through the CLI (each render builds the program under mocks)."""
     out = {}

@@ -243,6 +243,7 @@ def rendered(request, tmp_path):
     return plan, path, count
 
 
+@pytest.mark.promtool
 def test_promtool_check_rules_accepts_the_rule_file(rendered):
     _, path, _ = rendered
     result = promtool("check", "rules", str(path))
@@ -257,6 +258,7 @@ def test_every_alert_has_a_firing_and_a_silent_case(rendered):
     assert {a for a, fires, _, _ in cases(plan, count) if not fires} == alerts
 
 
+@pytest.mark.promtool
 def test_every_alert_fires_above_its_threshold_and_not_below(rendered):
     plan, path, count = rendered
     test_path = path.parent / "rules_test.yaml"
@@ -293,6 +295,7 @@ def test_thresholds_move_with_the_slos():
         assert exprs["loose"][alert] != exprs["tight"][alert], alert
 
 
+@pytest.mark.promtool
 def test_recording_rules_aggregate_per_replica_per_zone_and_overall(tmp_path):
     plan = make_plan("prod")
     path = tmp_path / "rules.yaml"

@@ -24,6 +24,9 @@ SCALE = "100"              # simulated seconds per wall second
 CHECK_AT_S = 800           # simulated: when check and calibrate read the twin
 WINDOW = "6s"              # wall: 600 simulated seconds at SCALE
 SLOWDOWN = 1.2
+# Real servers. The twins are session fixtures: an xdist worker interleaves tests of other modules,
+# which would tear a module fixture down and start its twin again; this way once per worker at most.
+pytestmark = pytest.mark.servers
 
 
 def run_cli(*argv: str) -> tuple[int, str, str]:
@@ -48,7 +51,7 @@ def twin_json(*argv: str) -> dict:
 
 
 # -- llmserve twin ---------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def zone_loss() -> dict:
     return twin_json("--fail-zone", "us-east-1b@300:900")
 
@@ -100,12 +103,12 @@ def _profiles_copy(folder: Path) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def as_planned(tmp_path_factory):
     return _against_twin(1.0, _profiles_copy(tmp_path_factory.mktemp("planned")))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def slower(tmp_path_factory):
     path = _profiles_copy(tmp_path_factory.mktemp("slower"))
     return {**_against_twin(SLOWDOWN, path), "profiles": path}

@@ -107,6 +107,7 @@ def test_counters_and_histograms_carry_a_created_gauge(sample, emulated, family)
     assert emulated[created]["type"] == sample[created]["type"] == "gauge"
 
 
+@pytest.mark.promtool
 def test_promtool_finds_nothing_in_the_exposition_it_does_not_find_in_vllms(upstream_file):
     promtool = shutil.which("promtool")
     if promtool is None:

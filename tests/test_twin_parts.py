@@ -61,6 +61,7 @@ def test_the_twin_scrapes_at_the_programs_interval():
     assert SCRAPE_INTERVAL_S == seconds(SCRAPE_INTERVAL)
 
 
+@pytest.mark.promtool
 def test_promtool_accepts_the_scaled_rule_file(prod, tmp_path):
     path = tmp_path / "rules.yaml"
     path.write_text(yaml.safe_dump({"groups": scaled_rules(rule_groups(prod, NAMESPACE), 60.0)}, sort_keys=False))
@@ -89,6 +90,7 @@ def test_alertmanager_sends_firing_and_resolved_to_the_twin():
     assert receiver == {"url": "http://127.0.0.1:1/alerts", "send_resolved": True}
 
 
+@pytest.mark.servers
 def test_a_server_that_fails_to_start_stops_the_other(tmp_path, monkeypatch, prod):
     import twin.servers as servers
     spawned = []
