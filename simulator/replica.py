@@ -31,7 +31,9 @@ class Replica:
                              f"max_num_seqs ({max_num_seqs})")
         self.name, self.zone = name, zone
         (self._a1, self._b1), (self._a2, self._b2) = cost.decode_branches()
-        self._cost = cost
+        # StepModel.step_s's coefficients, read once: a prefill step evaluates its expression
+        # inline (the same operations in the same order, so the same floats)
+        self._step = (cost.a1, cost.b1, cost.g1, cost.a2, cost.b2, cost.g2, cost.k, cost.e, cost.gated)
         self.budget, self.max_seqs, self.kv_cap = max_num_batched_tokens, max_num_seqs, kv_capacity_tokens
         self._on_done = on_done
         self.up = True
@@ -77,13 +79,13 @@ class Replica:
     # -- driving the clock -------------------------------------------------------------------------
     def run_until(self, t: float) -> None:
         """Apply every step that ends by t (the step in progress at t stays pending)."""
+        apply, start = self._apply, self._start
         while self.busy and self.next_end <= t:
-            end = self.next_end
-            self._apply(self.s_count)
-            self.clock = end
+            self.clock = self.next_end
+            apply(self.s_count)
             self.busy = False
             self.next_end = math.inf
-            self._start()
+            start()
 
     def enqueue(self, r: Request, t: float) -> None:
         """A request arrives at t (after run_until(t)); it joins the next step."""
@@ -111,7 +113,8 @@ class Replica:
 
     # -- one step ------------------------------------------------------------------------------------
     def _start(self) -> None:
-        """Schedule the next step at self.clock, or go idle."""
+        """Schedule the next step at self.clock, or go idle. (The hottest code of a run, with
+        `_apply`: attributes read once into locals, StepModel.step_s inline.)"""
         cap = self.kv_cap
         while True:
             n = self.n
@@ -119,14 +122,45 @@ class Replica:
             if used + n > cap and self.running:
                 self._preempt()
                 continue
-            chunks, c_total = self._prefill_chunks(self.budget - n, cap - used - n)
+            if self.prefilling or self.waiting:
+                chunks, c_total = self._prefill_chunks(self.budget - n, cap - used - n)
+            else:                           # nothing to prefill: skip the call
+                chunks, c_total = None, 0
             if n == 0 and c_total == 0:
                 if self.prefilling:         # partial prefills stuck on a full cache: make room
                     self._preempt()
                     continue
                 return                      # idle until the next arrival
             break
-        self._begin_step(n, used, chunks, c_total)
+        clock = self.clock
+        self.s_start, self.s_n, self.busy = clock, n, True
+        if n:
+            a = self._a1 + self._b1 * n
+            b = self._a2 + self._b2 * n
+            dec = a if a > b else b
+        else:
+            dec = 0.0
+        if c_total:
+            a1, b1, g1, a2, b2, g2, k, e, gated = self._step
+            if n <= 0 and gated:            # StepModel.step_s(n, c_total), inline
+                dur = e * c_total
+            else:
+                a = a1 + b1 * n + g1 * c_total
+                b = a2 + b2 * n + g2 * c_total
+                dur = (b if b > a else a) + k * n + e * c_total    # max(a, b)
+            self.s_dur, self.s_count, self.s_chunks = dur, 1, chunks
+            self.s_prefill = dur - dec          # the prefill's part of this step
+            self.next_end = clock + dur
+            return
+        # Pure decode: run to the next finish, or until the cache holds no more tokens.
+        heap = self.heap
+        while heap[0][2] != heap[0][3].epoch:
+            heapq.heappop(heap)
+        steps = heap[0][0] - self.k
+        room = (cap - used) // n
+        count = steps if steps < room else room
+        self.s_dur, self.s_count, self.s_chunks = dec, count, None
+        self.next_end = clock + count * dec
 
     def _prefill_chunks(self, budget: int, free: int) -> tuple[list, int]:
         """This step's prefill chunks within the token budget and the free cache: the partial
@@ -163,68 +197,53 @@ class Replica:
             c_total += c
         return chunks, c_total
 
-    def _begin_step(self, n: int, used: int, chunks: list, c_total: int) -> None:
-        a = self._a1 + self._b1 * n
-        b = self._a2 + self._b2 * n
-        dec = (a if a > b else b) if n else 0.0
-        self.s_start, self.s_n, self.busy = self.clock, n, True
-        if c_total:
-            dur = self._cost.step_s(n, c_total)
-            self.s_dur, self.s_count, self.s_chunks = dur, 1, chunks
-            self.s_prefill = dur - dec          # the prefill's part of this step
-            self.next_end = self.clock + dur
-            return
-        # Pure decode: run to the next finish, or until the cache holds no more tokens.
-        heap = self.heap
-        while heap[0][2] != heap[0][3].epoch:
-            heapq.heappop(heap)
-        steps = heap[0][0] - self.k
-        room = (self.kv_cap - used) // n
-        count = steps if steps < room else room
-        self.s_dur, self.s_count, self.s_chunks = dec, count, None
-        self.next_end = self.clock + count * dec
-
     def _apply(self, steps: int) -> None:
         """Apply `steps` steps of the pending work (all of a prefill step's one step)."""
         dur = self.s_dur
         self.busy_s += steps * dur
         self.batch_s += self.s_n * steps * dur
         end = self.s_start + steps * dur
-        chunks = self.s_chunks
-        self.k += steps
-        k = self.k
-        if chunks is not None:
-            pf = 0
-            for r, c in chunks:
-                pf += c
-                r.pf_left -= c
-                self.pend -= c
-                if r.pf_left:
-                    self.kv_pf += c
-                    continue
-                # prefill done: the step samples a token
-                self.kv_pf -= r.pf_total - c
-                self.prefilling.remove(r)
-                r.gen += 1
-                self.pend -= r.out - r.gen + 1
-                if r.t_first is None:
-                    r.t_first = end
-                if r.gen >= r.out:
-                    del self.running[r.id]
-                    r.t_done = end
-                    self.served += 1
-                    self._on_done(r)
-                    continue
-                r.decoding = True
-                r.k0 = k
-                r.finish = k + r.out - r.gen
-                self.kv_dec += r.pf_total - k
-                self.fin_sum += r.finish
-                self.n += 1
-                self._seq += 1
-                heapq.heappush(self.heap, (r.finish, self._seq, r.epoch, r))
-            self.prefill_s += self.s_prefill
+        self.k = k = self.k + steps
+        if self.s_chunks is not None:
+            self._apply_chunks(self.s_chunks, k, end)
         heap = self.heap
+        if heap and heap[0][0] <= k:
+            self._finish_decodes(k, end)
+
+    def _apply_chunks(self, chunks: list, k: int, end: float) -> None:
+        """A prefill step's chunks, computed by step k (ending at `end`)."""
+        for r, c in chunks:
+            r.pf_left -= c
+            self.pend -= c
+            if r.pf_left:
+                self.kv_pf += c
+                continue
+            # prefill done: the step samples a token
+            self.kv_pf -= r.pf_total - c
+            self.prefilling.remove(r)
+            r.gen += 1
+            self.pend -= r.out - r.gen + 1
+            if r.t_first is None:
+                r.t_first = end
+            if r.gen >= r.out:
+                del self.running[r.id]
+                r.t_done = end
+                self.served += 1
+                self._on_done(r)
+                continue
+            r.decoding = True
+            r.k0 = k
+            r.finish = k + r.out - r.gen
+            self.kv_dec += r.pf_total - k
+            self.fin_sum += r.finish
+            self.n += 1
+            self._seq += 1
+            heapq.heappush(self.heap, (r.finish, self._seq, r.epoch, r))
+        self.prefill_s += self.s_prefill
+
+    def _finish_decodes(self, k: int, end: float) -> None:
+        """The decoding sequences whose last token is step k's (or earlier)."""
+        heap, running = self.heap, self.running
         while heap and heap[0][0] <= k:
             _, _, epoch, r = heapq.heappop(heap)
             if epoch != r.epoch:
@@ -234,7 +253,7 @@ class Replica:
             self.kv_dec -= r.pf_total - r.k0
             self.fin_sum -= r.finish
             self.n -= 1
-            del self.running[r.id]
+            del running[r.id]
             r.t_done = end
             self.served += 1
             self._on_done(r)
