@@ -146,6 +146,7 @@ def _simulate(config: SimConfig, on_route) -> SimResult:
         _zone_event(kind, t, [rep for rep in replicas if rep.zone == fail.zone], replicas, router, result, route)
 
     next_event = events[0][0] if events else math.inf
+    pick = router.pick
     for r in requests:
         t = r.arrival
         if next_event <= t:
@@ -156,7 +157,16 @@ def _simulate(config: SimConfig, on_route) -> SimResult:
         for rep in replicas:
             if rep.next_end <= t:        # a step ends by t (run_until would do nothing otherwise)
                 rep.run_until(t)
-        route(r, t)
+        if on_route is None:             # route(r, t), inline: once per request
+            r.attempts += 1
+            target = pick(t)
+            if target is None:
+                r.lost = True
+                result.lost.append(r)
+            else:
+                target.enqueue(r, t)
+        else:
+            route(r, t)
     # Drain: later failure events still happen, then everything left runs to completion.
     while ei < len(events):
         handle(events[ei][1], events[ei][0])

@@ -35,11 +35,17 @@ class Router:
         self._turn = turn = (self._turn + 1) % count
         if self.policy == "round-robin" or count == 1:
             return healthy[turn]
+        if count == 2 and self.policy == "least-outstanding":
+            # the loop below for two replicas (the usual N+1 by zone): the other one only when it
+            # holds strictly fewer (Replica.outstanding(), inline: this runs once per request)
+            first, other = healthy[turn], healthy[1 - turn]
+            if len(other.waiting) + len(other.running) < len(first.waiting) + len(first.running):
+                return other
+            return first
         best, best_load = None, None
         outstanding = self.policy == "least-outstanding"
         for i in range(count):
             rep = healthy[(turn + i) % count]
-            # Replica.outstanding(), inline: this runs once per request per replica.
             load = len(rep.waiting) + len(rep.running) if outstanding else rep.pending_tokens(t)
             if best_load is None or load < best_load:
                 best, best_load = rep, load
