@@ -80,12 +80,10 @@ class Replica:
     def run_until(self, t: float) -> None:
         """Apply every step that ends by t (the step in progress at t stays pending)."""
         apply, start = self._apply, self._start
-        while self.busy and self.next_end <= t:
+        while self.next_end <= t and self.busy:
             self.clock = self.next_end
             apply(self.s_count)
-            self.busy = False
-            self.next_end = math.inf
-            start()
+            start()                         # schedules the next step, or sets busy False (idle)
 
     def enqueue(self, r: Request, t: float) -> None:
         """A request arrives at t (after run_until(t)); it joins the next step."""
@@ -130,7 +128,9 @@ class Replica:
                 if self.prefilling:         # partial prefills stuck on a full cache: make room
                     self._preempt()
                     continue
-                return                      # idle until the next arrival
+                self.busy = False           # idle until the next arrival
+                self.next_end = math.inf
+                return
             break
         clock = self.clock
         self.s_start, self.s_n, self.busy = clock, n, True
@@ -166,6 +166,7 @@ class Replica:
         """This step's prefill chunks within the token budget and the free cache: the partial
         prefills first, then waiting requests admitted while a sequence slot is left."""
         chunks: list = []
+        append = chunks.append
         c_total = 0
         for r in self.prefilling:
             if budget <= 0 or free <= 0:
@@ -175,23 +176,24 @@ class Replica:
                 c = budget
             if c > free:
                 c = free
-            chunks.append((r, c))
+            append((r, c))
             budget -= c
             free -= c
             c_total += c
-        waiting = self.waiting
-        while waiting and budget > 0 and len(self.running) < self.max_seqs:
+        waiting, running, max_seqs = self.waiting, self.running, self.max_seqs
+        while waiting and budget > 0 and len(running) < max_seqs:
             r = waiting[0]
-            c = r.pf_total if r.pf_total < budget else budget
+            pf = r.pf_total
+            c = pf if pf < budget else budget
             if c > free:
                 break
             waiting.popleft()
-            r.pf_left = r.pf_total
-            self.running[r.id] = r
+            r.pf_left = pf
+            running[r.id] = r
             self.prefilling.append(r)
             if r.t_sched is None:
                 r.t_sched = self.clock
-            chunks.append((r, c))
+            append((r, c))
             budget -= c
             free -= c
             c_total += c
@@ -213,16 +215,16 @@ class Replica:
     def _apply_chunks(self, chunks: list, k: int, end: float) -> None:
         """A prefill step's chunks, computed by step k (ending at `end`)."""
         for r, c in chunks:
-            r.pf_left -= c
+            r.pf_left = left = r.pf_left - c
             self.pend -= c
-            if r.pf_left:
+            if left:
                 self.kv_pf += c
                 continue
             # prefill done: the step samples a token
             self.kv_pf -= r.pf_total - c
             self.prefilling.remove(r)
-            r.gen += 1
-            self.pend -= r.out - r.gen + 1
+            r.gen = gen = r.gen + 1
+            self.pend -= r.out - gen + 1
             if r.t_first is None:
                 r.t_first = end
             if r.gen >= r.out:
