@@ -79,10 +79,19 @@ class Replica:
     # -- driving the clock -------------------------------------------------------------------------
     def run_until(self, t: float) -> None:
         """Apply every step that ends by t (the step in progress at t stays pending)."""
-        apply, start = self._apply, self._start
+        start, heap = self._start, self.heap
         while self.next_end <= t and self.busy:
-            self.clock = self.next_end
-            apply(self.s_count)
+            # _apply(self.s_count), inline: its `end` (s_start + s_count * s_dur) is next_end, the
+            # same expression in _start and _cut
+            self.clock = end = self.next_end
+            steps, dur = self.s_count, self.s_dur
+            self.busy_s += steps * dur
+            self.batch_s += self.s_n * steps * dur
+            self.k = k = self.k + steps
+            if self.s_chunks is not None:
+                self._apply_chunks(self.s_chunks, k, end)
+            if heap and heap[0][0] <= k:
+                self._finish_decodes(k, end)
             start()                         # schedules the next step, or sets busy False (idle)
 
     def enqueue(self, r: Request, t: float) -> None:
