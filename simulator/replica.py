@@ -14,9 +14,9 @@ the next arrival, or the KV limit. Completions come off a heap keyed by finish s
 """
 from __future__ import annotations
 
-import heapq
 import math
 from collections import deque
+from heapq import heappop, heappush
 
 from .cost import StepCost
 from .workload import Request
@@ -30,10 +30,15 @@ class Replica:
             raise ValueError(f"max_num_batched_tokens ({max_num_batched_tokens}) must be at least "
                              f"max_num_seqs ({max_num_seqs})")
         self.name, self.zone = name, zone
-        (self._a1, self._b1), (self._a2, self._b2) = cost.decode_branches()
-        # StepModel.step_s's coefficients, read once: a prefill step evaluates its expression
-        # inline (the same operations in the same order, so the same floats)
-        self._step = (cost.a1, cost.b1, cost.g1, cost.a2, cost.b2, cost.g2, cost.k, cost.e, cost.gated)
+        (a1, b1), (a2, b2) = cost.decode_branches()
+        # a pure-decode step of n sequences, by n (at most max_num_seqs decode): max(A + B n) of
+        # the two branches, n = 0 costing nothing; one list lookup a step instead of its arithmetic
+        self._dec = [0.0] + [max(a1 + b1 * n, a2 + b2 * n) for n in range(1, max_num_seqs + 1)]
+        # StepModel.step_s(n, c) = max(a1 + b1 n + g1 c, a2 + b2 n + g2 c) + k n + e c, its terms
+        # in n by n: a prefill step adds the c terms inline (the same operations in the same order
+        # as step_s, so the same floats)
+        self._pf_n = [(cost.a1 + cost.b1 * n, cost.a2 + cost.b2 * n, cost.k * n) for n in range(max_num_seqs + 1)]
+        self._g1, self._g2, self._e, self._gated = cost.g1, cost.g2, cost.e, cost.gated
         self.budget, self.max_seqs, self.kv_cap = max_num_batched_tokens, max_num_seqs, kv_capacity_tokens
         self._on_done = on_done
         self.up = True
@@ -143,20 +148,15 @@ class Replica:
             break
         clock = self.clock
         self.s_start, self.s_n, self.busy = clock, n, True
-        if n:
-            a = self._a1 + self._b1 * n
-            b = self._a2 + self._b2 * n
-            dec = a if a > b else b
-        else:
-            dec = 0.0
+        dec = self._dec[n]
         if c_total:
-            a1, b1, g1, a2, b2, g2, k, e, gated = self._step
-            if n <= 0 and gated:            # StepModel.step_s(n, c_total), inline
-                dur = e * c_total
+            if n <= 0 and self._gated:      # StepModel.step_s(n, c_total), inline
+                dur = self._e * c_total
             else:
-                a = a1 + b1 * n + g1 * c_total
-                b = a2 + b2 * n + g2 * c_total
-                dur = (b if b > a else a) + k * n + e * c_total    # max(a, b)
+                a, b, kn = self._pf_n[n]
+                a += self._g1 * c_total
+                b += self._g2 * c_total
+                dur = (b if b > a else a) + kn + self._e * c_total    # max(a, b)
             self.s_dur, self.s_count, self.s_chunks = dur, 1, chunks
             self.s_prefill = dur - dec          # the prefill's part of this step
             self.next_end = clock + dur
@@ -164,7 +164,7 @@ class Replica:
         # Pure decode: run to the next finish, or until the cache holds no more tokens.
         heap = self.heap
         while heap[0][2] != heap[0][3].epoch:
-            heapq.heappop(heap)
+            heappop(heap)
         steps = heap[0][0] - self.k
         room = (cap - used) // n
         count = steps if steps < room else room
@@ -233,10 +233,11 @@ class Replica:
             self.kv_pf -= r.pf_total - c
             self.prefilling.remove(r)
             r.gen = gen = r.gen + 1
-            self.pend -= r.out - gen + 1
+            out = r.out
+            self.pend -= out - gen + 1
             if r.t_first is None:
                 r.t_first = end
-            if r.gen >= r.out:
+            if gen >= out:
                 del self.running[r.id]
                 r.t_done = end
                 self.served += 1
@@ -244,19 +245,19 @@ class Replica:
                 continue
             r.decoding = True
             r.k0 = k
-            r.finish = k + r.out - r.gen
+            r.finish = fin = k + out - gen
             self.kv_dec += r.pf_total - k
-            self.fin_sum += r.finish
+            self.fin_sum += fin
             self.n += 1
-            self._seq += 1
-            heapq.heappush(self.heap, (r.finish, self._seq, r.epoch, r))
+            self._seq = seq = self._seq + 1
+            heappush(self.heap, (fin, seq, r.epoch, r))
         self.prefill_s += self.s_prefill
 
     def _finish_decodes(self, k: int, end: float) -> None:
         """The decoding sequences whose last token is step k's (or earlier)."""
         heap, running = self.heap, self.running
         while heap and heap[0][0] <= k:
-            _, _, epoch, r = heapq.heappop(heap)
+            _, _, epoch, r = heappop(heap)
             if epoch != r.epoch:
                 continue
             r.gen = r.out
