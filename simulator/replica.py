@@ -163,9 +163,11 @@ class Replica:
             return
         # Pure decode: run to the next finish, or until the cache holds no more tokens.
         heap = self.heap
-        while heap[0][2] != heap[0][3].epoch:
+        top = heap[0]
+        while top[2] != top[3].epoch:      # stale: its request was preempted or lost since
             heappop(heap)
-        steps = heap[0][0] - self.k
+            top = heap[0]
+        steps = top[0] - self.k
         room = (cap - used) // n
         count = steps if steps < room else room
         self.s_dur, self.s_count, self.s_chunks = dec, count, None

@@ -127,7 +127,8 @@ def generate(spec: WorkloadSpec) -> list[Request]:
     lens = random.Random(f"{spec.seed}-lengths")
     times = arrival_times(spec)
     if spec.lengths == "fixed":
-        return [Request(i, t, spec.input_tokens, spec.output_tokens) for i, t in enumerate(times)]
+        prompt, out = spec.input_tokens, spec.output_tokens
+        return [Request(i, t, prompt, out) for i, t in enumerate(times)]
     if spec.lengths == "distribution":
         draw = _distribution_draw(spec, lens)
         return [Request(i, t, *draw()) for i, t in enumerate(times)]
