@@ -9,7 +9,7 @@ evaluates tens of thousands of configurations per second (`make bench`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from .catalog import Instance, load_catalog, resolve_model
 from .fit import unloaded_reason
@@ -45,20 +45,11 @@ class Option:
 def evaluate(model, instance: Instance, tp: int, weights: str, kv_dtype: str, workload: Workload,
              profile: Profile, zones: int, gpu_hour_price: float | None = None, layout: str = "tp") -> Option:
     ident = dict(instance=instance.id, gpu=instance.gpu.id, tp=tp, weights=weights, kv_dtype=kv_dtype, layout=layout)
-    shape = Shape(model, instance, tp, weights, kv_dtype, layout)
-    try:
-        check_shape(shape, workload, profile)
-    except SizingError as exc:
-        return Option(feasible=False, reason=str(exc), **ident)
-    rm = ReplicaModel(shape, workload, profile, real=True)
-    cap = rm.capacity(detail=False, iterations=SWEEP_ITERATIONS)
-    if workload.is_closed_loop:
-        per_replica, demand = rm.max_clients_within_slo(), workload.concurrency
-    else:
-        per_replica, demand = cap.qps, workload.qps
-    if per_replica <= 0:
-        return Option(feasible=False, reason=f"cannot meet the SLOs even unloaded: {unloaded_reason(rm, workload)}",
-                      **ident)
+    verdict = _verdict(Shape(model, instance, tp, weights, kv_dtype, layout), workload, profile)
+    if isinstance(verdict, str):
+        return Option(feasible=False, reason=verdict, **ident)
+    rm, cap, per_replica = verdict
+    demand = workload.concurrency if workload.is_closed_loop else workload.qps
     survivors = math.ceil(demand / per_replica - 1e-9)
     if per_replica < USEFUL_SHARE * demand:
         unit = "clients" if workload.is_closed_loop else "QPS"
@@ -88,6 +79,48 @@ def evaluate(model, instance: Instance, tp: int, weights: str, kv_dtype: str, wo
         cost_per_hour=cost, node_cost_per_hour=node_cost,
         cost_per_million=cost / mtok_per_hour if cost is not None else None,
         node_cost_per_million=node_cost / mtok_per_hour if node_cost is not None else None, **ident)
+
+
+# What a shape can do does not depend on the load offered to it (only on the workload's lengths,
+# SLOs, statistic and, closed loop, its clients): a sweep over loads checks each shape, builds its
+# replica model and searches its capacity once. Keyed by identity (a model holds dicts and is not
+# hashable; a lengths table is costly to hash); each entry keeps its objects alive, so no id is
+# reused while its key is here. Bounded: cleared when full.
+_VERDICTS: dict = {}
+_VERDICTS_MAX = 4096
+_LOAD_FREE = tuple(f.name for f in fields(Workload) if f.name not in ("qps", "lengths"))
+
+
+def clear_cache() -> None:
+    _VERDICTS.clear()
+
+
+def _verdict(shape: Shape, workload: Workload, profile: Profile):
+    """Why the shape is refused (a str), or (replica model, capacity, what one replica carries:
+    QPS, or clients closed loop), the same at every load."""
+    key = (id(shape.model), id(shape.instance), shape.tp, shape.weights, shape.kv_dtype, shape.layout,
+           id(profile), id(workload.lengths), *(getattr(workload, name) for name in _LOAD_FREE))
+    hit = _VERDICTS.get(key)
+    if hit is not None:
+        return hit[0]
+    verdict = _shape_verdict(shape, workload, profile)
+    if len(_VERDICTS) >= _VERDICTS_MAX:
+        _VERDICTS.clear()
+    _VERDICTS[key] = (verdict, shape, profile, workload.lengths)
+    return verdict
+
+
+def _shape_verdict(shape: Shape, workload: Workload, profile: Profile):
+    try:
+        check_shape(shape, workload, profile)
+    except SizingError as exc:
+        return str(exc)
+    rm = ReplicaModel(shape, workload, profile, real=True)
+    cap = rm.capacity(detail=False, iterations=SWEEP_ITERATIONS)
+    per_replica = rm.max_clients_within_slo() if workload.is_closed_loop else cap.qps
+    if per_replica <= 0:
+        return f"cannot meet the SLOs even unloaded: {unloaded_reason(rm, workload)}"
+    return rm, cap, per_replica
 
 
 def sweep(workload: Workload, model_id: str, kv_dtype: str, zones: int, profile_name: str = "reference",
