@@ -216,7 +216,9 @@ class ReplicaModel:
     """One shape under one profile for one workload: the step model and the queues around it."""
 
     def __init__(self, shape: Shape, workload: Workload, profile: Profile, real: bool = True,
-                 batched_tokens: int | None = None):
+                 batched_tokens: int | None = None, checked: Memory | None = None):
+        """`checked`: what `check_shape` returned for this shape and workload (the memory at the
+        smallest step budget), so that it is not computed again."""
         self.shape, self.workload, self.profile, self.real = shape, workload, profile, real
         self.step = step = build_step(shape, workload, profile, real)
         self.additive = profile.step_model == "additive"
@@ -242,7 +244,8 @@ class ReplicaModel:
             self.ttft0_s = rf * (self.prefill_alone_s - self.prefill_comm_s) + self.prefill_comm_s
         else:
             self.ttft0_s = self.prefill_alone_s
-        self.memory = memory(shape, workload, profile, batched_tokens or CHUNK_MIN + profile.max_num_seqs)
+        self.memory = (checked if checked is not None and batched_tokens is None else
+                       memory(shape, workload, profile, batched_tokens or CHUNK_MIN + profile.max_num_seqs))
         self.batched_tokens = batched_tokens or self._batched_tokens()
         if batched_tokens is None and profile.kv_accounting == "vllm":
             self.memory = memory(shape, workload, profile, self.batched_tokens)
@@ -344,17 +347,21 @@ class ReplicaModel:
         chunk = max(self.batched_tokens - n, 1.0)
         full = self.step.step_s(n, chunk)
         rho = qps * self.s_in * full / chunk                  # chunks drain chunk / full tokens per second
-        service, last = self._own_service(n, self.s_in)
+        service, last = self._own_service(n, self.s_in, chunk, full)
         if len(self.prompt_points) > 1:
-            service = sum(self._own_service(n, s)[0] for s in self.prompt_points) / len(self.prompt_points)
+            service = sum(self._own_service(n, s, chunk, full)[0] for s in self.prompt_points) / len(self.prompt_points)
         return rho, self.s_work * full / chunk, service, full, last
 
-    def _own_service(self, n: float, s_in: float) -> tuple[float, float]:
-        """(all its steps, its last step) for a prompt of s_in tokens in chunks beside n decodes."""
-        chunk = max(self.batched_tokens - n, 1.0)
+    def _own_service(self, n: float, s_in: float, chunk: float | None = None,
+                     full: float | None = None) -> tuple[float, float]:
+        """(all its steps, its last step) for a prompt of s_in tokens in chunks beside n decodes
+        (`chunk`, `full`: the chunk at n and its step, when the caller has them)."""
+        if chunk is None:
+            chunk = max(self.batched_tokens - n, 1.0)
+            full = self.step.step_s(n, chunk)
         k = math.ceil(s_in / chunk)
         last = self.step.step_s(n, s_in - (k - 1) * chunk)
-        return (k - 1) * self.step.step_s(n, chunk) + last, last
+        return (k - 1) * full + last, last
 
     def _ttft_prefill(self, qps: float, n: float, tpot: float, q: float | None, queue: tuple | None = None) -> float:
         """TTFT before any KV-admission wait, at a statistic (q None: the mean).
@@ -724,8 +731,9 @@ def layout_refusal(shape: Shape) -> tuple[str, str] | None:
     return None
 
 
-def check_shape(shape: Shape, workload: Workload, profile: Profile) -> None:
-    """Raise SizingError naming the constraint when a shape cannot run the workload at all."""
+def check_shape(shape: Shape, workload: Workload, profile: Profile) -> Memory:
+    """Raise SizingError naming the constraint when a shape cannot run the workload at all; else
+    the memory it checked (at the smallest step budget: `ReplicaModel(checked=...)` reads it)."""
     m, inst, tp = shape.model, shape.instance, shape.tp
     if tp < 1 or tp > inst.gpus:
         raise SizingError(f"tensor parallel {tp} exceeds the {inst.gpus} GPUs of one {inst.id} node "
@@ -745,6 +753,7 @@ def check_shape(shape: Shape, workload: Workload, profile: Profile) -> None:
             f"more than the {mem.usable_per_gpu_gb:.1f} GB usable on a {inst.gpu.id} "
             f"({advice})", "weights")
     check_served_length(shape, workload, profile, mem)
+    return mem
 
 
 def check_served_length(shape: Shape, workload: Workload, profile: Profile, mem: Memory) -> None:

@@ -337,9 +337,9 @@ def plan_for_tp(req: PlanRequest, model, instance: Instance, profile: Profile, t
                 layout: str = "tp") -> Plan:
     w = req.workload
     shape = Shape(model, instance, tp, req.weights, req.kv_dtype, layout)
-    check_shape(shape, w, profile)
-    real = ReplicaModel(shape, w, profile, real=True)
-    ideal = ReplicaModel(shape, w, profile, real=False)
+    checked = check_shape(shape, w, profile)
+    real = ReplicaModel(shape, w, profile, real=True, checked=checked)
+    ideal = ReplicaModel(shape, w, profile, real=False, checked=checked)
     cap, cap_ideal = real.capacity(), ideal.capacity()
     slots = zone_slots(req.pools, instance.gpus // tp)
     need = _demand(real, cap, w)

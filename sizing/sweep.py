@@ -9,6 +9,7 @@ evaluates tens of thousands of configurations per second (`make bench`).
 from __future__ import annotations
 
 import math
+from operator import attrgetter
 from dataclasses import dataclass, fields
 
 from .catalog import Instance, load_catalog, resolve_model
@@ -45,7 +46,7 @@ class Option:
 def evaluate(model, instance: Instance, tp: int, weights: str, kv_dtype: str, workload: Workload,
              profile: Profile, zones: int, gpu_hour_price: float | None = None, layout: str = "tp") -> Option:
     ident = dict(instance=instance.id, gpu=instance.gpu.id, tp=tp, weights=weights, kv_dtype=kv_dtype, layout=layout)
-    verdict = _verdict(Shape(model, instance, tp, weights, kv_dtype, layout), workload, profile)
+    verdict = _verdict(model, instance, tp, weights, kv_dtype, layout, workload, profile)
     if isinstance(verdict, str):
         return Option(feasible=False, reason=verdict, **ident)
     rm, cap, per_replica = verdict
@@ -88,21 +89,23 @@ def evaluate(model, instance: Instance, tp: int, weights: str, kv_dtype: str, wo
 # reused while its key is here. Bounded: cleared when full.
 _VERDICTS: dict = {}
 _VERDICTS_MAX = 4096
-_LOAD_FREE = tuple(f.name for f in fields(Workload) if f.name not in ("qps", "lengths"))
+_LOAD_FREE = attrgetter(*(f.name for f in fields(Workload) if f.name not in ("qps", "lengths")))
 
 
 def clear_cache() -> None:
     _VERDICTS.clear()
 
 
-def _verdict(shape: Shape, workload: Workload, profile: Profile):
+def _verdict(model, instance: Instance, tp: int, weights: str, kv_dtype: str, layout: str, workload: Workload,
+             profile: Profile):
     """Why the shape is refused (a str), or (replica model, capacity, what one replica carries:
     QPS, or clients closed loop), the same at every load."""
-    key = (id(shape.model), id(shape.instance), shape.tp, shape.weights, shape.kv_dtype, shape.layout,
-           id(profile), id(workload.lengths), *(getattr(workload, name) for name in _LOAD_FREE))
+    key = (id(model), id(instance), tp, weights, kv_dtype, layout, id(profile), id(workload.lengths),
+           _LOAD_FREE(workload))
     hit = _VERDICTS.get(key)
     if hit is not None:
         return hit[0]
+    shape = Shape(model, instance, tp, weights, kv_dtype, layout)
     verdict = _shape_verdict(shape, workload, profile)
     if len(_VERDICTS) >= _VERDICTS_MAX:
         _VERDICTS.clear()
@@ -112,10 +115,10 @@ def _verdict(shape: Shape, workload: Workload, profile: Profile):
 
 def _shape_verdict(shape: Shape, workload: Workload, profile: Profile):
     try:
-        check_shape(shape, workload, profile)
+        checked = check_shape(shape, workload, profile)
     except SizingError as exc:
         return str(exc)
-    rm = ReplicaModel(shape, workload, profile, real=True)
+    rm = ReplicaModel(shape, workload, profile, real=True, checked=checked)
     cap = rm.capacity(detail=False, iterations=SWEEP_ITERATIONS)
     per_replica = rm.max_clients_within_slo() if workload.is_closed_loop else cap.qps
     if per_replica <= 0:
