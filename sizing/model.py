@@ -108,7 +108,8 @@ class Workload:
     @property
     def served_max_len(self) -> int:
         """vLLM's max_model_len: the stated maximum, else the longest request the traffic holds."""
-        return self.max_model_len or self.distribution.max_request_tokens
+        d = self.lengths      # fixed lengths: their sum (what `distribution` would say, without building it)
+        return self.max_model_len or (d.max_request_tokens if d else self.input_tokens + self.output_tokens)
 
     @property
     def prompt_attention_tokens(self) -> float:
@@ -220,7 +221,9 @@ class ReplicaModel:
         """`checked`: what `check_shape` returned for this shape and workload (the memory at the
         smallest step budget), so that it is not computed again."""
         self.shape, self.workload, self.profile, self.real = shape, workload, profile, real
-        self.step = step = build_step(shape, workload, profile, real)
+        # The all-reduces of one prompt token's activations: the step and the prefill's comm part read them.
+        comm = comm_terms(shape, profile, bytes_per_element("bf16") * shape.model.hidden)
+        self.step = step = build_step(shape, workload, profile, real, comm)
         self.additive = profile.step_model == "additive"
         # The prompt tokens each request computes: a prefix found in the cache is not recomputed.
         self.cached = cached = workload.cached_prompt_tokens
@@ -238,7 +241,7 @@ class ReplicaModel:
         # Per prompt token beyond the decode step, when a chunk is compute-bound (all of it, additive).
         self.prefill_token_s = step.e if self.additive else step.g2 + step.e
         self.share_per_request_s = s_in * self.prefill_token_s   # u = QPS x this (at most)
-        self.prefill_comm_s = _comm_part(shape, profile, s_in)
+        self.prefill_comm_s = comm[0] + comm[1] * s_in      # not scaled by real_factor in the seed
         if self.additive:   # the seed: TTFT0 = real_factor x prefill FLOPs time + communication
             rf = profile.real_factor if real else 1.0
             self.ttft0_s = rf * (self.prefill_alone_s - self.prefill_comm_s) + self.prefill_comm_s
@@ -296,7 +299,8 @@ class ReplicaModel:
             denom = (1 - u) - b * qps * (self.s_out - 1)
             if denom <= 0:
                 return math.inf
-            worst = max(worst, (a + b * qps * self.ttft0_s) / denom)
+            t = (a + b * qps * self.ttft0_s) / denom
+            worst = t if t > worst else worst      # max(worst, t), without the call
         return worst
 
     def tpot_s(self, qps: float) -> float:
@@ -344,7 +348,8 @@ class ReplicaModel:
         Prompt lengths that vary make it M/G/1: the work a waiting prompt finds ahead scales with
         E[s_in^2] / E[s_in] (a long prompt is more likely the one in the way), and its own service
         is the mean over the prompt lengths (`prompt_points`)."""
-        chunk = max(self.batched_tokens - n, 1.0)
+        chunk = self.batched_tokens - n
+        chunk = 1.0 if 1.0 > chunk else chunk                 # max(chunk, 1.0), without the call
         full = self.step.step_s(n, chunk)
         rho = qps * self.s_in * full / chunk                  # chunks drain chunk / full tokens per second
         service, last = self._own_service(n, self.s_in, chunk, full)
@@ -597,12 +602,6 @@ class ReplicaModel:
             mid = (lo + hi) // 2
             lo, hi = (mid, hi) if ok(mid) else (lo, mid)
         return lo
-
-
-def _comm_part(shape, profile, s_in) -> float:
-    """The all-reduce part of one prompt's prefill (not scaled by real_factor in the seed)."""
-    comm0, comm1 = comm_terms(shape, profile, bytes_per_element("bf16") * shape.model.hidden)
-    return comm0 + comm1 * s_in
 
 
 def _residual_quantile(tail: float, p_long: float, long: float, p_short: float, short: float) -> float:

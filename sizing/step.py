@@ -94,14 +94,15 @@ def comm_terms(shape, profile, tokens_per_step_bytes: float) -> tuple[float, flo
     return calls * ring * d_lat, calls * (ring / tp) * tokens_per_step_bytes * d_inv_bw
 
 
-def build_step(shape, workload, profile, real: bool = True) -> StepModel:
+def build_step(shape, workload, profile, real: bool = True, comm: tuple[float, float] | None = None) -> StepModel:
     """The step model of one replica for one workload (mean contexts) under one profile.
 
     A dense model reads all its weights each decode step. An MoE model reads its dense and
     attention weights plus the distinct experts the batch touches, a concave function of the
     batch (`Architecture.experts_touched`): the step uses its tangent at the batch the replica
     runs (closed loop: its clients; open loop: the batch whose step takes the TPOT SLO, where
-    capacity is decided), exact there and an upper bound elsewhere."""
+    capacity is decided), exact there and an upper bound elsewhere. `comm`: `comm_terms` of a
+    token's BF16 activations, when the caller has them."""
     m, gpu, tp = shape.model, shape.instance.gpu, shape.tp
     # A decoding sequence's context averaged over its decode steps (s_in + s_out / 2 for fixed
     # lengths; longer when long prompts also decode long: sizing.traffic), and the prompt length
@@ -110,7 +111,7 @@ def build_step(shape, workload, profile, real: bool = True) -> StepModel:
     s_in = workload.prompt_attention_tokens
     p_active = m.active_params_b * 1e9
     kv_tok = parallel.kv_bytes_per_token(shape, ctx)
-    comm0, comm1 = comm_terms(shape, profile, bytes_per_element("bf16") * m.hidden)
+    comm0, comm1 = comm or comm_terms(shape, profile, bytes_per_element("bf16") * m.hidden)
     flops_f = tp * gpu.peak_tflops(shape.weights) * 1e12 * profile.mfu
     width = parallel.attention_width(m)
     attn_prefill = 2 * parallel.attention_layers_at(m, s_in / 2) * s_in * width   # causal, per prompt token

@@ -45,11 +45,11 @@ class Option:
 
 def evaluate(model, instance: Instance, tp: int, weights: str, kv_dtype: str, workload: Workload,
              profile: Profile, zones: int, gpu_hour_price: float | None = None, layout: str = "tp") -> Option:
-    ident = dict(instance=instance.id, gpu=instance.gpu.id, tp=tp, weights=weights, kv_dtype=kv_dtype, layout=layout)
     verdict = _verdict(model, instance, tp, weights, kv_dtype, layout, workload, profile)
-    if isinstance(verdict, str):
-        return Option(feasible=False, reason=verdict, **ident)
+    if isinstance(verdict, Option):
+        return verdict
     rm, cap, per_replica = verdict
+    ident = dict(instance=instance.id, gpu=instance.gpu.id, tp=tp, weights=weights, kv_dtype=kv_dtype, layout=layout)
     demand = workload.concurrency if workload.is_closed_loop else workload.qps
     survivors = math.ceil(demand / per_replica - 1e-9)
     if per_replica < USEFUL_SHARE * demand:
@@ -98,8 +98,8 @@ def clear_cache() -> None:
 
 def _verdict(model, instance: Instance, tp: int, weights: str, kv_dtype: str, layout: str, workload: Workload,
              profile: Profile):
-    """Why the shape is refused (a str), or (replica model, capacity, what one replica carries:
-    QPS, or clients closed loop), the same at every load."""
+    """The shape's refusal (an Option: frozen, the same at every load), or (replica model,
+    capacity, what one replica carries: QPS, or clients closed loop)."""
     key = (id(model), id(instance), tp, weights, kv_dtype, layout, id(profile), id(workload.lengths),
            _LOAD_FREE(workload))
     hit = _VERDICTS.get(key)
@@ -107,6 +107,9 @@ def _verdict(model, instance: Instance, tp: int, weights: str, kv_dtype: str, la
         return hit[0]
     shape = Shape(model, instance, tp, weights, kv_dtype, layout)
     verdict = _shape_verdict(shape, workload, profile)
+    if isinstance(verdict, str):
+        verdict = Option(instance=instance.id, gpu=instance.gpu.id, tp=tp, weights=weights, kv_dtype=kv_dtype,
+                         feasible=False, layout=layout, reason=verdict)
     if len(_VERDICTS) >= _VERDICTS_MAX:
         _VERDICTS.clear()
     _VERDICTS[key] = (verdict, shape, profile, workload.lengths)
