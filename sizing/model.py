@@ -235,7 +235,6 @@ class ReplicaModel:
         self.prompt_points = ((s_in,) if d is None else
                               tuple(max(1, d.input_quantile((i + 0.5) / PROMPT_POINTS) - cached)
                                     for i in range(PROMPT_POINTS)))
-        self.kv_tok = parallel.kv_bytes_per_token(shape, workload.input_tokens + self.s_out)
         self.branches = step.decode_branches()
         self.prefill_alone_s = step.prefill_s(s_in)          # one prompt, alone, unchunked
         # Per prompt token beyond the decode step, when a chunk is compute-bound (all of it, additive).
@@ -253,6 +252,7 @@ class ReplicaModel:
         if batched_tokens is None and profile.kv_accounting == "vllm":
             self.memory = memory(shape, workload, profile, self.batched_tokens)
             self.batched_tokens = self._batched_tokens()
+        self.kv_tok = self.memory.kv_bytes_per_token      # at the mean request's context, as memory() reads it
         self._stat = workload.slo_statistic
 
     # -- the engine's step budget -------------------------------------------------------------
