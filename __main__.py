@@ -119,6 +119,7 @@ pulumi.export("plan", {
     "replicas": plan.replicas,
     "replicasByZone": plan.replicas_by_zone,
     "tensorParallel": plan.tp,
+    "nodesPerReplica": plan.nodes_per_replica,
     "capacityQps": round(plan.capacity_qps, 4),                      # all replicas, as in the plan's JSON
     "capacityPerReplicaQps": round(plan.capacity_per_replica.qps, 4),
     "capacityAfterZoneLossQps": round(plan.capacity_after_zone_loss_qps, 4),

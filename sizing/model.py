@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from .catalog import Instance, Model, bytes_per_element
 from .profiles import Profile
 from .queueing import QUANTILES, STATISTICS, erlang_c_wait, md1_wait_quantile, poisson_quantile_smooth
-from .step import build_step, comm_terms
+from .step import build_step, comm_terms, pp_terms
 
 GB = 1e9
 CHUNK_MIN, CHUNK_MAX, CHUNK_ALIGN = 512, 8192, 256
@@ -90,12 +90,20 @@ def check_finite_workload(w: Workload) -> None:
 
 @dataclass(frozen=True)
 class Shape:
-    """What a replica is: a model at some precision on `tp` GPUs of one node type."""
+    """What a replica is: a model at some precision on `tp` GPUs of one node type, or on
+    `nodes` such nodes: TP within each node, pipeline stages across them (vLLM's multi-node
+    layout: `--tensor-parallel-size` GPUs per node, `--pipeline-parallel-size` nodes)."""
     model: Model
     instance: Instance
     tp: int
     weights: str = "fp8"
     kv_dtype: str = "bf16"
+    nodes: int = 1
+
+    @property
+    def gpus(self) -> int:
+        """GPUs one replica holds: tp on each of its nodes."""
+        return self.tp * self.nodes
 
 
 @dataclass(frozen=True)
@@ -495,7 +503,8 @@ class ReplicaModel:
 def _comm_part(shape, profile, s_in) -> float:
     """The all-reduce part of one prompt's prefill (not scaled by real_factor in the seed)."""
     comm0, comm1 = comm_terms(shape, profile, bytes_per_element("bf16") * shape.model.hidden)
-    return comm0 + comm1 * s_in
+    pp0, pp1 = pp_terms(shape)
+    return comm0 + pp0 + (comm1 + pp1) * s_in
 
 
 def _residual_quantile(tail: float, p_long: float, long: float, p_short: float, short: float) -> float:
@@ -552,7 +561,7 @@ def memory(shape: Shape, workload: Workload, profile: Profile, batched_tokens: i
     act = activation_gb(m, tp, batched_tokens, profile.max_num_seqs) if vllm else 0.0
     graphs = profile.cuda_graph_gb if vllm else 0.0
     usable = gpu.memory_gb * profile.gpu_memory_utilization - profile.runtime_overhead_gb - act - graphs
-    budget = tp * usable * GB - w
+    budget = shape.gpus * usable * GB - w      # weights and KV spread over every stage's GPUs
     if vllm:
         block = profile.block_tokens
         blocks = max(0, int(budget // (block * kv_tok))) if budget > 0 else 0
@@ -562,10 +571,10 @@ def memory(shape: Shape, workload: Workload, profile: Profile, batched_tokens: i
         kv_tokens = max(0, int(budget // kv_tok)) if budget > 0 else 0
         seqs = max(0, int(budget // (max_len * kv_tok))) if budget > 0 else 0
     return Memory(
-        weights_gb=w / GB, weights_per_gpu_gb=w / tp / GB, usable_per_gpu_gb=usable, activation_gb=act,
+        weights_gb=w / GB, weights_per_gpu_gb=w / shape.gpus / GB, usable_per_gpu_gb=usable, activation_gb=act,
         cuda_graph_gb=graphs, kv_budget_gb=max(budget, 0) / GB, kv_bytes_per_token=kv_tok,
         kv_tokens=kv_tokens, max_model_len=max_len,
-        max_seqs_kv=seqs, max_seqs=min(seqs, profile.max_num_seqs), total_gb=tp * gpu.memory_gb,
+        max_seqs_kv=seqs, max_seqs=min(seqs, profile.max_num_seqs), total_gb=shape.gpus * gpu.memory_gb,
     )
 
 
@@ -575,16 +584,37 @@ def check_shape(shape: Shape, workload: Workload, profile: Profile) -> None:
     if tp < 1 or tp > inst.gpus:
         raise SizingError(f"tensor parallel {tp} exceeds the {inst.gpus} GPUs of one {inst.id} node "
                           "(a TP group never spans nodes)", option="--tp")
+    check_nodes(shape)
     if m.heads % tp:
         raise SizingError(f"tensor parallel {tp} does not divide the {m.heads} attention heads of {m.id}",
                           option="--tp")
     mem = memory(shape, workload, profile, CHUNK_MIN + profile.max_num_seqs)
     if mem.weights_per_gpu_gb >= mem.usable_per_gpu_gb:
         raise SizingError(
-            f"{shape.weights} weights of {m.id} need {mem.weights_per_gpu_gb:.1f} GB per GPU at TP={tp}, "
+            f"{shape.weights} weights of {m.id} need {mem.weights_per_gpu_gb:.1f} GB per GPU at {layout_words(shape)}, "
             f"more than the {mem.usable_per_gpu_gb:.1f} GB usable on a {inst.gpu.id} "
             "(raise TP, use fp8 weights or a larger GPU)", option="--weights")
     if mem.max_seqs_kv < 1:
         raise SizingError(
             f"no room for one sequence's KV cache ({workload.input_tokens + workload.output_tokens} tokens) "
             f"beside the weights at TP={tp} on {inst.gpu.id}", "--input-tokens")
+
+
+def layout_words(shape: Shape) -> str:
+    """"TP=8", or "TP=8 x PP=2 (2 nodes)" for a replica that spans nodes."""
+    return f"TP={shape.tp}" if shape.nodes == 1 else f"TP={shape.tp} x PP={shape.nodes} ({shape.nodes} nodes)"
+
+
+def check_nodes(shape: Shape) -> None:
+    """A replica spans nodes only as vLLM 0.29.0 lays it out across nodes: TP fills each node,
+    PP = the node count (docs/serving/parallelism_scaling.md at v0.29.0: "set tensor_parallel_size
+    to the number of GPUs per node and pipeline_parallel_size to the number of nodes")."""
+    inst, n = shape.instance, shape.nodes
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise SizingError(f"--nodes-per-replica: must be an integer of at least 1 (got {n!r})", "--nodes-per-replica")
+    if n > 1 and shape.tp != inst.gpus:
+        raise SizingError(f"a replica spanning {n} nodes runs TP={inst.gpus} (every GPU of each {inst.id}) "
+                          f"and PP={n} across them; TP={shape.tp} leaves GPUs of each node idle", "--tp")
+    if n > shape.model.layers:
+        raise SizingError(f"{n} pipeline stages exceed the {shape.model.layers} layers of {shape.model.id}",
+                          "--nodes-per-replica")

@@ -3,6 +3,11 @@
 N+1 by zone: after losing the zone that holds the most replicas, the replicas left carry the
 target load within the SLOs. With one zone only, the plan falls back to N+1 by node (losing the
 node with the most replicas), and says so; with one node, it has no redundancy and says so.
+
+A replica whose weights and KV do not fit one node spans `nodes_per_replica` nodes of one pool
+(one zone): TP within each node, pipeline stages across them. Pools then hold whole groups
+(a pool's nodes // N of them), N+1 counts groups, and losing any node of a group loses the
+whole replica (vLLM's engine stops when one of its ranks does), which the plan's notes say.
 """
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from .catalog import Instance, load_catalog
-from .model import Capacity, Memory, Point, ReplicaModel, Shape, SizingError, Workload, check_shape
+from .model import Capacity, Memory, Point, ReplicaModel, Shape, SizingError, Workload, check_shape, layout_words
 from .profiles import Profile, get_profile
 from .queueing import QUANTILES
 
@@ -40,9 +45,10 @@ class NodeSlot:
     pool: str
     zone: str
     node: int            # index of the node within its pool
-    replicas: int
+    replicas: int        # replicas this node serves (in part, when a replica spans nodes)
     gpus_used: int
     gpus_idle: int
+    group: int | None = None   # a multi-node replica: its index within the pool (nodes group*N .. group*N+N-1)
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,7 @@ class PlanRequest:
     kv_dtype: str = "bf16"
     pools: tuple[Pool, ...] = (Pool("us-east-1a", "p5.48xlarge", 1), Pool("us-east-1b", "p5.48xlarge", 1))
     tp: int | None = None
+    nodes_per_replica: int | None = None  # None: the fewest nodes a replica fits on
     replicas: int | None = None          # overrides the planned count (policies then judge it)
     profile: str = "reference"
     gpu_hour_price: float | None = None  # defaults to the instance price / its GPUs
@@ -89,6 +96,11 @@ class Plan:
     notes: tuple[str, ...] = field(default_factory=tuple)
     fill_idle_gpus: dict | None = None
     fleet: FleetView | None = None       # replicas fixed by the request: the whole fleet at the load
+    nodes_per_replica: int = 1           # > 1: each replica is a group of this many nodes (PP across them)
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.tp * self.nodes_per_replica
 
     @property
     def memory(self) -> Memory:
@@ -161,6 +173,7 @@ def _engine_args(plan: Plan) -> dict:
     rm = plan.replica_model
     return {
         "tensor_parallel_size": plan.tp,
+        "pipeline_parallel_size": plan.nodes_per_replica,   # vLLM --pipeline-parallel-size (one stage per node)
         "max_model_len": w.input_tokens + w.output_tokens,
         "max_num_seqs": rm.memory.max_seqs,
         "max_num_batched_tokens": rm.batched_tokens,
@@ -176,10 +189,12 @@ class PlanError(SizingError):
 
 
 # -- placement ---------------------------------------------------------------------------------
-def zone_slots(pools: tuple[Pool, ...], slots_per_node: int) -> dict[str, int]:
+def zone_slots(pools: tuple[Pool, ...], slots_per_node: int, nodes_per_replica: int = 1) -> dict[str, int]:
+    """Replicas each zone can hold: TP groups per node, or (spanning nodes) whole groups per pool."""
     out: dict[str, int] = {}
     for p in pools:
-        out[p.zone] = out.get(p.zone, 0) + p.nodes * slots_per_node
+        held = p.nodes * slots_per_node if nodes_per_replica == 1 else p.nodes // nodes_per_replica
+        out[p.zone] = out.get(p.zone, 0) + held
     return out
 
 
@@ -204,6 +219,26 @@ def replicas_for_n_plus_one(survivors: int, slots: dict[str, int]) -> dict[str, 
         if total - max(counts.values()) >= survivors:
             return counts
     return None
+
+
+def place_groups(counts: dict[str, int], pools: tuple[Pool, ...], tp: int, gpus_per_node: int,
+                 nodes_per_replica: int) -> tuple[NodeSlot, ...]:
+    """Replicas that span nodes: each takes `nodes_per_replica` consecutive nodes of one pool;
+    a zone's replicas round-robin over its pools; nodes left over hold no group and stay idle."""
+    n = nodes_per_replica
+    groups = {p: 0 for p in pools}
+    for zone, count in counts.items():
+        in_zone = [p for p in pools if p.zone == zone]
+        for _ in range(count):
+            free = [p for p in in_zone if (groups[p] + 1) * n <= p.nodes]
+            if not free:
+                raise PlanError(f"zone {zone} has no room for another {n}-node replica")
+            groups[min(free, key=lambda p: groups[p])] += 1
+    return tuple(
+        NodeSlot(pool=p.label, zone=p.zone, node=i, replicas=1, gpus_used=tp, gpus_idle=gpus_per_node - tp, group=i // n)
+        if i // n < groups[p] else
+        NodeSlot(pool=p.label, zone=p.zone, node=i, replicas=0, gpus_used=0, gpus_idle=gpus_per_node)
+        for p in pools for i in range(p.nodes))
 
 
 def place_on_nodes(counts: dict[str, int], pools: tuple[Pool, ...], tp: int, gpus_per_node: int) -> tuple[NodeSlot, ...]:
@@ -248,6 +283,30 @@ def candidate_tps(model, instance: Instance) -> list[int]:
     return [tp for tp in (1, 2, 4, 8, 16) if tp <= instance.gpus and model.heads % tp == 0]
 
 
+MAX_NODES_PER_REPLICA = 4     # the planner tries replicas of up to this many nodes (PP=2..4)
+
+
+def candidate_layouts(model, instance: Instance, req: PlanRequest, profile: Profile) -> list[tuple[int, int]]:
+    """(TP, nodes per replica) to try: the request's; else every TP on one node, and only when
+    the model does not fit one whole node, whole nodes (TP = its GPUs) in groups of 2 and up."""
+    n = req.nodes_per_replica
+    if n is not None and n > 1:
+        return [(req.tp or instance.gpus, n)]
+    single = [(tp, 1) for tp in ([req.tp] if req.tp else candidate_tps(model, instance))]
+    if n == 1 or req.tp or fits_one_node(model, instance, req, profile):
+        return single
+    return single + [(instance.gpus, k) for k in range(2, MAX_NODES_PER_REPLICA + 1)]
+
+
+def fits_one_node(model, instance: Instance, req: PlanRequest, profile: Profile) -> bool:
+    """Whether the weights and one sequence's KV fit every GPU of one node."""
+    try:
+        check_shape(Shape(model, instance, instance.gpus, req.weights, req.kv_dtype), req.workload, profile)
+    except SizingError:
+        return False
+    return True
+
+
 def plan(req: PlanRequest) -> Plan:
     for option, value in (("--gpu-hour-price", req.gpu_hour_price), ("instancePrice", req.instance_price)):
         if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
@@ -263,26 +322,32 @@ def plan(req: PlanRequest) -> Plan:
     if len(types) > 1:
         raise PlanError(f"GPU pools mix instance types ({', '.join(sorted(types))}); use one type")
     instance = catalog.instance(types.pop())
-    tps = [req.tp] if req.tp else candidate_tps(model, instance)
     best, failures = None, []
-    for tp in tps:
+    for tp, nodes in candidate_layouts(model, instance, req, profile):
+        if nodes > 1 and best is not None and best[1].survives_failure:
+            break                     # fewer nodes per replica already serve and survive
+        words = layout_words(Shape(model, instance, tp, nodes=nodes))
         try:
-            p = plan_for_tp(req, model, instance, profile, tp)
+            p = plan_for_tp(req, model, instance, profile, tp, nodes)
         except PlanError as exc:      # fits, but the pools cannot carry the load
-            failures.append((1, tp, str(exc), exc.option))
+            failures.append((1, tp * nodes, str(exc), exc.option, words))
             continue
         except SizingError as exc:    # does not fit or cannot meet the SLOs at all
-            failures.append((0, tp, str(exc), exc.option))
+            failures.append((0, tp * nodes, str(exc), exc.option, words))
             continue
-        key = (not p.survives_failure, p.gpus_used, -p.capacity_after_zone_loss_qps, p.real.ttft_ms)
+        # Fewest nodes per replica first: a group loses a whole replica to any of its nodes.
+        key = (not p.survives_failure, p.nodes_per_replica, p.gpus_used, -p.capacity_after_zone_loss_qps, p.real.ttft_ms)
         if best is None or key < best[0]:
             best = (key, p)
     if best is None:
         if not failures:
             raise PlanError("no tensor-parallel degree fits")
         # Report the most capable option's failure: the one a user would try to fix.
-        _, tp, msg, option = max(failures)
-        raise PlanError(msg if req.tp else f"no TP degree works; at TP={tp}, the most capable: {msg}", option)
+        _, _, msg, option, words = max(failures)
+        if len(failures) == 1:
+            raise PlanError(msg, option)
+        what = "TP degree" if "PP=" not in words else "layout"
+        raise PlanError(f"no {what} works; at {words}, the most capable: {msg}", option)
     return best[1]
 
 
@@ -303,20 +368,21 @@ class _Loss:
     notes: tuple[str, ...]
 
 
-def plan_for_tp(req: PlanRequest, model, instance: Instance, profile: Profile, tp: int) -> Plan:
-    w = req.workload
-    shape = Shape(model, instance, tp, req.weights, req.kv_dtype)
+def plan_for_tp(req: PlanRequest, model, instance: Instance, profile: Profile, tp: int, nodes_per_replica: int = 1) -> Plan:
+    w, n = req.workload, nodes_per_replica
+    shape = Shape(model, instance, tp, req.weights, req.kv_dtype, nodes=n)
     check_shape(shape, w, profile)
     real = ReplicaModel(shape, w, profile, real=True)
     ideal = ReplicaModel(shape, w, profile, real=False)
     cap, cap_ideal = real.capacity(), ideal.capacity()
-    slots = zone_slots(req.pools, instance.gpus // tp)
+    slots = zone_slots(req.pools, instance.gpus // tp, n)
     need = _demand(real, cap, w)
-    counts = _replica_counts(req, slots, need, tp)
-    nodes = place_on_nodes(counts, req.pools, tp, instance.gpus)
+    counts = _replica_counts(req, slots, need, layout_words(shape), n)
+    nodes = (place_on_nodes(counts, req.pools, tp, instance.gpus) if n == 1
+             else place_groups(counts, req.pools, tp, instance.gpus, n))
     replicas = sum(counts.values())
     loss = _worst_loss(slots, counts, nodes, replicas)
-    notes = list(loss.notes)
+    notes = list(loss.notes) + group_notes(req.pools, n, loss)
     survives = loss.left >= need.survivors and loss.redundancy != "none"
     if req.replicas is not None and not survives and loss.redundancy != "none":
         notes.append(f"replicas overridden to {req.replicas}: N+1 does not hold "
@@ -330,8 +396,8 @@ def plan_for_tp(req: PlanRequest, model, instance: Instance, profile: Profile, t
         closed = real.closed_loop(clients)
         qps_load = closed["requests_per_s"]
     gpu_price, node_price = _prices(req, instance, notes)
-    gpus_used, gpus_total = replicas * tp, sum(p.nodes for p in req.pools) * instance.gpus
-    fill = _fill_idle_gpus(slots, loss, replicas, tp, gpus_used, gpus_total, cap.qps, notes)
+    gpus_used, gpus_total = replicas * tp * n, sum(p.nodes for p in req.pools) * instance.gpus
+    fill = _fill_idle_gpus(slots, loss, replicas, tp, gpus_used, gpus_total, cap.qps, notes) if n == 1 else None
     return Plan(
         request=req, instance=instance, tp=tp, replicas=replicas, replicas_by_zone=counts,
         nodes=nodes, redundancy=loss.redundancy, survives_failure=survives, lost_domain=loss.lost,
@@ -344,7 +410,22 @@ def plan_for_tp(req: PlanRequest, model, instance: Instance, profile: Profile, t
         gpus_used=gpus_used, gpus_total=gpus_total, gpu_hour_price=gpu_price, node_price=node_price,
         binding_constraint=_binding_words(cap, w, need, loss), notes=tuple(notes), fill_idle_gpus=fill,
         replica_model=real, fleet=fleet_view(real, w, replicas) if req.replicas is not None else None,
+        nodes_per_replica=n,
     )
+
+
+def group_notes(pools: tuple[Pool, ...], n: int, loss: _Loss) -> list[str]:
+    """What a replica spanning nodes means for failures and for the pools' nodes."""
+    if n == 1:
+        return []
+    notes = [f"each replica spans {n} nodes of one pool (one zone), TP within a node and PP={n} across them "
+             f"over EFA; losing any one of its nodes loses the whole replica"
+             + (f" (the worst loss, {loss.lost}, takes its whole groups)" if loss.redundancy == "zone" else "")]
+    for p in pools:
+        if p.nodes % n:
+            notes.append(f"pool {p.label}: {p.nodes % n} of its {p.nodes} node(s) hold no whole {n}-node group "
+                         "and stay idle (pools hold whole groups)")
+    return notes
 
 
 def _demand(real: ReplicaModel, cap: Capacity, w: Workload) -> _Demand:
@@ -358,12 +439,12 @@ def _demand(real: ReplicaModel, cap: Capacity, w: Workload) -> _Demand:
     return _Demand(per_replica, demand, unit, max(1, math.ceil(demand / per_replica - 1e-9)))
 
 
-def _replica_counts(req: PlanRequest, slots: dict[str, int], need: _Demand, tp: int) -> dict[str, int]:
+def _replica_counts(req: PlanRequest, slots: dict[str, int], need: _Demand, layout: str, n: int = 1) -> dict[str, int]:
     """Replicas per zone: the request's fixed count, N+1 by zone, or (one zone) N+1 by node."""
     total_slots = sum(slots.values())
     if req.replicas is not None:
         if req.replicas > total_slots:
-            raise PlanError(f"replicas {req.replicas} exceed the {total_slots} TP={tp} slots of the pools")
+            raise PlanError(f"replicas {req.replicas} exceed the {total_slots} {layout} slots of the pools")
         return spread(req.replicas, slots)
     unit, demand, per_replica, survivors = need.unit, need.demand, need.per_replica, need.survivors
     if len(slots) >= 2:
@@ -371,16 +452,17 @@ def _replica_counts(req: PlanRequest, slots: dict[str, int], need: _Demand, tp: 
         if counts is None:
             worst = max(slots.values())
             raise PlanError(
-                f"after losing {max(slots, key=slots.get)}, {total_slots - worst} TP={tp} replica "
+                f"after losing {max(slots, key=slots.get)}, {total_slots - worst} {layout} replica "
                 f"{'slot remains' if total_slots - worst == 1 else 'slots remain'}, "
                 f"carrying {(total_slots - worst) * per_replica:.1f} {unit}; {demand:g} {unit} needs {survivors} "
                 f"replicas of {per_replica:.1f} {unit} each (add nodes or zones, or lower the load)")
         return counts
     # One zone: N+1 by node when there are two nodes or more (replicas round-robin over the
-    # nodes, so losing the fullest node loses ceil(total / nodes) of them).
-    node_count = sum(p.nodes for p in req.pools)
+    # nodes, so losing the fullest node loses ceil(total / nodes) of them; a node of a group
+    # loses its one replica, as if each group were one node).
+    node_count = sum(p.nodes for p in req.pools) if n == 1 else total_slots
     if survivors > total_slots:
-        raise PlanError(f"{demand:g} {unit} needs {survivors} TP={tp} replicas; the pool has {total_slots} slots")
+        raise PlanError(f"{demand:g} {unit} needs {survivors} {layout} replicas; the pool has {total_slots} slots")
     total = survivors
     if node_count > 1:
         while total < total_slots and total - math.ceil(total / node_count) < survivors:
