@@ -110,3 +110,14 @@ def test_the_cloud_job_is_protected_and_never_runs_a_forks_code():
 def test_one_run_per_pull_request_at_a_time():
     assert WORKFLOW["concurrency"] == {"group": "preview-${{ github.event.pull_request.number || github.ref }}",
                                        "cancel-in-progress": True}
+
+
+def test_vendored_upstream_files_match_their_pins():
+    """vendor/upstream/ is the committed offline mirror of pinned files ../shared lacks (the
+    LeaderWorkerSet CRD): each copy is listed in the manifest and has its pinned checksum."""
+    vendored = ROOT / "vendor" / "upstream"
+    pins = {e["path"]: e["sha256"] for e in MANIFEST}
+    copies = sorted(p.relative_to(vendored).as_posix() for p in vendored.rglob("*") if p.is_file())
+    assert copies == ["crds/lws/leaderworkerset.x-k8s.io_leaderworkersets.yaml"]
+    for path in copies:
+        assert hashlib.sha256((vendored / path).read_bytes()).hexdigest() == pins[path]
