@@ -15,7 +15,7 @@ from sizing.model import SizingError, Workload
 from sizing.planner import PlanRequest, Pool, plan
 from sizing.profiles import load_profiles
 from sizing.queueing import STATISTICS
-from sizing.report import plan_to_dict, table_rows
+from sizing.report import layout_label, plan_to_dict, table_rows
 
 from . import options
 from .errors import check_output_file, check_positive, fail
@@ -229,7 +229,7 @@ def _print_report(d: dict, plot: Path | None) -> None:
     console = Console(width=110)
     w = d["workload"]
     load = f"{w['qps']:g} QPS" if w["qps"] is not None else f"{w['concurrency']} concurrent clients"
-    title = (f"{d['model']} {d['weights']} (KV {d['kv_dtype']}) on {d['instance_type']}, TP={d['tp']}: "
+    title = (f"{d['model']} {d['weights']} (KV {d['kv_dtype']}) on {d['instance_type']}, {layout_label(d)}: "
              f"{load}, {w['input_tokens']:,} in / {w['output_tokens']:,} out, "
              f"TTFT < {w['ttft_slo_s']:g} s, TPOT <= {w['tpot_slo_s'] * 1e3:g} ms at the {w['slo_statistic']} "
              f"[profile {d['profile']}]")
@@ -241,9 +241,10 @@ def _print_report(d: dict, plot: Path | None) -> None:
         table.add_row(*row)
     console.print(table)
     console.print(f"Binding constraint: {d['binding_constraint']}.")
-    nodes = ", ".join(f"{n['pool']}/node-{n['node']}: {n['replicas']} replica(s), {n['gpus_idle']} GPUs idle"
-                      for n in d["nodes"])
-    console.print(f"Plan: {d['replicas']} x TP={d['tp']} replicas {d['replicas_by_zone']}; {nodes}.")
+    nodes = ", ".join(f"{n['pool']}/node-{n['node']}: "
+                      + (f"group {n['group']}" if "group" in n else f"{n['replicas']} replica(s)")
+                      + f", {n['gpus_idle']} GPUs idle" for n in d["nodes"])
+    console.print(f"Plan: {d['replicas']} x {layout_label(d)} replicas {d['replicas_by_zone']}; {nodes}.")
     if d.get("unstable_reason"):
         console.print(f"Unstable at {d['load_per_replica_qps']:.3g} QPS per replica: {d['unstable_reason']}.")
     if "fleet" in d:

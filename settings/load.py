@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from sizing.catalog import CatalogError, load_catalog
 from sizing.model import Shape, SizingError, check_shape
-from sizing.planner import candidate_tps
+from sizing.planner import MAX_NODES_PER_REPLICA, candidate_tps
 from sizing.profiles import get_profile
 
 from .schema import ALL_SECRET_KEYS, MAX_API_KEYS, NAMESPACE, ZONE_LETTERS, StackSettings, _Strict
@@ -256,10 +256,23 @@ def _fit_problems(s: StackSettings, instance_type: str) -> list[str]:
                 fits.append(t)
             except SizingError:
                 pass
-        if not fits:
+        if not fits and not _fits_on_nodes(model, instance, s, req, profile):
             problems.append(f"{NAMESPACE}:gpuPools: {model.id} with {s.model.weights} weights does not fit on "
-                            f"{instance.id} even at TP={instance.gpus}; use a larger instance type or fp8 weights")
+                            f"{instance.id} even at TP={instance.gpus} on {MAX_NODES_PER_REPLICA} nodes per replica; "
+                            "use a larger instance type or fp8 weights")
     return problems
+
+
+def _fits_on_nodes(model, instance, s, req, profile) -> bool:
+    """Whether a replica of whole nodes (TP = the node's GPUs, PP across 2 and more) holds the model."""
+    for n in range(2, MAX_NODES_PER_REPLICA + 1):
+        try:
+            check_shape(Shape(model, instance, instance.gpus, s.model.weights, s.model.kvCacheDtype, nodes=n),
+                        req.workload, profile)
+            return True
+        except SizingError:
+            continue
+    return False
 
 
 # Messages for lists of the wrong length, where pydantic's own does not say what to do.

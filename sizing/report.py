@@ -156,7 +156,7 @@ def table_rows(d: dict) -> list[tuple[str, str, str]]:
          f(d["capacity_per_replica_qps"]["ideal"]), f(d["capacity_per_replica_qps"]["real"])),
         (f"utilisation of one replica at {d['load_per_replica_qps']:.3g} QPS", "",
          f(100 * d["utilization"], "{:.0f}%") if d["utilization"] is not None else "n/a"),
-        (f"replicas (N+1 by {d['redundancy']}), TP={d['tp']}", "", str(d["replicas"])),
+        (f"replicas (N+1 by {d['redundancy']}), {layout_label(d)}", "", str(d["replicas"])),
         ("capacity with all replicas / after losing " + (d["lost_domain"] or "nothing"), "",
          f"{d['capacity_qps']:.1f} / {d['capacity_after_zone_loss_qps']:.1f} QPS"),
         (f"cost at ${d['gpu_hour_price']:.2f} per GPU-hour ({d['gpus']} GPUs)" if d["gpu_hour_price"] else "cost (GPUs used)",
@@ -176,3 +176,9 @@ def table_rows(d: dict) -> list[tuple[str, str, str]]:
 def _binding_key(d: dict) -> str:
     caps = d["capacity_by_constraint_qps"]
     return min(caps, key=lambda k: caps[k] if caps[k] is not None else math.inf)
+
+
+def layout_label(d: dict) -> str:
+    """"TP=8", or "TP=8 x PP=2 (2 nodes)" for replicas that span nodes (the plan's JSON)."""
+    n = d.get("nodes_per_replica", 1)
+    return f"TP={d['tp']}" if n == 1 else f"TP={d['tp']} x PP={n} ({n} nodes)"

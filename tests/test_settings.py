@@ -65,11 +65,13 @@ INVALID = [
          "use a zone such as us-east-1a"],
         id="zone-outside-the-region"),
     pytest.param(
+        # 405B BF16 fits four p4d nodes (PP=4), but not with an 800k-token context's KV beside it.
         prod_with(model={"id": "llama-3.1-405b", "weights": "bf16"},
+                  workload={"qps": 1, "inputTokens": 800_000, "outputTokens": 300},
                   gpuPools=[{"zone": "us-east-1a", "instanceType": "p4d.24xlarge"},
                             {"zone": "us-east-1b", "instanceType": "p4d.24xlarge"}]),
-        ["llm-serving:gpuPools: llama-3.1-405b with bf16 weights does not fit on p4d.24xlarge even at TP=8; "
-         "use a larger instance type or fp8 weights"],
+        ["llm-serving:gpuPools: llama-3.1-405b with bf16 weights does not fit on p4d.24xlarge even at TP=8 on 4 "
+         "nodes per replica; use a larger instance type or fp8 weights"],
         id="model-does-not-fit-the-instance"),
     pytest.param(
         prod_with(model={"id": "llama-3-70b", "tensorParallel": 16}),
