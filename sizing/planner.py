@@ -15,6 +15,8 @@ import math
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from conventions import RULE_ZONE_HOLDS_WHOLE_GROUPS
+
 from .catalog import Instance, load_catalog
 from .model import Capacity, Memory, Point, ReplicaModel, Shape, SizingError, Workload, check_shape, layout_words
 from .profiles import Profile, get_profile
@@ -330,10 +332,10 @@ def plan(req: PlanRequest) -> Plan:
         try:
             p = plan_for_tp(req, model, instance, profile, tp, nodes)
         except PlanError as exc:      # fits, but the pools cannot carry the load
-            failures.append((1, tp * nodes, str(exc), exc.option, words))
+            failures.append((_capability(1, tp, nodes), str(exc), exc.option, words))
             continue
         except SizingError as exc:    # does not fit or cannot meet the SLOs at all
-            failures.append((0, tp * nodes, str(exc), exc.option, words))
+            failures.append((_capability(0, tp, nodes), str(exc), exc.option, words))
             continue
         # Fewest nodes per replica first: a group loses a whole replica to any of its nodes.
         key = (not p.survives_failure, p.nodes_per_replica, p.gpus_used, -p.capacity_after_zone_loss_qps, p.real.ttft_ms)
@@ -343,12 +345,21 @@ def plan(req: PlanRequest) -> Plan:
         if not failures:
             raise PlanError("no tensor-parallel degree fits")
         # Report the most capable option's failure: the one a user would try to fix.
-        _, _, msg, option, words = max(failures)
+        _, msg, option, words = max(failures)
         if len(failures) == 1:
             raise PlanError(msg, option)
         what = "TP degree" if "PP=" not in words else "layout"
         raise PlanError(f"no {what} works; at {words}, the most capable: {msg}", option)
     return best[1]
+
+
+def _capability(kind: int, tp: int, nodes: int) -> tuple:
+    """Which failure to report: one that fits but lacks room (kind 1) before one that cannot run
+    (0); then, where it lacks room, one node before several and the largest TP (what a user would
+    scale), and where it cannot run, a replica of the fewest nodes that spans them."""
+    if kind == 1:
+        return (1, nodes == 1, tp if nodes == 1 else -nodes)
+    return (0, nodes > 1, -nodes if nodes > 1 else tp)
 
 
 @dataclass(frozen=True)
@@ -447,6 +458,8 @@ def _replica_counts(req: PlanRequest, slots: dict[str, int], need: _Demand, layo
             raise PlanError(f"replicas {req.replicas} exceed the {total_slots} {layout} slots of the pools")
         return spread(req.replicas, slots)
     unit, demand, per_replica, survivors = need.unit, need.demand, need.per_replica, need.survivors
+    if n > 1:
+        _check_whole_groups(req.pools, slots, n)
     if len(slots) >= 2:
         counts = replicas_for_n_plus_one(survivors, slots)
         if counts is None:
@@ -468,6 +481,16 @@ def _replica_counts(req: PlanRequest, slots: dict[str, int], need: _Demand, layo
         while total < total_slots and total - math.ceil(total / node_count) < survivors:
             total += 1
     return spread(total, slots)
+
+
+def _check_whole_groups(pools: tuple[Pool, ...], slots: dict[str, int], n: int) -> None:
+    """Every zone with GPU pools holds at least one whole group: else N+1 by zone cannot hold."""
+    for zone, groups in slots.items():
+        if groups == 0:
+            nodes = ", ".join(f"{p.label}: {p.nodes}" for p in pools if p.zone == zone)
+            raise PlanError(
+                f"{RULE_ZONE_HOLDS_WHOLE_GROUPS}: {zone} holds no whole {n}-node replica (nodes per pool: {nodes}); "
+                f"a replica spans {n} nodes of one pool, so give each zone's pool at least {n} nodes")
 
 
 def _worst_loss(slots: dict[str, int], counts: dict[str, int], nodes, replicas: int) -> _Loss:
