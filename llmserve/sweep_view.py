@@ -24,15 +24,16 @@ def show_sweep(req: PlanRequest, as_json: bool) -> None:
     load = f"{w.qps:g} QPS" if w.qps is not None else f"{w.concurrency} clients"
     table = Table(title=f"{req.model}, {load}, N+1 across {zones} zone(s), ranked by whole-node cost per 1M output tokens",
                   title_justify="left")
-    for col in ("#", "instance", "TP", "weights", "capacity/replica", "binding", "replicas", "nodes",
+    for col in ("#", "instance (per replica)", "TP", "weights", "capacity/replica", "binding", "replicas", "nodes",
                 "nodes $/1M tok", "GPUs $/1M tok", "nodes $/h"):
-        table.add_column(col, justify="right" if col not in ("instance", "weights", "binding") else "left")
+        table.add_column(col, justify="right" if col not in ("instance (per replica)", "weights", "binding") else "left")
     rank = 0
     for o in options:
         if not o.feasible:
             continue
         rank += 1
-        table.add_row(str(rank), o.instance, str(o.tp), o.weights, f"{o.capacity_qps:.1f} QPS", o.binding,
+        table.add_row(str(rank), o.instance if o.nodes_per_replica == 1 else f"{o.nodes_per_replica} x {o.instance}",
+                      str(o.tp) if o.nodes_per_replica == 1 else f"{o.tp} x PP={o.nodes_per_replica}", o.weights, f"{o.capacity_qps:.1f} QPS", o.binding,
                       str(o.replicas), str(o.nodes), money(o.node_cost_per_million), money(o.cost_per_million),
                       money(o.node_cost_per_hour))
     console = Console(width=140)

@@ -1,7 +1,9 @@
 """Rank every feasible (instance, TP, weight precision) for a workload by cost per 1M output tokens.
 
 Each option gets the replicas N+1 across the given zones needs, placed evenly, on as many whole
-nodes per zone as those replicas take. Evaluation is closed-form (no iteration), so a sweep
+nodes per zone as those replicas take. Where a model does not fit one node of a type, that type
+is offered as replicas of 2 or more whole nodes (TP within a node, PP across them: `nodes_per_replica`),
+so "2 x p5.48xlarge per replica" is weighed against "1 x p5en.48xlarge" in the same ranking. Evaluation is closed-form (no iteration), so a sweep
 evaluates tens of thousands of configurations per second (`make bench`).
 """
 from __future__ import annotations
@@ -11,7 +13,7 @@ from dataclasses import dataclass
 
 from .catalog import Instance, load_catalog
 from .model import ReplicaModel, Shape, SizingError, Workload, check_shape
-from .planner import candidate_tps, unloaded_reason
+from .planner import MAX_NODES_PER_REPLICA, candidate_tps, unloaded_reason
 from .profiles import Profile, get_profile
 
 SWEEP_WEIGHTS = ("fp8", "bf16")
@@ -27,6 +29,7 @@ class Option:
     weights: str
     kv_dtype: str
     feasible: bool
+    nodes_per_replica: int = 1
     reason: str = ""
     capacity_qps: float = 0.0
     binding: str = ""
@@ -40,9 +43,11 @@ class Option:
 
 
 def evaluate(model, instance: Instance, tp: int, weights: str, kv_dtype: str, workload: Workload,
-             profile: Profile, zones: int, gpu_hour_price: float | None = None) -> Option:
-    ident = dict(instance=instance.id, gpu=instance.gpu.id, tp=tp, weights=weights, kv_dtype=kv_dtype)
-    shape = Shape(model, instance, tp, weights, kv_dtype)
+             profile: Profile, zones: int, gpu_hour_price: float | None = None, nodes_per_replica: int = 1) -> Option:
+    n = nodes_per_replica
+    ident = dict(instance=instance.id, gpu=instance.gpu.id, tp=tp, weights=weights, kv_dtype=kv_dtype,
+                 nodes_per_replica=n)
+    shape = Shape(model, instance, tp, weights, kv_dtype, nodes=n)
     try:
         check_shape(shape, workload, profile)
     except SizingError as exc:
@@ -66,11 +71,14 @@ def evaluate(model, instance: Instance, tp: int, weights: str, kv_dtype: str, wo
     if zones >= 2:
         per_zone = math.ceil(survivors / (zones - 1))
         replicas = per_zone * zones
-        nodes = zones * math.ceil(per_zone / slots)
+        nodes = zones * math.ceil(per_zone / slots) if n == 1 else replicas * n
+    elif n > 1:                                           # N+1 by node: a node lost takes its group
+        replicas = survivors + 1
+        nodes = replicas * n
     else:
         nodes = math.ceil(survivors / slots) + 1          # N+1 by node
         replicas = math.ceil(survivors / (nodes - 1)) * nodes
-    gpus = replicas * tp
+    gpus = replicas * tp * n
     gpu_price = gpu_hour_price if gpu_hour_price is not None else (
         instance.price_per_hour / instance.gpus if instance.price_per_hour else None)
     cost = gpus * gpu_price if gpu_price is not None else None
@@ -87,16 +95,35 @@ def evaluate(model, instance: Instance, tp: int, weights: str, kv_dtype: str, wo
         node_cost_per_million=node_cost / mtok_per_hour if node_cost is not None else None, **ident)
 
 
+def layouts(model, instance: Instance, weights: str, kv_dtype: str, workload: Workload,
+            profile: Profile) -> list[tuple[int, int]]:
+    """(TP, nodes per replica): every TP on one node, or, where even all its GPUs do not hold the
+    model, replicas of 2 to MAX_NODES_PER_REPLICA whole nodes (the fewest that fit is enough)."""
+    single = [(tp, 1) for tp in candidate_tps(model, instance)]
+    try:
+        check_shape(Shape(model, instance, instance.gpus, weights, kv_dtype), workload, profile)
+        return single
+    except SizingError:
+        pass
+    for n in range(2, MAX_NODES_PER_REPLICA + 1):
+        try:
+            check_shape(Shape(model, instance, instance.gpus, weights, kv_dtype, nodes=n), workload, profile)
+            return single + [(instance.gpus, n)]
+        except SizingError:
+            continue
+    return single
+
+
 def sweep(workload: Workload, model_id: str, kv_dtype: str, zones: int, profile_name: str = "reference",
           gpu_hour_price: float | None = None) -> list[Option]:
     catalog = load_catalog()
     model = catalog.model(model_id)
     profile = get_profile(profile_name)
     options = [
-        evaluate(model, inst, tp, weights, kv_dtype, workload, profile, zones, gpu_hour_price)
+        evaluate(model, inst, tp, weights, kv_dtype, workload, profile, zones, gpu_hour_price, n)
         for inst in catalog.instances.values()
-        for tp in candidate_tps(model, inst)
         for weights in SWEEP_WEIGHTS
+        for tp, n in layouts(model, inst, weights, kv_dtype, workload, profile)
     ]
     inf = math.inf
     return sorted(options, key=lambda o: (not o.feasible,
