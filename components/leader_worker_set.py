@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from conventions import LWS_CHART_VERSION, LWS_NAMESPACE, LWS_VERSION
+from conventions import LWS_CHART_VERSION, LWS_NAMESPACE, LWS_VERSION, ROLE_SERVING_WORKER
 
 from .gpu_node_pool import LABEL_ROLE
 from .placement import ZONE_KEY
@@ -35,7 +35,7 @@ API_VERSION = "leaderworkerset.x-k8s.io/v1"
 KIND = "LeaderWorkerSet"
 LEADER_ADDRESS, WORKER_INDEX = "LWS_LEADER_ADDRESS", "LWS_WORKER_INDEX"
 GROUP_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"      # LWS labels every pod of the set with it
-WORKER_ROLE = "serving-worker"     # worker pods: not behind the Service (headless, no API)
+WORKER_ROLE = ROLE_SERVING_WORKER  # worker pods: not behind the Service (headless, no API)
 
 
 def controller_values() -> dict:

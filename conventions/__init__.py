@@ -50,6 +50,7 @@ ANNOTATION_EXTERNAL_DNS_HOSTNAME = "external-dns.alpha.kubernetes.io/hostname"
 IMDS_HOP_LIMIT = 1
 TAG_GPUS_PER_NODE = "llm-serving.io/gpus-per-node"                  # on GPU node groups
 ANNOTATION_NODES_PER_REPLICA = "llm-serving.io/nodes-per-replica"   # on serving workloads: the group size
+ROLE_SERVING_WORKER = "serving-worker"   # a multi-node replica's worker pods: no API, not behind the Service
 # Rules about replicas that span nodes: the planner's refusal and the policy pack name them alike.
 RULE_GROUP_IN_ONE_ZONE = "replica-group-in-one-zone"
 RULE_ZONE_HOLDS_WHOLE_GROUPS = "zone-holds-whole-groups"

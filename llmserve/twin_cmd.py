@@ -36,6 +36,8 @@ def _plan(stack: str | None):
 def twin(
     stack: str = options.STACK,
     fail_zone: Optional[str] = typer.Option(None, "--fail-zone", help="ZONE@T[:T2]: lose a zone at T s (back at T2)."),
+    fail_node: Optional[str] = typer.Option(None, "--fail-node", help="POOL/node-I@T[:T2]: lose one node (and every "
+                                            "replica on it: a multi-node replica whole) at T s (back at T2)."),
     qps: Optional[float] = typer.Option(None, help="Arrival rate, requests per second (default: the stack's)."),
     duration: float = typer.Option(1200.0, help="Simulated seconds of arrivals."),
     time_scale: float = typer.Option(60.0, "--time-scale", help="Simulated seconds per wall-clock second."),
@@ -63,6 +65,9 @@ def twin(
         if not plan.replicas_by_zone.get(failure.zone):
             zones = ", ".join(z for z, n in plan.replicas_by_zone.items() if n)
             fail(f"--fail-zone: zone {failure.zone} holds no replica of this plan (zones: {zones})")
+    if fail_node is not None:
+        from .failures import node_failure
+        failure = node_failure(fail_zone, fail_node, duration, plan)
 
     def started(tw) -> None:
         from twin.scenario import SETTLE_S

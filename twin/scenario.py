@@ -23,7 +23,7 @@ from datetime import datetime
 from pathlib import Path
 
 from observability.rules import AlertPolicy, Thresholds, rule_groups
-from simulator import ZoneFailure, config_from_plan
+from simulator import ZoneFailure, config_from_plan, replica_specs
 from sizing.planner import Plan
 
 from .exporters import Clock, Exporters
@@ -201,24 +201,33 @@ def expectations(plan: Plan, qps: float, duration_s: float, failure: ZoneFailure
                 duration_s >= _for_s(groups, name) + 2 * DETECTION_LAG_S):
             required.append(Expectation(name, reason=f"{qps:g} QPS is above its {threshold:g} QPS threshold"))
     if failure is not None:
-        required += _zone_expectations(groups, names, failure, duration_s)
+        required += _zone_expectations(groups, names, failure, duration_s, _empties_its_zone(plan, failure))
     return required, forbidden - {e.name for e in required}
 
 
-def _zone_expectations(groups, names, failure: ZoneFailure, duration_s: float) -> list[Expectation]:
+def _empties_its_zone(plan: Plan, failure: ZoneFailure) -> bool:
+    """A zone's loss empties it; a node's, when every replica of its zone runs on it (a group
+    spanning nodes is lost whole, so one node of a zone's only group empties the zone)."""
+    in_zone = [spec for spec in replica_specs(plan) if spec.zone == failure.zone]
+    return all(failure.hits(spec) for spec in in_zone)
+
+
+def _zone_expectations(groups, names, failure: ZoneFailure, duration_s: float, emptied: bool = True) -> list[Expectation]:
+    """What a lost zone (or node) must fire; a node that leaves its zone serving fires only the
+    replica count below plan."""
     out = []
     back = min(failure.end_s if failure.end_s is not None else duration_s, duration_s)
     outage = back - failure.start_s
     resolve_by = failure.end_s if failure.end_s is not None and failure.end_s + DETECTION_LAG_S <= duration_s else None
     for name in ZONE_ALERTS:
-        if name not in names:
+        if name not in names or not emptied and name != "LLMServingReplicasBelowPlan":
             continue
         need = _for_s(groups, name) + DETECTION_LAG_S
         if outage < need:
             continue
         zone = failure.zone if name == "LLMServingZoneWithoutReadyReplica" else None
         out.append(Expectation(name, zone, resolve_by,
-                               f"{failure.zone} is down {outage:g} s, longer than the alert's for + "
+                               f"{failure.domain} is down {outage:g} s, longer than the alert's for + "
                                f"{DETECTION_LAG_S:g} s lag ({need:g} s)"))
     return out
 
