@@ -179,3 +179,83 @@ def test_an_explicit_request_for_more_nodes_is_honoured():
     req = PlanRequest(workload=p.request.workload, model="llama-3.1-405b", weights="bf16",
                       pools=(Pool("us-east-1a", P5, 3), Pool("us-east-1b", P5, 3)), nodes_per_replica=3)
     assert plan(req).nodes_per_replica == 3
+
+
+# -- simulate and twin: a node takes its whole group ------------------------------------------
+@pytest.fixture(scope="module")
+def node_loss_timeline():
+    from simulator import config_from_plan, parse_fail_node
+    from twin import timeline
+
+    _, p = plan_for(STACK)
+    cfg = config_from_plan(p, 600, failure=parse_fail_node("us-east-1a-p5/node-1@200:400", 600, p))
+    return timeline.build(cfg)
+
+
+def test_a_multi_node_replica_is_one_simulated_replica_holding_its_nodes():
+    from simulator import replica_specs
+
+    _, p = plan_for(STACK)
+    assert [(s.name, s.zone, s.nodes) for s in replica_specs(p)] == [
+        ("us-east-1a-p5/group-0", "us-east-1a", ("us-east-1a-p5/node-0", "us-east-1a-p5/node-1")),
+        ("us-east-1b-p5/group-0", "us-east-1b", ("us-east-1b-p5/node-0", "us-east-1b-p5/node-1"))]
+
+
+@pytest.mark.parametrize("fail_flag, text, lost", [
+    ("--fail-node", "us-east-1a-p5/node-1@100", ["us-east-1a-p5/group-0"]),
+    ("--fail-node", "us-east-1b-p5/node-0@100", ["us-east-1b-p5/group-0"]),
+    ("--fail-zone", "us-east-1a@100", ["us-east-1a-p5/group-0"]),
+])
+def test_simulate_loses_the_whole_group_on_a_node_or_zone_failure(fail_flag, text, lost):
+    import json
+
+    result = run_cli(["simulate", "--stack", STACK, "--duration", "300", fail_flag, text, "--json"], limit_s=120)
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["failure"]["replicas_lost"] == lost
+
+
+@pytest.mark.parametrize("text, message", [
+    ("us-east-1a-p5/node-7@100", "error: --fail-node: 'us-east-1a-p5/node-7@100': no node us-east-1a-p5/node-7 in "
+                                 "the plan (nodes: us-east-1a-p5/node-0, us-east-1a-p5/node-1, us-east-1b-p5/node-0, "
+                                 "us-east-1b-p5/node-1)"),
+    ("node-1@100", "error: --fail-node: 'node-1@100': expected POOL/node-I@T or POOL/node-I@T:T2 in seconds, "
+                   "e.g. us-east-1a-p5/node-1@600"),
+])
+def test_a_bad_fail_node_is_one_line_and_exit_2(text, message):
+    result = run_cli(["simulate", "--stack", STACK, "--duration", "300", "--fail-node", text], limit_s=60)
+    assert result.exit_code == 2
+    assert (result.stdout + result.stderr).strip() == message
+
+
+def test_the_twin_takes_the_whole_group_down_with_one_node(node_loss_timeline):
+    rep = next(r for r in node_loss_timeline.replicas if r.zone == "us-east-1a")
+    down = [k for k, up in enumerate(rep.up) if not up]
+    assert (down[0], down[-1], rep.workers) == (200, 399, 1)
+    other = next(r for r in node_loss_timeline.replicas if r.zone == "us-east-1b")
+    assert all(other.up)
+
+
+def test_the_twins_kube_state_shows_the_group_pods_ready_together(node_loss_timeline):
+    from twin.exporters import Clock, Exporters
+
+    exporters = Exporters(node_loss_timeline, Clock(60.0), "llm-serving", "llama-3.1-405b")
+    exporters._k = lambda: 300          # inside the outage
+    _, text = exporters._kube_state("/metrics")
+    ready = {line.split('pod="')[1].split('"')[0]: line.endswith(" 1") for line in text.splitlines()
+             if line.startswith("kube_pod_status_ready") and 'condition="true"' in line}
+    assert ready == {"vllm-us-east-1a-twin-0": False, "vllm-us-east-1a-twin-0-1": False,
+                     "vllm-us-east-1b-twin-0": True, "vllm-us-east-1b-twin-0-1": True}
+    assert text.count('label_llm_serving_io_role="serving-worker"') == 2
+
+
+def test_the_twin_expects_the_zone_alerts_when_a_node_takes_its_zones_only_group():
+    from observability.rules import AlertPolicy
+    from simulator import parse_fail_node
+    from twin.scenario import expectations
+
+    _, p = plan_for(STACK)
+    failure = parse_fail_node("us-east-1a-p5/node-1@300", 1500, p)
+    required, _ = expectations(p, 1.0, 1500, failure, AlertPolicy(), "llm-serving")
+    assert {(e.name, e.zone) for e in required} == {("LLMServingZoneWithoutReadyReplica", "us-east-1a"),
+                                                     ("LLMServingRedundancyLost", None),
+                                                     ("LLMServingReplicasBelowPlan", None)}
