@@ -343,6 +343,16 @@ def _group_view(res: Any) -> WorkloadView:
         worker_spec=get(worker, "spec", default={}))
 
 
+def pod_specs(resource_type: str, props: Any) -> list:
+    """The pod specs an object creates pods from: its template, or a LeaderWorkerSet's two."""
+    if resource_type in POD_TEMPLATES:
+        return [get(props, "spec", "template", "spec", default={})]
+    if resource_type == LEADER_WORKER_SET:
+        lwt = get(props, "spec", "leaderWorkerTemplate", default={})
+        return [get(lwt, key, "spec", default={}) for key in ("leaderTemplate", "workerTemplate") if get(lwt, key)]
+    return []
+
+
 def workloads(resources: Sequence) -> list[WorkloadView]:
     return [workload_view(r) for r in resources if r.resource_type in WORKLOADS]
 

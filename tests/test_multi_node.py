@@ -259,3 +259,24 @@ def test_the_twin_expects_the_zone_alerts_when_a_node_takes_its_zones_only_group
     assert {(e.name, e.zone) for e in required} == {("LLMServingZoneWithoutReadyReplica", "us-east-1a"),
                                                      ("LLMServingRedundancyLost", None),
                                                      ("LLMServingReplicasBelowPlan", None)}
+
+
+def test_group_pods_are_as_locked_down_as_a_single_node_replicas(recorded):
+    deployment = next(r for r in recorded("prod").of_type("kubernetes:apps/v1:Deployment") if r.name.endswith("us-east-1a"))
+    single = deployment.inputs["spec"]["template"]["spec"]
+    for lws in recorded(STACK).of_type(LWS):
+        for key in ("leaderTemplate", "workerTemplate"):
+            spec = lws.inputs["spec"]["leaderWorkerTemplate"][key]["spec"]
+            assert spec["securityContext"] == single["securityContext"]
+            assert spec["automountServiceAccountToken"] is False
+            assert spec["containers"][0]["securityContext"] == single["containers"][0]["securityContext"]
+
+
+def test_a_literal_token_in_a_group_pod_is_caught(build_program):
+    recording = build_program(STACK)
+    lws = next(r for r in recording.resources if r.type == LWS)
+    worker = lws.inputs["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]
+    worker["env"] = [*worker["env"], {"name": "HF_TOKEN", "value": "hf_plaintext"}]
+    lws.outputs = lws.inputs
+    assert any(v["policy"] == "secrets-only-as-secrets" and "HF_TOKEN" in v["message"]
+               for v in evaluate(recording, STACK))
