@@ -18,7 +18,7 @@ from components.loadtest import LoadTest, LoadTestArgs, LoadTestRun
 from components.monitoring import Monitoring, MonitoringArgs
 from components.network import Network, NetworkArgs, network_zones
 from components.serving import Serving, ServingArgs, served_checkpoint
-from settings import SettingsError
+from settings import SettingsError, sizing_problem
 from settings.pulumi_config import require_secrets, secret, settings_from_pulumi
 from sizing.model import SizingError
 from sizing.planner import plan as make_plan
@@ -29,7 +29,7 @@ try:
 except SettingsError as exc:       # one line per problem, each naming the key; no traceback
     raise pulumi.RunError(f"invalid stack config:\n{exc}") from None
 except SizingError as exc:
-    raise pulumi.RunError(f"no plan for this stack config: {exc}") from None
+    raise pulumi.RunError(f"no plan for this stack config: {sizing_problem(exc)}") from None
 require_secrets(settings)          # one line naming `pulumi config set --secret` when one is missing
 
 # -- AWS: network -> cluster -> one GPU node pool per (zone, pool) ---------------------------------

@@ -24,13 +24,13 @@ def main() -> None:
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 
-    from settings import load_stack
+    from settings import stack_settings
     from simulator import config_from_plan, simulate
     from sizing.planner import plan
 
     from dataclasses import replace
 
-    req = load_stack(args.stack).plan_request()
+    req = stack_settings(args.stack).plan_request()
     p = plan(replace(req, profile=args.profile) if args.profile else req)
     cfg = config_from_plan(p, duration_s=3600.0, router=args.router)
     times, result = [], None

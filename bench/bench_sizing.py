@@ -31,7 +31,7 @@ def size_wall_time(runs: int = 7) -> float:
 def sweep_rate(seconds: float = 2.0, profile_name: str = "reference", statistic: str = "p95") -> tuple[float, int]:
     from sizing.catalog import load_catalog
     from sizing.model import Workload
-    from sizing.planner import candidate_tps
+    from sizing.model import candidate_tps
     from sizing.profiles import get_profile
     from sizing.sweep import SWEEP_WEIGHTS, evaluate
 

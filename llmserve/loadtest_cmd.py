@@ -21,20 +21,13 @@ def loadtest_report(
     stack: str = typer.Option("prod", help="The plan to judge it against: stacks/Pulumi.STACK.yaml."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
-    from settings import SettingsError, load_stack
-    from sizing.model import SizingError
-    from sizing.planner import plan as make_plan
+    from .stack_arg import load
 
     try:
         report = read_report(results)
     except ReportError as exc:
         fail(f"RESULTS: {exc}")
-    try:
-        p = make_plan(load_stack(stack).plan_request())
-    except SettingsError as exc:
-        fail(f"--stack {stack}: " + "; ".join(exc.problems))
-    except SizingError as exc:
-        fail(f"--stack {stack}: {exc}")
+    p = load(stack, plan=True).plan
     if p.request.workload.qps is None:
         fail(f"--stack {stack}: the workload is closed-loop; a rate-based load test needs an open-loop qps")
     verdict = assess(report, p, simulate_plan(p))

@@ -156,12 +156,9 @@ def preflight(
     stack: str = options.STACK,
     config: Optional[Path] = options.CONFIG,
 ) -> None:
-    from offline.stack import StackError, load_settings
+    from .stack_arg import load
 
-    try:
-        settings = load_settings(stack, config)
-    except StackError as exc:
-        fail(str(exc))
+    settings = load(stack, config).settings
     from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
     try:

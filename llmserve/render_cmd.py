@@ -24,11 +24,11 @@ def render(
     config: Optional[Path] = options.CONFIG,
 ) -> None:
     from offline.render import render as render_files
-    from offline.stack import StackError, record_stack
+    from offline.stack import StackError, load_stack
 
     check_output_dir("--out", out)
     try:
-        files = render_files(record_stack(stack, config), out)
+        files = render_files(load_stack(stack, config).record(), out)
     except StackError as exc:
         fail(str(exc))
     except OSError as exc:     # a folder that cannot be made or written (permissions, a read-only mount)

@@ -14,6 +14,7 @@ import typer
 
 from . import options
 from .errors import check_output_file, check_positive, fail
+from .stack_arg import load, node_failure, zone_failure
 
 
 def simulate(
@@ -44,16 +45,15 @@ def simulate(
     _check_options({"--duration": duration, "--qps": qps, "--burstiness": burstiness, "--length-cv": length_cv,
                     "--max-num-batched-tokens": max_num_batched_tokens, "--max-num-seqs": max_num_seqs},
                    {"--router": (router, ROUTERS), "--arrivals": (arrivals, ARRIVALS), "--lengths": (lengths, LENGTHS)})
-    p = _plan(stack)
+    p = load(stack, plan=True).plan
     rate = qps if qps is not None else p.request.workload.qps
     try:    # bound the work before any of it (the plan's load when --qps is not given)
         if rate is not None:
             check_work(rate, duration, burstiness, length_cv)
     except WorkLimitError as exc:
         fail(str(exc))
-    failure = _failure(fail_zone, duration, p) if fail_zone is not None else None
+    failure = zone_failure(fail_zone, duration, p)
     if fail_node is not None:
-        from .failures import node_failure
         failure = node_failure(fail_zone, fail_node, duration, p)
     batched = max_num_batched_tokens or p.engine_args["max_num_batched_tokens"]
     seqs = max_num_seqs or p.engine_args["max_num_seqs"]
@@ -83,28 +83,6 @@ def _check_options(positive: dict[str, float | None], choices: dict[str, tuple[s
     for name, (value, allowed) in choices.items():
         if value not in allowed:
             fail(f"{name}: unknown value '{value}'; choose one of: {', '.join(allowed)}")
-
-
-def _failure(fail_zone: str, duration: float, p):
-    """--fail-zone as a ZoneFailure of a zone that holds replicas of the plan."""
-    from simulator import parse_fail_zone
-
-    try:
-        failure = parse_fail_zone(fail_zone, duration)
-    except ValueError as exc:
-        fail(f"--fail-zone: {exc}")
-    if failure.zone not in p.replicas_by_zone or not p.replicas_by_zone[failure.zone]:
-        zones = ", ".join(z for z, n in p.replicas_by_zone.items() if n)
-        fail(f"--fail-zone: zone {failure.zone} holds no replica of this plan (zones: {zones})")
-    return failure
-
-
-def _plan(stack: str | None):
-    from offline.stack import StackError, load_stack
-    try:
-        return load_stack(stack).plan
-    except StackError as exc:
-        fail(str(exc))
 
 
 def _analytic(p, cfg) -> dict:

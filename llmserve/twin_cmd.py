@@ -17,20 +17,10 @@ import typer
 
 from . import options
 from .errors import check_positive, fail
+from .stack_arg import load, node_failure, zone_failure
 
 MAX_TIME_SCALE = 150.0     # beyond it a 5m rate window holds fewer than 8 scrapes (they are 250 ms apart at least)
 MAX_DURATION_S = 4 * 3600.0
-
-
-def _plan(stack: str | None):
-    """(plan, serving namespace) of the stack, or of the reference design."""
-    from conventions import SERVING_NAMESPACE
-    from offline.stack import StackError, load_stack
-    try:
-        loaded = load_stack(stack)
-    except StackError as exc:
-        fail(str(exc))
-    return loaded.plan, (loaded.settings.serving.namespace if loaded.settings is not None else SERVING_NAMESPACE)
 
 
 def twin(
@@ -45,7 +35,6 @@ def twin(
     seed: int = typer.Option(0, help="Random seed of the arrivals."),
     as_json: bool = options.JSON,
 ) -> None:
-    from simulator import parse_fail_zone
     from twin.scenario import run
     from twin.servers import TwinError
 
@@ -55,18 +44,10 @@ def twin(
              "too few scrapes")
     if duration > MAX_DURATION_S:
         fail(f"--duration: at most {MAX_DURATION_S:g} simulated seconds (got {duration:g})")
-    plan, namespace = _plan(stack)
-    failure = None
-    if fail_zone is not None:
-        try:
-            failure = parse_fail_zone(fail_zone, duration)
-        except ValueError as exc:
-            fail(f"--fail-zone: {exc}")
-        if not plan.replicas_by_zone.get(failure.zone):
-            zones = ", ".join(z for z, n in plan.replicas_by_zone.items() if n)
-            fail(f"--fail-zone: zone {failure.zone} holds no replica of this plan (zones: {zones})")
+    loaded = load(stack, plan=True)
+    plan, namespace = loaded.plan, loaded.namespace
+    failure = zone_failure(fail_zone, duration, plan)
     if fail_node is not None:
-        from .failures import node_failure
         failure = node_failure(fail_zone, fail_node, duration, plan)
 
     def started(tw) -> None:
@@ -105,7 +86,7 @@ def check(
     _checked(check_window, window, "--window")
     if not 0 < tolerance < 1:
         fail(f"--tolerance: a share between 0 and 1, e.g. 0.10 (got {tolerance:g})")
-    plan, _ = _plan(stack)
+    plan = load(stack, plan=True).plan
     try:
         live = read_fleet(url, window)
     except PromError as exc:
@@ -140,7 +121,7 @@ def calibrate(
     path = profiles_file or DATA_DIR / "profiles.yaml"
     if not path.is_file():
         fail(f"--profiles-file: {path} does not exist; give an existing profiles YAML")
-    plan, _ = _plan(stack)
+    plan = load(stack, plan=True).plan
     try:
         obs = observe(read_fleet(url, window))
     except PromError as exc:

@@ -47,9 +47,9 @@ def preview_stack(stack: str, config: Path | None = None) -> Preview:
     from sizing.report import plan_to_dict
 
     from .policy_run import evaluate
-    from .stack import record_stack
+    from .stack import load_stack
 
-    recording = record_stack(stack, config)
+    recording = load_stack(stack, config).record()
     violations = [dict(v) for v in evaluate(recording, recording.settings.environment)]
     resources = [{"urn": r.urn, "type": r.type, "name": r.name, "id": r.id, "parent": r.parent,
                   "dependencies": list(r.dependencies), "inputs": redacted(r.inputs)} for r in recording.resources]

@@ -1,5 +1,7 @@
-"""One way from a stack name (or a `--config` file) to what the commands work on: the raw
-stack config, the validated settings, the sizing plan, and the recorded program.
+"""The one way from a stack name (or a `--config` file, or neither: the reference design) to what
+the commands work on: `load_stack` returns a `LoadedStack` (the raw stack config, the validated
+settings, and on demand the sizing plan and the recorded program). Every command reads its stack
+through it.
 
 Every failure is a `StackError` that names where it came from (`--stack NAME` or
 `--config PATH`) and lists the problems, each naming its key; the CLI prints it as one line.
@@ -8,6 +10,7 @@ Settings and sizing are imported when called, so `llmserve size` stays fast.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +21,6 @@ class StackError(ValueError):
         super().__init__(f"{source}: " + "; ".join(problems))
 
 
-@dataclass(frozen=True)
-class LoadedStack:
-    raw: dict           # the stack file's `config:` map
-    settings: Any       # settings.StackSettings (None for the reference design)
-    plan: Any           # sizing.planner.Plan
-
-
 def source_of(stack: str | None, config: Path | None = None) -> str:
     """The option a stack problem is reported against."""
     if config is not None:
@@ -32,7 +28,67 @@ def source_of(stack: str | None, config: Path | None = None) -> str:
     return f"--stack {stack}" if stack is not None else "--stack (reference)"
 
 
-def read_config(stack: str, config: Path | None = None) -> dict:
+@dataclass(frozen=True)
+class LoadedStack:
+    """A stack as every command reads it. `settings` is None for the reference design (no stack
+    file): its plan request is `settings.schema.REFERENCE_REQUEST`."""
+    name: str | None
+    config: Path | None
+    raw: dict           # the stack file's `config:` map ({} for the reference design)
+    settings: Any       # settings.StackSettings, validated (semantic checks included), or None
+
+    @property
+    def source(self) -> str:
+        return source_of(self.name, self.config)
+
+    @property
+    def request(self):
+        """The `settings.PlanRequestSettings` the plan is made from."""
+        from settings import request_from_body
+        from settings.schema import REFERENCE_REQUEST
+        return self.settings if self.settings is not None else request_from_body(REFERENCE_REQUEST)
+
+    @property
+    def namespace(self) -> str:
+        """The serving namespace (the stack's, or the default for the reference design)."""
+        from conventions import SERVING_NAMESPACE
+        return self.settings.serving.namespace if self.settings is not None else SERVING_NAMESPACE
+
+    @cached_property
+    def plan(self):
+        """The sizing plan (`sizing.planner.Plan`); a plan the sizing refuses names its key."""
+        from settings import sizing_problem
+        from sizing.model import SizingError
+        from sizing.planner import plan
+
+        try:
+            return plan(self.request.plan_request())
+        except SizingError as exc:
+            raise StackError(self.source, [sizing_problem(exc)]) from None
+
+    def record(self):
+        """Run the program for the stack under mocks: an `offline.engine.Recording` whose
+        `settings` and `plan` are the ones the program built (nothing is built twice on the way)."""
+        import pulumi
+
+        from .engine import run_program
+
+        try:
+            return run_program(self.name, self.raw)
+        except pulumi.ConfigMissingError as exc:       # a secret the stack file does not set
+            self.plan
+            name = exc.key.partition(":")[2]
+            raise StackError(self.source,
+                             [f"{exc.key}: missing; set it with `pulumi config set --secret {name} ...`"]) from None
+        except (pulumi.RunError, ValueError) as exc:
+            # Say which key is wrong, as every command does: the plan, checked here only when the
+            # program failed, reports that; otherwise a component refused.
+            self.plan
+            raise StackError(self.source, ["; ".join(" ".join(line.split()) for line in
+                                                     str(exc).splitlines() if line.strip())]) from None
+
+
+def _read_config(stack: str, config: Path | None) -> dict:
     """The raw `config:` map of stacks/Pulumi.STACK.yaml, or of `config` when given."""
     from settings import SettingsError, read_stack_config, stack_file
 
@@ -45,56 +101,17 @@ def read_config(stack: str, config: Path | None = None) -> dict:
         raise StackError(source_of(stack, config), problems) from None
 
 
-def load_settings(stack: str, config: Path | None = None, raw: dict | None = None):
-    """The validated settings of the stack (semantic checks included)."""
+def load_stack(stack: str | None, config: Path | None = None, raw: dict | None = None) -> LoadedStack:
+    """The stack's raw config and validated settings (the plan and the recording on demand);
+    `stack=None` without `config` is the reference design. The stack file itself is checked
+    first: what only the file shows (a secret in plain text) never reaches the program."""
     from settings import SettingsError, settings_from_config
 
-    raw = read_config(stack, config) if raw is None else raw
+    if stack is None and config is None:
+        return LoadedStack(None, None, {}, None)
+    raw = _read_config(stack, config) if raw is None else raw
     try:
-        return settings_from_config(stack, raw)
+        settings = settings_from_config(stack, raw)
     except SettingsError as exc:
         raise StackError(source_of(stack, config), exc.problems) from None
-
-
-def load_stack(stack: str | None, config: Path | None = None, raw: dict | None = None) -> LoadedStack:
-    """Raw config, settings and plan; `stack=None` is the reference design (no stack file)."""
-    from sizing.model import SizingError, Workload
-    from sizing.planner import PlanRequest, plan
-
-    if stack is None and config is None:
-        settings, raw, request = None, {}, PlanRequest(workload=Workload())
-    else:
-        raw = read_config(stack, config) if raw is None else raw
-        settings = load_settings(stack, config, raw)
-    try:
-        if settings is not None:
-            request = settings.plan_request()      # the sizing refuses nan/inf figures here
-        return LoadedStack(raw=raw, settings=settings, plan=plan(request))
-    except SizingError as exc:
-        raise StackError(source_of(stack, config), [f"no plan for this stack config: {exc}"]) from None
-
-
-def record_stack(stack: str, config: Path | None = None):
-    """Run the program for the stack under mocks: an `offline.engine.Recording` whose `settings`
-    and `plan` are the ones the program built (nothing is built twice on the way)."""
-    import pulumi
-
-    from .engine import run_program
-
-    raw = read_config(stack, config)
-    # The stack file itself first: what only the file shows (a secret in plain text) never reaches
-    # the program, which sees config values only through Pulumi's Config.
-    load_settings(stack, config, raw)
-    try:
-        return run_program(stack, raw)
-    except pulumi.ConfigMissingError as exc:       # a secret the stack file does not set
-        load_stack(stack, config, raw)
-        name = exc.key.partition(":")[2]
-        raise StackError(source_of(stack, config),
-                         [f"{exc.key}: missing; set it with `pulumi config set --secret {name} ...`"]) from None
-    except (pulumi.RunError, ValueError) as exc:
-        # Say which key is wrong, as every command does: the settings and the plan, checked
-        # here only when the program failed, report that; otherwise a component refused.
-        load_stack(stack, config, raw)
-        raise StackError(source_of(stack, config), ["; ".join(" ".join(line.split()) for line in
-                                                              str(exc).splitlines() if line.strip())]) from None
+    return LoadedStack(stack, config, raw, settings)

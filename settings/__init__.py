@@ -1,3 +1,4 @@
-"""Validated stack settings: the one door from `stacks/*.yaml` into the program."""
-from .load import SettingsError, load_stack, read_stack_config, settings_from_config, stack_file  # noqa: F401
-from .schema import NAMESPACE, SECRET_KEYS, StackSettings  # noqa: F401
+"""Validated stack settings: the one door from `stacks/*.yaml` (and `llmserve size`'s flags) into the program."""
+from .load import (SettingsError, read_stack_config, request_from_body, settings_from_config,  # noqa: F401
+                   sizing_problem, stack_file, stack_settings)
+from .schema import NAMESPACE, SECRET_KEYS, PlanRequestSettings, StackSettings  # noqa: F401

@@ -14,11 +14,12 @@ import yaml
 from pydantic import ValidationError
 
 from sizing.catalog import CatalogError, load_catalog
-from sizing.model import Shape, SizingError, check_shape
-from sizing.planner import MAX_NODES_PER_REPLICA, candidate_tps
+from sizing.model import Shape, SizingError, candidate_tps, check_shape
+from sizing.planner import MAX_NODES_PER_REPLICA
 from sizing.profiles import get_profile
 
-from .schema import ALL_SECRET_KEYS, MAX_API_KEYS, NAMESPACE, ZONE_LETTERS, StackSettings, _Strict
+from .schema import (ALL_SECRET_KEYS, MAX_API_KEYS, NAMESPACE, REQUEST_KEYS, ZONE_LETTERS, PlanRequestSettings,
+                     StackSettings, _Strict)
 
 STACKS_DIR = Path(__file__).resolve().parent.parent / "stacks"
 REGION_KEY = "aws:region"
@@ -130,22 +131,56 @@ def settings_from_config(stack: str, config: dict) -> StackSettings:
     if "region" not in body:
         problems.append(f"{REGION_KEY}: missing; set the stack's AWS region, e.g. `aws:region: us-east-1`")
         body["region"] = "missing"
+    return _validated(StackSettings, body, problems)
+
+
+def request_from_body(body: dict) -> PlanRequestSettings:
+    """Validate a plan request given as settings keys (what `llmserve size` builds from its flags,
+    on top of a stack's request or the reference one): the same checks, the same messages, as
+    those keys get in a stack file."""
+    problems = [p for key, value in body.items() for p in _non_finite(_full_key(key), value)]
+    if problems:
+        raise SettingsError(problems)
+    return _validated(PlanRequestSettings, body, [])
+
+
+def _validated(model: type[PlanRequestSettings], body: dict, problems: list[str]):
+    """The schema, then the rules that span keys; every problem at once, each naming its key."""
     try:
-        settings = StackSettings.model_validate(body)
+        settings = model.model_validate(body)
     except ValidationError as exc:
         problems.extend(_pydantic_problems(exc))
         raise SettingsError(problems) from None
     except RecursionError:
         raise SettingsError(problems + [f"{NAMESPACE}: a value is nested too deeply; check the stack file"]) from None
-    problems.extend(semantic_problems(settings))
+    problems.extend(semantic_problems(settings) if isinstance(settings, StackSettings) else request_problems(settings))
     if problems:
         raise SettingsError(problems)
     return settings
 
 
-def load_stack(stack: str, config_path: Path | None = None) -> StackSettings:
+def stack_settings(stack: str, config_path: Path | None = None) -> StackSettings:
+    """The validated settings of stacks/Pulumi.STACK.yaml (or of `config_path`). The commands
+    read a stack through `offline.stack.load_stack`, which reports failures as `StackError`."""
     path = config_path or stack_file(stack)
     return settings_from_config(stack, read_stack_config(path))
+
+
+def _full_key(name: str) -> str:
+    return REGION_KEY if name == "region" else f"{NAMESPACE}:{name}"
+
+
+def request_key(field: str | None) -> str | None:
+    """The settings key a sizing field comes from (`SizingError.field`), fully named."""
+    key = REQUEST_KEYS.get(field) if field else None
+    return None if key is None else _full_key(key)
+
+
+def sizing_problem(exc: SizingError) -> str:
+    """A sizing error as a settings problem: `llm-serving:<key>: message`, or the bare message
+    when no one key fixes it (the layout)."""
+    key = request_key(exc.field)
+    return f"{key}: {exc}" if key else str(exc)
 
 
 def key_part(name) -> str:
@@ -173,14 +208,9 @@ def _non_finite(path: str, value, depth: int = 0) -> list[str]:
 
 # -- checks that span keys -------------------------------------------------------------------
 def semantic_problems(s: StackSettings) -> list[str]:
-    """Problems no single field shows: the region and its zones, pool names and capacity, the
-    gateway's quota with the gate on, the load test's workload, and whether the model fits."""
-    problems = []
-    region = s.region
-    region_ok = bool(re.fullmatch(r"[a-z]{2}(-gov)?-[a-z]+-\d", region))
-    if not region_ok and region != "missing":     # "missing" is already reported
-        problems.append(f"{REGION_KEY}: '{region}' is not an AWS region name; use e.g. us-east-1")
-    problems += _pool_problems(s, region if region_ok else None)
+    """Problems no single field shows: the plan request's (below), the gateway's quota with the
+    gate on, and the load test's workload."""
+    problems = request_problems(s)
     if s.accuracy_gate_enabled and s.gateway.rateLimitShare > MAX_TENANT_SHARE_WITH_GATE:
         problems.append(f"{NAMESPACE}:gateway.rateLimitShare: {s.gateway.rateLimitShare:g} leaves the accuracy gate's "
                         f"own key less than {1 - MAX_TENANT_SHARE_WITH_GATE:.0%} of the capacity; use at most "
@@ -188,22 +218,34 @@ def semantic_problems(s: StackSettings) -> list[str]:
     if s.loadTest.enabled and s.workload.qps is None:
         problems.append(f"{NAMESPACE}:loadTest.enabled: the workload is closed-loop (concurrency); the rate "
                         "sweep needs workload.qps, or set loadTest.enabled: false")
-    types = {p.instanceType for p in s.gpuPools}
+    return problems
+
+
+def request_problems(r: PlanRequestSettings) -> list[str]:
+    """A plan request's problems no single field shows: the region and its zones, pool names and
+    capacity, one instance type, and whether the model fits it."""
+    problems = []
+    region = r.region
+    region_ok = bool(re.fullmatch(r"[a-z]{2}(-gov)?-[a-z]+-\d", region))
+    if not region_ok and region != "missing":     # "missing" is already reported
+        problems.append(f"{REGION_KEY}: '{region}' is not an AWS region name; use e.g. us-east-1")
+    problems += _pool_problems(r, region if region_ok else None)
+    types = {p.instanceType for p in r.gpuPools}
     if len(types) > 1:
         problems.append(f"{NAMESPACE}:gpuPools: pools mix instance types ({', '.join(sorted(types))}); "
                         "use one instance type for all GPU pools")
         return problems
-    return problems + _fit_problems(s, types.pop())
+    return problems + _fit_problems(r, types.pop())
 
 
-def _pool_problems(s: StackSettings, region: str | None) -> list[str]:
+def _pool_problems(s: PlanRequestSettings, region: str | None) -> list[str]:
     """Each GPU pool: a zone of the region (None: the region itself is wrong), its own name, and
     one consistent way to its capacity (reservation, a block held, or a block bought)."""
     problems, names = [], set()
     for i, pool in enumerate(s.gpuPools):
         key = f"{NAMESPACE}:gpuPools[{i}]"
         if region and not (pool.zone.startswith(region) and re.fullmatch(r"[a-z]", pool.zone[len(region):])):
-            problems.append(f"{key}.zone: '{pool.zone}' is not a zone of the stack's region {region}; "
+            problems.append(f"{key}.zone: '{pool.zone}' is not a zone of the region {region}; "
                             f"use a zone such as {region}a")
         elif region and pool.zone[len(region):] not in ZONE_LETTERS:
             problems.append(f"{key}.zone: the subnet layout covers zones {region}a to {region}{ZONE_LETTERS[-1]}; "
@@ -227,48 +269,37 @@ def _pool_problems(s: StackSettings, region: str | None) -> list[str]:
     return problems
 
 
-def _fit_problems(s: StackSettings, instance_type: str) -> list[str]:
-    """The model at the stack's TP (or at some TP, when the planner picks) fits the instance type."""
+def _fit_problems(r: PlanRequestSettings, instance_type: str) -> list[str]:
+    """The model at the request's TP (or at some TP, when the planner picks) fits the instance
+    type; the sizing's own check (`check_shape`) says why not, naming its field."""
     catalog = load_catalog()
-    problems = []
     instance = catalog.instance(instance_type)
-    model = catalog.model(s.model.id)
-    profile = get_profile(s.sizing.profile)
-    req = s.plan_request()
-    tp = s.model.tensorParallel
+    model = catalog.model(r.model.id)
+    profile = get_profile(r.sizing.profile)
+    workload = r.plan_request().workload
+    tp = r.model.tensorParallel
+    problems = []
+    for t in [tp] if tp is not None else candidate_tps(model, instance):
+        try:
+            check_shape(Shape(model, instance, t, r.model.weights, r.model.kvCacheDtype), workload, profile)
+            return []
+        except SizingError as exc:
+            problems.append(sizing_problem(exc))
     if tp is not None:
-        if tp > instance.gpus:
-            problems.append(f"{NAMESPACE}:model.tensorParallel: {tp} is larger than a {instance.id} node "
-                            f"({instance.gpus} GPUs); a TP group never spans nodes, use at most {instance.gpus}")
-        elif model.heads % tp:
-            problems.append(f"{NAMESPACE}:model.tensorParallel: {tp} does not divide the {model.heads} "
-                            f"attention heads of {model.id}; use one of {candidate_tps(model, instance)}")
-        else:
-            try:
-                check_shape(Shape(model, instance, tp, s.model.weights, s.model.kvCacheDtype), req.workload, profile)
-            except SizingError as exc:
-                problems.append(f"{NAMESPACE}:model: {exc}")
-    else:
-        fits = []
-        for t in candidate_tps(model, instance):
-            try:
-                check_shape(Shape(model, instance, t, s.model.weights, s.model.kvCacheDtype), req.workload, profile)
-                fits.append(t)
-            except SizingError:
-                pass
-        if not fits and not _fits_on_nodes(model, instance, s, req, profile):
-            problems.append(f"{NAMESPACE}:gpuPools: {model.id} with {s.model.weights} weights does not fit on "
-                            f"{instance.id} even at TP={instance.gpus} on {MAX_NODES_PER_REPLICA} nodes per replica; "
-                            "use a larger instance type or fp8 weights")
-    return problems
+        return problems
+    if _fits_on_nodes(model, instance, r, workload, profile):
+        return []       # the planner spans nodes (docs/multi-node.md)
+    return [f"{NAMESPACE}:gpuPools: {model.id} with {r.model.weights} weights does not fit on "
+            f"{instance.id} even at TP={instance.gpus} on {MAX_NODES_PER_REPLICA} nodes per replica; "
+            "use a larger instance type or fp8 weights"]
 
 
-def _fits_on_nodes(model, instance, s, req, profile) -> bool:
+def _fits_on_nodes(model, instance, r: PlanRequestSettings, workload, profile) -> bool:
     """Whether a replica of whole nodes (TP = the node's GPUs, PP across 2 and more) holds the model."""
     for n in range(2, MAX_NODES_PER_REPLICA + 1):
         try:
-            check_shape(Shape(model, instance, instance.gpus, s.model.weights, s.model.kvCacheDtype, nodes=n),
-                        req.workload, profile)
+            check_shape(Shape(model, instance, instance.gpus, r.model.weights, r.model.kvCacheDtype, nodes=n),
+                        workload, profile)
             return True
         except SizingError:
             continue
@@ -287,6 +318,30 @@ LENGTH_FIXES = {
                                          "one task, or set accuracyGate.enabled: false",
     ("gpuPools", "too_short"): "give at least one GPU pool",
 }
+
+
+# A number out of its range and a word not among the choices read the same whether the value came
+# from a stack key or from `llmserve size`'s flag for it (pydantic's own words name neither the value nor the fix).
+BOUND_WORDS = {"greater_than": ("greater than", "gt"), "greater_than_equal": ("at least", "ge"),
+               "less_than": ("less than", "lt"), "less_than_equal": ("at most", "le")}
+CHOICE_NOUNS = {"weights": "precision", "kvCacheDtype": "precision", "sloStatistic": "statistic",
+                "kubernetesVersion": "Kubernetes version", "environment": "environment"}
+
+
+def _bound_or_choice(err: dict, field: str) -> str:
+    ctx, value = err.get("ctx") or {}, err.get("input")
+    if err["type"] == "literal_error":
+        choices = ", ".join(re.findall(r"'([^']*)'", str(ctx.get("expected", ""))))
+        return f"unknown {CHOICE_NOUNS.get(field, 'value')} '{_shown(value)}'; choose one of: {choices}"
+    words, bound = BOUND_WORDS[err["type"]]
+    return f"must be {words} {_shown(ctx.get(bound))} (got {_shown(value)})"
+
+
+def _shown(value) -> str:
+    """A value as the user wrote it, whichever way it came (a flag parses 0 as 0.0, YAML as 0)."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)[:40]
 
 
 def _fields_at(loc: list[str]) -> list[str]:
@@ -339,6 +394,8 @@ def _pydantic_problems(exc: ValidationError) -> list[str]:
         fix = LENGTH_FIXES.get((".".join(p for p in loc if not p.isdigit()), err["type"]))
         if fix:
             msg = fix
+        elif err["type"] in BOUND_WORDS or err["type"] == "literal_error":
+            msg = _bound_or_choice(err, loc[-1] if loc else "")
         if err["type"] == "extra_forbidden":
             msg = "unknown key; " + _suggest(loc)
         elif err["type"] == "missing":

@@ -227,15 +227,69 @@ class LoadTestSettings(_Strict):
     storageGi: int = Field(5, ge=1, le=1000)        # the results volume
 
 
-class StackSettings(_Strict):
-    stack: str
+class PlanRequestSettings(_Strict):
+    """What a sizing plan needs, and nothing else: the one door for both a stack file (whose
+    `StackSettings` extends it) and `llmserve size`'s flags (which fill the same fields, see
+    llmserve/size_flags.py), so a bad value meets the same rule and the same message either way.
+    Composed of the sub-models others extend (workload, model, pools, sizing), fields unrenamed."""
     region: str
-    environment: Literal["dev", "staging", "prod"]
     workload: WorkloadSettings
     model: ModelSettings = ModelSettings()
     gpuPools: tuple[GpuPoolSettings, ...] = Field(min_length=1)
     replicas: int | Literal["auto"] = "auto"
     sizing: SizingSettings = SizingSettings()
+
+    @field_validator("replicas")
+    @classmethod
+    def _replicas(cls, v):
+        if isinstance(v, int) and v < 1:
+            raise ValueError(f"must be 'auto' or an integer of at least 1 (got {v})")
+        return v
+
+    @property
+    def zones(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(p.zone for p in self.gpuPools))
+
+    def request_body(self) -> dict:
+        """This request as settings keys again (what `llmserve size` applies its flags to)."""
+        return self.model_dump(include=set(PlanRequestSettings.model_fields))
+
+    def plan_request(self) -> PlanRequest:
+        w = self.workload
+        return PlanRequest(
+            workload=Workload(input_tokens=w.inputTokens, output_tokens=w.outputTokens,
+                              ttft_slo_s=w.ttftSeconds, tpot_slo_s=w.tpotSeconds,
+                              qps=w.qps, concurrency=w.concurrency, slo_statistic=w.sloStatistic),
+            model=self.model.id, weights=self.model.weights, kv_dtype=self.model.kvCacheDtype,
+            pools=tuple(Pool(p.zone, p.instanceType, p.nodes, p.name or "") for p in self.gpuPools),
+            tp=self.model.tensorParallel,
+            replicas=None if self.replicas == "auto" else self.replicas,
+            profile=self.sizing.profile, gpu_hour_price=self.sizing.gpuHourPrice,
+            instance_price=self.sizing.instancePrice,
+        )
+
+
+# The reference design (no stack file): the reference workload (10 QPS, 1000 in / 300 out, the
+# sizing reference's SLOs at p95) on one p5.48xlarge in each of two zones; every other key its default.
+REFERENCE_REQUEST = {"region": "us-east-1", "workload": {"qps": 10.0},
+                     "gpuPools": [{"zone": "us-east-1a"}, {"zone": "us-east-1b"}]}
+
+# The settings key (under llm-serving:) each `PlanRequest` field comes from, as plan_request()
+# fills it: a `SizingError(field=...)` names the key the user can change.
+REQUEST_KEYS = {
+    "model": "model.id", "weights": "model.weights", "kv_dtype": "model.kvCacheDtype", "tp": "model.tensorParallel",
+    "pools": "gpuPools", "replicas": "replicas", "profile": "sizing.profile",
+    "gpu_hour_price": "sizing.gpuHourPrice", "instance_price": "sizing.instancePrice",
+    "workload.qps": "workload.qps", "workload.concurrency": "workload.concurrency",
+    "workload.input_tokens": "workload.inputTokens", "workload.output_tokens": "workload.outputTokens",
+    "workload.ttft_slo_s": "workload.ttftSeconds", "workload.tpot_slo_s": "workload.tpotSeconds",
+    "workload.slo_statistic": "workload.sloStatistic",
+}
+
+
+class StackSettings(PlanRequestSettings):
+    stack: str
+    environment: Literal["dev", "staging", "prod"]
     kubernetesVersion: Literal[KUBERNETES_VERSIONS] = "1.35"
     apiAllowedCidrs: tuple[str, ...] = Field(min_length=1)
     # Who may reach the gateway's load balancer. Open to all only when said so: ["0.0.0.0/0"];
@@ -265,18 +319,7 @@ class StackSettings(_Strict):
             tag(key, value)
         return v
 
-    @field_validator("replicas")
-    @classmethod
-    def _replicas(cls, v):
-        if isinstance(v, int) and v < 1:
-            raise ValueError("replicas must be 'auto' or an integer >= 1")
-        return v
-
     # -- derived ----------------------------------------------------------------------------
-    @property
-    def zones(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(p.zone for p in self.gpuPools))
-
     @property
     def nat_per_zone(self) -> bool:
         return self.network.natPerZone if self.network.natPerZone is not None else self.environment == "prod"
@@ -290,17 +333,3 @@ class StackSettings(_Strict):
     def accuracy_gate_enabled(self) -> bool:
         e = self.accuracyGate.enabled
         return e if e is not None else self.environment in ("staging", "prod")
-
-    def plan_request(self) -> PlanRequest:
-        w = self.workload
-        return PlanRequest(
-            workload=Workload(input_tokens=w.inputTokens, output_tokens=w.outputTokens,
-                              ttft_slo_s=w.ttftSeconds, tpot_slo_s=w.tpotSeconds,
-                              qps=w.qps, concurrency=w.concurrency, slo_statistic=w.sloStatistic),
-            model=self.model.id, weights=self.model.weights, kv_dtype=self.model.kvCacheDtype,
-            pools=tuple(Pool(p.zone, p.instanceType, p.nodes, p.name or "") for p in self.gpuPools),
-            tp=self.model.tensorParallel,
-            replicas=None if self.replicas == "auto" else self.replicas,
-            profile=self.sizing.profile, gpu_hour_price=self.sizing.gpuHourPrice,
-            instance_price=self.sizing.instancePrice,
-        )

@@ -40,14 +40,15 @@ CHUNK_MIN, CHUNK_MAX, CHUNK_ALIGN = 512, 8192, 256
 class SizingError(ValueError):
     """A configuration the model cannot serve; the message names the constraint that fails.
 
-    `option` names the input that can fix it, as the CLI names it ("--tp", "--weights", "SLOs",
-    "--qps", ...; None when it is the layout or the load), so the CLI points at it without reading
-    the message.
+    `field` names the `PlanRequest` field that can fix it ("tp", "weights", "workload.qps", ...;
+    None when it is the layout): the settings turn it into the stack key, the CLI into the flag,
+    whichever the user wrote (settings.schema.REQUEST_KEYS, llmserve/size_flags.py). The message
+    itself names neither.
     """
 
-    def __init__(self, message: str, option: str | None = None):
+    def __init__(self, message: str, field: str | None = None):
         super().__init__(message)
-        self.option = option
+        self.field = field
 
 
 @dataclass(frozen=True)
@@ -68,24 +69,22 @@ class Workload:
         return self.concurrency is not None
 
 
-WORKLOAD_OPTIONS = {"input_tokens": "--input-tokens", "output_tokens": "--output-tokens",
-                    "ttft_slo_s": "--ttft-slo", "tpot_slo_s": "--tpot-slo", "qps": "--qps",
-                    "concurrency": "--concurrency"}
+WORKLOAD_FIGURES = ("input_tokens", "output_tokens", "ttft_slo_s", "tpot_slo_s", "qps", "concurrency")
 
 
 def check_finite_workload(w: Workload) -> None:
-    """Refuse nan, inf and non-positive figures up front, naming the option."""
-    for name, option in WORKLOAD_OPTIONS.items():
+    """Refuse nan, inf and non-positive figures up front, naming the field."""
+    for name in WORKLOAD_FIGURES:
         value = getattr(w, name)
         if value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise SizingError(f"{option}: expected a number (got {value!r})", option)
+            raise SizingError(f"expected a number (got {value!r})", f"workload.{name}")
         if not math.isfinite(value) or value <= 0:
-            raise SizingError(f"{option}: must be a finite number greater than 0 (got {value!r})", option)
+            raise SizingError(f"must be a finite number greater than 0 (got {value!r})", f"workload.{name}")
     if w.slo_statistic not in STATISTICS:
-        raise SizingError(f"--slo-statistic: unknown statistic '{w.slo_statistic}'; choose one of: "
-                          f"{', '.join(STATISTICS)}", "--slo-statistic")
+        raise SizingError(f"unknown statistic '{w.slo_statistic}'; choose one of: {', '.join(STATISTICS)}",
+                          "workload.slo_statistic")
 
 
 @dataclass(frozen=True)
@@ -578,26 +577,31 @@ def memory(shape: Shape, workload: Workload, profile: Profile, batched_tokens: i
     )
 
 
+def candidate_tps(model: Model, instance: Instance) -> list[int]:
+    """The TP degrees a replica may take: within one node, dividing the attention heads."""
+    return [tp for tp in (1, 2, 4, 8, 16) if tp <= instance.gpus and model.heads % tp == 0]
+
+
 def check_shape(shape: Shape, workload: Workload, profile: Profile) -> None:
     """Raise SizingError naming the constraint when a shape cannot run the workload at all."""
     m, inst, tp = shape.model, shape.instance, shape.tp
     if tp < 1 or tp > inst.gpus:
         raise SizingError(f"tensor parallel {tp} exceeds the {inst.gpus} GPUs of one {inst.id} node "
-                          "(a TP group never spans nodes)", option="--tp")
+                          f"(a TP group never spans nodes); use at most {inst.gpus}", "tp")
     check_nodes(shape)
     if m.heads % tp:
-        raise SizingError(f"tensor parallel {tp} does not divide the {m.heads} attention heads of {m.id}",
-                          option="--tp")
+        raise SizingError(f"tensor parallel {tp} does not divide the {m.heads} attention heads of {m.id}; "
+                          f"use one of {', '.join(map(str, candidate_tps(m, inst)))}", "tp")
     mem = memory(shape, workload, profile, CHUNK_MIN + profile.max_num_seqs)
     if mem.weights_per_gpu_gb >= mem.usable_per_gpu_gb:
         raise SizingError(
             f"{shape.weights} weights of {m.id} need {mem.weights_per_gpu_gb:.1f} GB per GPU at {layout_words(shape)}, "
             f"more than the {mem.usable_per_gpu_gb:.1f} GB usable on a {inst.gpu.id} "
-            "(raise TP, use fp8 weights or a larger GPU)", option="--weights")
+            "(raise TP, use fp8 weights or a larger GPU)", "weights")
     if mem.max_seqs_kv < 1:
         raise SizingError(
             f"no room for one sequence's KV cache ({workload.input_tokens + workload.output_tokens} tokens) "
-            f"beside the weights at TP={tp} on {inst.gpu.id}", "--input-tokens")
+            f"beside the weights at TP={tp} on {inst.gpu.id}", "workload.input_tokens")
 
 
 def layout_words(shape: Shape) -> str:
@@ -611,10 +615,10 @@ def check_nodes(shape: Shape) -> None:
     to the number of GPUs per node and pipeline_parallel_size to the number of nodes")."""
     inst, n = shape.instance, shape.nodes
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise SizingError(f"--nodes-per-replica: must be an integer of at least 1 (got {n!r})", "--nodes-per-replica")
+        raise SizingError(f"nodes per replica: must be an integer of at least 1 (got {n!r})")
     if n > 1 and shape.tp != inst.gpus:
         raise SizingError(f"a replica spanning {n} nodes runs TP={inst.gpus} (every GPU of each {inst.id}) "
-                          f"and PP={n} across them; TP={shape.tp} leaves GPUs of each node idle", "--tp")
+                          f"and PP={n} across them; TP={shape.tp} leaves GPUs of each node idle", "tp")
     if n > shape.model.layers:
         raise SizingError(f"{n} pipeline stages exceed the {shape.model.layers} layers of {shape.model.id}",
-                          "--nodes-per-replica")
+                          "pools")

@@ -18,7 +18,8 @@ from functools import cached_property
 from conventions import RULE_ZONE_HOLDS_WHOLE_GROUPS
 
 from .catalog import Instance, load_catalog
-from .model import Capacity, Memory, Point, ReplicaModel, Shape, SizingError, Workload, check_shape, layout_words
+from .model import (Capacity, Memory, Point, ReplicaModel, Shape, SizingError, Workload, candidate_tps, check_shape,
+                    layout_words)
 from .profiles import Profile, get_profile
 from .queueing import QUANTILES
 
@@ -263,26 +264,28 @@ def place_on_nodes(counts: dict[str, int], pools: tuple[Pool, ...], tp: int, gpu
 # -- planning ----------------------------------------------------------------------------------
 def unloaded_reason(rm: ReplicaModel, w: Workload) -> str:
     """Why a replica misses the SLOs with no load at all, in plain words."""
+    return _unloaded(rm, w)[1]
+
+
+def _unloaded(rm: ReplicaModel, w: Workload) -> tuple[str | None, str]:
+    """(the SLO field to relax, why) a replica misses the SLOs with no load at all."""
     if rm.ttft0_s >= w.ttft_slo_s:
-        return (f"prefill of a {w.input_tokens:,}-token prompt takes {rm.ttft0_s:.2f} s, "
-                f"above the {w.ttft_slo_s:g} s TTFT SLO")
+        return "workload.ttft_slo_s", (f"prefill of a {w.input_tokens:,}-token prompt takes {rm.ttft0_s:.2f} s, "
+                                       f"above the {w.ttft_slo_s:g} s TTFT SLO")
     if rm.step_s(1) >= w.tpot_slo_s:
-        return (f"one decode step takes {rm.step_s(1) * 1e3:.1f} ms with a single sequence, "
-                f"above the {w.tpot_slo_s * 1e3:g} ms TPOT SLO")
+        return "workload.tpot_slo_s", (f"one decode step takes {rm.step_s(1) * 1e3:.1f} ms with a single sequence, "
+                                       f"above the {w.tpot_slo_s * 1e3:g} ms TPOT SLO")
     light = 1e-3 * min(rm.qps_at_batch(rm.memory.max_seqs), 1 / rm.share_per_request_s)
     ttft, tpot = rm.latencies_at(light, QUANTILES.get(w.slo_statistic))
     if ttft >= w.ttft_slo_s:
-        return (f"at the lightest load the {w.slo_statistic} TTFT is {ttft:.2f} s (a {w.input_tokens:,}-token "
-                f"prompt in chunks of up to {rm.batched_tokens:,} tokens, each step shared with the decodes), "
-                f"above the {w.ttft_slo_s:g} s TTFT SLO")
+        return "workload.ttft_slo_s", (
+            f"at the lightest load the {w.slo_statistic} TTFT is {ttft:.2f} s (a {w.input_tokens:,}-token "
+            f"prompt in chunks of up to {rm.batched_tokens:,} tokens, each step shared with the decodes), "
+            f"above the {w.ttft_slo_s:g} s TTFT SLO")
     if tpot >= w.tpot_slo_s:
-        return (f"at the lightest load the {w.slo_statistic} TPOT is {tpot * 1e3:.1f} ms, "
-                f"above the {w.tpot_slo_s * 1e3:g} ms TPOT SLO")
-    return "the KV cache cannot hold the batch the SLOs need"
-
-
-def candidate_tps(model, instance: Instance) -> list[int]:
-    return [tp for tp in (1, 2, 4, 8, 16) if tp <= instance.gpus and model.heads % tp == 0]
+        return "workload.tpot_slo_s", (f"at the lightest load the {w.slo_statistic} TPOT is {tpot * 1e3:.1f} ms, "
+                                       f"above the {w.tpot_slo_s * 1e3:g} ms TPOT SLO")
+    return None, "the KV cache cannot hold the batch the SLOs need"
 
 
 MAX_NODES_PER_REPLICA = 4     # the planner tries replicas of up to this many nodes (PP=2..4)
@@ -310,11 +313,11 @@ def fits_one_node(model, instance: Instance, req: PlanRequest, profile: Profile)
 
 
 def plan(req: PlanRequest) -> Plan:
-    for option, value in (("--gpu-hour-price", req.gpu_hour_price), ("instancePrice", req.instance_price)):
+    for name, value in (("gpu_hour_price", req.gpu_hour_price), ("instance_price", req.instance_price)):
         if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-            raise SizingError(f"{option}: must be a finite number greater than 0 (got {value!r})", option)
+            raise SizingError(f"must be a finite number greater than 0 (got {value!r})", name)
     if req.replicas is not None and not (isinstance(req.replicas, int) and req.replicas >= 1):
-        raise SizingError(f"--replicas: must be an integer of at least 1 (got {req.replicas!r})", "--replicas")
+        raise SizingError(f"must be an integer of at least 1 (got {req.replicas!r})", "replicas")
     catalog = load_catalog()
     model = catalog.model(req.model)
     profile = get_profile(req.profile)
@@ -332,10 +335,10 @@ def plan(req: PlanRequest) -> Plan:
         try:
             p = plan_for_tp(req, model, instance, profile, tp, nodes)
         except PlanError as exc:      # fits, but the pools cannot carry the load
-            failures.append((_capability(1, tp, nodes), str(exc), exc.option, words))
+            failures.append((_capability(1, tp, nodes), str(exc), exc.field, words))
             continue
         except SizingError as exc:    # does not fit or cannot meet the SLOs at all
-            failures.append((_capability(0, tp, nodes), str(exc), exc.option, words))
+            failures.append((_capability(0, tp, nodes), str(exc), exc.field, words))
             continue
         # Fewest nodes per replica first: a group loses a whole replica to any of its nodes.
         key = (not p.survives_failure, p.nodes_per_replica, p.gpus_used, -p.capacity_after_zone_loss_qps, p.real.ttft_ms)
@@ -345,11 +348,12 @@ def plan(req: PlanRequest) -> Plan:
         if not failures:
             raise PlanError("no tensor-parallel degree fits")
         # Report the most capable option's failure: the one a user would try to fix.
-        _, msg, option, words = max(failures)
-        if len(failures) == 1:
-            raise PlanError(msg, option)
+        _, msg, field_, words = max(failures)
+        if req.tp or len(failures) == 1:
+            raise PlanError(msg, field_)
+        # A TP the planner chose is not the user's to fix: the failure then names no TP field.
         what = "TP degree" if "PP=" not in words else "layout"
-        raise PlanError(f"no {what} works; at {words}, the most capable: {msg}", option)
+        raise PlanError(f"no {what} works; at {words}, the most capable: {msg}", None if field_ == "tp" else field_)
     return best[1]
 
 
@@ -369,6 +373,11 @@ class _Demand:
     demand: float
     unit: str
     survivors: int          # replicas that must be left after the worst loss
+
+    @property
+    def field(self) -> str:
+        """The load's field: the one to lower when the pools cannot carry it."""
+        return "workload.qps" if self.unit == "QPS" else "workload.concurrency"
 
 
 @dataclass(frozen=True)
@@ -445,8 +454,8 @@ def _demand(real: ReplicaModel, cap: Capacity, w: Workload) -> _Demand:
     else:
         per_replica, demand, unit = cap.qps, float(w.qps), "QPS"
     if per_replica <= 0:
-        raise SizingError(f"one replica cannot meet the SLOs even unloaded: {unloaded_reason(real, w)}",
-                          option="SLOs")
+        slo, reason = _unloaded(real, w)
+        raise SizingError(f"one replica cannot meet the SLOs even unloaded: {reason}", slo)
     return _Demand(per_replica, demand, unit, max(1, math.ceil(demand / per_replica - 1e-9)))
 
 
@@ -455,7 +464,7 @@ def _replica_counts(req: PlanRequest, slots: dict[str, int], need: _Demand, layo
     total_slots = sum(slots.values())
     if req.replicas is not None:
         if req.replicas > total_slots:
-            raise PlanError(f"replicas {req.replicas} exceed the {total_slots} {layout} slots of the pools")
+            raise PlanError(f"replicas {req.replicas} exceed the {total_slots} {layout} slots of the pools", "replicas")
         return spread(req.replicas, slots)
     unit, demand, per_replica, survivors = need.unit, need.demand, need.per_replica, need.survivors
     if n > 1:
@@ -468,14 +477,15 @@ def _replica_counts(req: PlanRequest, slots: dict[str, int], need: _Demand, layo
                 f"after losing {max(slots, key=slots.get)}, {total_slots - worst} {layout} replica "
                 f"{'slot remains' if total_slots - worst == 1 else 'slots remain'}, "
                 f"carrying {(total_slots - worst) * per_replica:.1f} {unit}; {demand:g} {unit} needs {survivors} "
-                f"replicas of {per_replica:.1f} {unit} each (add nodes or zones, or lower the load)")
+                f"replicas of {per_replica:.1f} {unit} each (add nodes or zones, or lower the load)", need.field)
         return counts
     # One zone: N+1 by node when there are two nodes or more (replicas round-robin over the
     # nodes, so losing the fullest node loses ceil(total / nodes) of them; a node of a group
     # loses its one replica, as if each group were one node).
     node_count = sum(p.nodes for p in req.pools) if n == 1 else total_slots
     if survivors > total_slots:
-        raise PlanError(f"{demand:g} {unit} needs {survivors} {layout} replicas; the pool has {total_slots} slots")
+        raise PlanError(f"{demand:g} {unit} needs {survivors} {layout} replicas; the pool has {total_slots} slots",
+                        need.field)
     total = survivors
     if node_count > 1:
         while total < total_slots and total - math.ceil(total / node_count) < survivors:
@@ -490,7 +500,7 @@ def _check_whole_groups(pools: tuple[Pool, ...], slots: dict[str, int], n: int) 
             nodes = ", ".join(f"{p.label}: {p.nodes}" for p in pools if p.zone == zone)
             raise PlanError(
                 f"{RULE_ZONE_HOLDS_WHOLE_GROUPS}: {zone} holds no whole {n}-node replica (nodes per pool: {nodes}); "
-                f"a replica spans {n} nodes of one pool, so give each zone's pool at least {n} nodes")
+                f"a replica spans {n} nodes of one pool, so give each zone's pool at least {n} nodes", "pools")
 
 
 def _worst_loss(slots: dict[str, int], counts: dict[str, int], nodes, replicas: int) -> _Loss:

@@ -12,8 +12,8 @@ import math
 from dataclasses import dataclass
 
 from .catalog import Instance, load_catalog
-from .model import ReplicaModel, Shape, SizingError, Workload, check_shape
-from .planner import MAX_NODES_PER_REPLICA, candidate_tps, unloaded_reason
+from .model import ReplicaModel, Shape, SizingError, Workload, candidate_tps, check_shape
+from .planner import MAX_NODES_PER_REPLICA, unloaded_reason
 from .profiles import Profile, get_profile
 
 SWEEP_WEIGHTS = ("fp8", "bf16")

@@ -268,10 +268,10 @@ def test_the_program_stops_on_a_missing_secret_before_registering_anything():
     import pulumi
     from pulumi.runtime.config import set_all_config
 
-    from settings import load_stack
+    from settings import stack_settings
     from settings.pulumi_config import require_secrets
 
-    settings = load_stack("prod")
+    settings = stack_settings("prod")
     set_all_config({"llm-serving:apiKeys": "{}"}, ["llm-serving:apiKeys"])
     with pytest.raises(pulumi.RunError) as exc:
         require_secrets(settings)

@@ -15,7 +15,7 @@ from offline.engine import is_secret, unwrap
 from proving.loadtest_report import Benchmark, Report, ReportError, Stat, assess, parse_report, read_report
 from offline.manifests import kubernetes_objects
 from tests.k8s_schema import validate
-from settings import load_stack
+from settings import stack_settings
 from sizing.planner import plan as make_plan
 
 SAMPLE = "samples/guidellm-report-0.8.0.dev18.json"
@@ -29,7 +29,7 @@ def sample(upstream_file):
 
 @pytest.fixture(scope="module")
 def prod_plan():
-    return make_plan(load_stack("prod").plan_request())
+    return make_plan(stack_settings("prod").plan_request())
 
 
 # -- the parser, on the real report ---------------------------------------------------------------
@@ -261,7 +261,7 @@ def test_the_rendered_objects_are_valid_kubernetes(recorded):
 
 def test_the_slos_are_judged_at_the_plans_statistic():
     """dev states its SLOs at p95 (the default): a step whose mean TPOT fits but whose p95 does not fails."""
-    dev_plan = make_plan(load_stack("dev").plan_request())
+    dev_plan = make_plan(stack_settings("dev").plan_request())
     assert dev_plan.request.workload.slo_statistic == "p95"
     v = verdict(dev_plan, step(2, 120, 40), step(4, 120, 20))       # TPOT p95 = 1.5 x mean = 60 ms > 50
     assert not v["checks"][0]["ok"]

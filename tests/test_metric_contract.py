@@ -178,8 +178,8 @@ def test_a_label_the_exporter_does_not_emit_is_refused(expr, legend, refused):
 def test_gpu_panels_group_by_the_exporters_hostname_label():
     from observability.dashboard import panel_specs
     from sizing.planner import plan
-    from settings import load_stack
+    from settings import stack_settings
 
-    specs = panel_specs(plan(load_stack("prod").plan_request()))
+    specs = panel_specs(plan(stack_settings("prod").plan_request()))
     gpu = [q for s in specs for q in s.queries if "DCGM_" in q.expr]
     assert gpu and all("by (hostname)" in q.expr and q.legend == "{{hostname}}" for q in gpu)

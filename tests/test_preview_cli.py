@@ -11,8 +11,8 @@ import yaml
 import offline.engine as engine
 from llmserve.cli import main
 from offline.engine import PLACEHOLDER_PREFIX, Recording, Registration
-from offline.stack import load_stack as load_stack_and_plan
-from settings import load_stack, read_stack_config, stack_file
+from offline.stack import load_stack
+from settings import read_stack_config, stack_file, stack_settings
 from sizing.planner import plan as make_plan
 from sizing.report import plan_to_dict
 
@@ -86,7 +86,7 @@ def test_json_preview_has_exactly_the_documented_shape(capsys, policies):
 def test_json_plan_is_the_sizing_plan(capsys, policies):
     policies([])
     _, out, _ = run(capsys, "--stack", "prod", "--json")
-    expected = json.loads(json.dumps(plan_to_dict(make_plan(load_stack("prod").plan_request())), default=str))
+    expected = json.loads(json.dumps(plan_to_dict(make_plan(stack_settings("prod").plan_request())), default=str))
     assert json.loads(out)["plan"] == expected
 
 
@@ -115,7 +115,7 @@ def test_a_secret_in_a_plain_input_is_hidden_and_fails_the_preview(capsys, monke
     leak = Registration(urn=urn, type="kubernetes:core/v1:ConfigMap", name="leaky", id="leaky",
                         inputs={"data": {"token": f"{PLACEHOLDER_PREFIX}-hubToken"}}, outputs={}, parent="",
                         dependencies=[], property_dependencies={}, provider="", custom=True)
-    prod = load_stack_and_plan("prod")
+    prod = load_stack("prod")
     monkeypatch.setattr(engine, "run_program", lambda stack, raw: Recording(
         stack=stack, resources=[leak], settings=prod.settings, plan=prod.plan))
     code, out, _ = run(capsys, "--stack", "prod", "--json")
@@ -151,7 +151,7 @@ def test_invalid_config_exits_2_with_the_settings_message(capsys, tmp_path):
                                                   {"zone": "us-east-1b", "instanceType": "p5.48xlarge"}])
     code, out, err = run(capsys, "--stack", "bad", "--config", path)
     assert code == 2 and out == ""
-    assert err.splitlines() == [f"error: --config {path}: llm-serving:gpuPools[0].zone: 'us-west-2a' is not a zone of the stack's "
+    assert err.splitlines() == [f"error: --config {path}: llm-serving:gpuPools[0].zone: 'us-west-2a' is not a zone of the "
                                 "region us-east-1; use a zone such as us-east-1a"]
 
 
@@ -159,7 +159,7 @@ def test_config_that_cannot_be_planned_exits_2(capsys, tmp_path):
     path = write_stack(tmp_path, "heavy", workload={"qps": 400, "inputTokens": 1000, "outputTokens": 300})
     code, out, err = run(capsys, "--stack", "heavy", "--config", path)
     assert code == 2 and out == ""
-    assert len(err.splitlines()) == 1 and err.startswith(f"error: --config {path}: no plan for this stack config: ")
+    assert len(err.splitlines()) == 1 and err.startswith(f"error: --config {path}: llm-serving:workload.qps: no TP degree works; ")
 
 
 def test_missing_stack_file_exits_2(capsys):

@@ -11,7 +11,7 @@ import pulumi
 import pytest
 
 from offline.engine import is_secret, unwrap
-from settings import load_stack
+from settings import stack_settings
 from sizing.planner import plan as make_plan
 
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
@@ -50,7 +50,7 @@ def launch_template_of(rec, node_group):
 @pytest.mark.parametrize("stack", STACKS)
 def test_one_gpu_node_group_per_configured_pool(recorded, stack):
     rec = recorded(stack)
-    assert len(gpu_node_groups(rec)) == len(load_stack(stack).gpuPools)
+    assert len(gpu_node_groups(rec)) == len(stack_settings(stack).gpuPools)
 
 
 def test_prod_has_two_gpu_node_groups_in_distinct_single_zones(recorded):
@@ -71,7 +71,7 @@ def test_gpu_node_group_subnets_lie_in_its_labelled_zone(recorded, stack):
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_gpu_node_group_instance_type_and_size_follow_the_stack(recorded, stack):
-    settings = load_stack(stack)
+    settings = stack_settings(stack)
     rec = recorded(stack)
     expected = {p.zone: (p.instanceType, p.nodes) for p in settings.gpuPools}
     for g in gpu_node_groups(rec):
@@ -94,7 +94,7 @@ def test_gpu_node_group_uses_the_nvidia_al2023_ami(recorded, stack):
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_gpu_node_group_labels_and_taint_follow_the_contract(recorded, stack):
-    plan = make_plan(load_stack(stack).plan_request())
+    plan = make_plan(stack_settings(stack).plan_request())
     rec = recorded(stack)
     pools = {p.zone: p.label for p in plan.request.pools}
     for g in gpu_node_groups(rec):
@@ -221,7 +221,7 @@ def test_without_efa_the_launch_template_leaves_interfaces_to_eks(recorded):
 # -- network ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("stack", STACKS)
 def test_nat_per_zone_only_where_the_settings_ask(recorded, stack):
-    settings = load_stack(stack)
+    settings = stack_settings(stack)
     rec = recorded(stack)
     zones = {s.inputs["availabilityZone"] for s in rec.of_type(SUBNET)}
     expected = len(zones) if settings.nat_per_zone else 1
@@ -237,7 +237,7 @@ def test_every_zone_has_a_public_and_a_private_subnet_tagged_for_load_balancers(
         kind = ("public" if tags.get("kubernetes.io/role/elb") == "1" else
                 "private" if tags.get("kubernetes.io/role/internal-elb") == "1" else "untagged")
         by_zone.setdefault(s.inputs["availabilityZone"], set()).add(kind)
-    assert set(load_stack(stack).zones) <= set(by_zone)
+    assert set(stack_settings(stack).zones) <= set(by_zone)
     assert all(kinds == {"public", "private"} for kinds in by_zone.values()), by_zone
 
 
@@ -259,7 +259,7 @@ def test_private_routes_go_through_nat(recorded):
 # -- EKS -------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("stack", STACKS)
 def test_cluster_version_and_endpoint_follow_the_settings(recorded, stack):
-    settings = load_stack(stack)
+    settings = stack_settings(stack)
     cluster = recorded(stack).of_type(EKS)[0]
     vpc = cluster.inputs["vpcConfig"]
     assert cluster.inputs["version"] == settings.kubernetesVersion
@@ -311,7 +311,7 @@ def test_ebs_csi_driver_gets_its_role_through_pod_identity(recorded):
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_system_node_group_spans_every_zone_with_the_system_label(recorded, stack):
-    settings = load_stack(stack)
+    settings = stack_settings(stack)
     rec = recorded(stack)
     (system,) = [g for g in rec.of_type(NODE_GROUP) if g.inputs["labels"] == {"llm-serving.io/role": "system"}]
     cluster = rec.of_type(EKS)[0]
@@ -345,7 +345,7 @@ def test_every_kubernetes_resource_uses_the_cluster_provider(recorded):
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_outputs_carry_cluster_name_secret_kubeconfig_and_the_plan(recorded, stack):
-    plan = make_plan(load_stack(stack).plan_request())
+    plan = make_plan(stack_settings(stack).plan_request())
     rec = recorded(stack)
     out = rec.outputs
     assert out["clusterName"] == rec.of_type(EKS)[0].outputs["name"]
@@ -360,7 +360,7 @@ def test_invalid_config_fails_the_program_with_the_settings_message(build_progra
     with pytest.raises(pulumi.RunError) as err:
         build_program("prod", {"gpuPools": [{"zone": "us-west-2a", "instanceType": "p5.48xlarge", "nodes": 1}]})
     assert str(err.value) == ("invalid stack config:\n"
-                              "llm-serving:gpuPools[0].zone: 'us-west-2a' is not a zone of the stack's region "
+                              "llm-serving:gpuPools[0].zone: 'us-west-2a' is not a zone of the region "
                               "us-east-1; use a zone such as us-east-1a")
 
 

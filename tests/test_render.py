@@ -14,7 +14,7 @@ from offline.engine import PLACEHOLDER_PREFIX, offline_config
 from offline.manifests import kubernetes_objects, manifest_name
 from offline.values import manifest_value
 from tests.k8s_schema import CrdMissing, is_custom, validate
-from settings import load_stack
+from settings import stack_settings
 from tests.conftest import ROOT, UPSTREAM
 from tests.stacks import stack_config
 
@@ -84,7 +84,7 @@ def kinds_of_optional_crds_not_fetched() -> set[str]:
 
 @pytest.mark.parametrize("stack", ["prod", "staging", "dev"])
 def test_every_rendered_object_validates_for_the_clusters_version(rendered, stack):
-    version = load_stack(stack).kubernetesVersion
+    version = stack_settings(stack).kubernetesVersion
     kinds, not_validated = set(), set()
     for path, obj in manifests(rendered[stack]):
         try:

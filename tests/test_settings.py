@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from settings import SettingsError, load_stack, read_stack_config, settings_from_config, stack_file
+from settings import SettingsError, read_stack_config, settings_from_config, stack_file, stack_settings
 
 P5 = "p5.48xlarge"
 
@@ -31,13 +31,13 @@ def problems(config: dict) -> list[str]:
 
 @pytest.mark.parametrize("stack", ["prod", "staging", "dev"])
 def test_committed_stacks_load(stack):
-    settings = load_stack(stack)
+    settings = stack_settings(stack)
     assert settings.environment == stack
     assert settings.zones
 
 
 def test_prod_is_the_reference_design():
-    s = load_stack("prod")
+    s = stack_settings("prod")
     assert (s.region, s.model.id, s.model.weights) == ("us-east-1", "llama-3-70b", "fp8")
     assert [(p.zone, p.instanceType, p.nodes) for p in s.gpuPools] == [("us-east-1a", P5, 1), ("us-east-1b", P5, 1)]
     assert (s.workload.qps, s.workload.ttftSeconds, s.workload.tpotSeconds) == (10, 1.0, 0.040)
@@ -45,9 +45,9 @@ def test_prod_is_the_reference_design():
 
 
 def test_staging_spans_two_zones_and_dev_one():
-    assert len(load_stack("staging").zones) == 2
-    assert len(load_stack("dev").zones) == 1
-    assert not load_stack("dev").nat_per_zone
+    assert len(stack_settings("staging").zones) == 2
+    assert len(stack_settings("dev").zones) == 1
+    assert not stack_settings("dev").nat_per_zone
 
 
 INVALID = [
@@ -61,7 +61,7 @@ INVALID = [
         id="vpc-cidr-host-bits"),
     pytest.param(
         prod_with(gpuPools=[{"zone": "us-west-2a", "instanceType": P5}, {"zone": "us-east-1b", "instanceType": P5}]),
-        ["llm-serving:gpuPools[0].zone: 'us-west-2a' is not a zone of the stack's region us-east-1; "
+        ["llm-serving:gpuPools[0].zone: 'us-west-2a' is not a zone of the region us-east-1; "
          "use a zone such as us-east-1a"],
         id="zone-outside-the-region"),
     pytest.param(
@@ -75,13 +75,13 @@ INVALID = [
         id="model-does-not-fit-the-instance"),
     pytest.param(
         prod_with(model={"id": "llama-3-70b", "tensorParallel": 16}),
-        ["llm-serving:model.tensorParallel: 16 is larger than a p5.48xlarge node (8 GPUs); "
-         "a TP group never spans nodes, use at most 8"],
+        ["llm-serving:model.tensorParallel: tensor parallel 16 exceeds the 8 GPUs of one p5.48xlarge node "
+         "(a TP group never spans nodes); use at most 8"],
         id="tp-larger-than-a-node"),
     pytest.param(
         prod_with(model={"id": "llama-3-70b", "tensorParallel": 3}),
-        ["llm-serving:model.tensorParallel: 3 does not divide the 64 attention heads of llama-3-70b; "
-         "use one of [1, 2, 4, 8]"],
+        ["llm-serving:model.tensorParallel: tensor parallel 3 does not divide the 64 attention heads of "
+         "llama-3-70b; use one of 1, 2, 4, 8"],
         id="tp-does-not-divide-the-heads"),
     pytest.param(
         prod_with(replica=2),
@@ -119,7 +119,7 @@ INVALID = [
         id="mixed-instance-types"),
     pytest.param(
         prod_with(gpuPools=[{"zone": "us-east-1a", "nodes": 0}]),
-        ["llm-serving:gpuPools[0].nodes: Input should be greater than or equal to 1"],
+        ["llm-serving:gpuPools[0].nodes: must be at least 1 (got 0)"],
         id="zero-nodes"),
     pytest.param(
         prod_with(gpuPools=[{"zone": "us-east-1a", "capacityReservationId": "res-1"}, {"zone": "us-east-1b"}]),
@@ -142,11 +142,11 @@ INVALID = [
         id="reservation-and-block"),
     pytest.param(
         prod_with(kubernetesVersion="1.33"),
-        ["llm-serving:kubernetesVersion: Input should be '1.34' or '1.35'"],
+        ["llm-serving:kubernetesVersion: unknown Kubernetes version '1.33'; choose one of: 1.34, 1.35"],
         id="unsupported-kubernetes-version"),
     pytest.param(
         prod_with(environment="qa"),
-        ["llm-serving:environment: Input should be 'dev', 'staging' or 'prod'"],
+        ["llm-serving:environment: unknown environment 'qa'; choose one of: dev, staging, prod"],
         id="unknown-environment"),
     pytest.param(
         prod_with(apiAllowedCidrs=["203.0.113.7/24"]),
@@ -162,5 +162,5 @@ def test_invalid_config_fails_with_its_exact_message(config, expected):
 
 def test_every_problem_is_reported_at_once():
     config = prod_with(environment="qa", replica=2)
-    assert problems(config) == ["llm-serving:environment: Input should be 'dev', 'staging' or 'prod'",
+    assert problems(config) == ["llm-serving:environment: unknown environment 'qa'; choose one of: dev, staging, prod",
                                 "llm-serving:replica: unknown key; did you mean replicas?"]

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from settings import load_stack
+from settings import stack_settings
 from simulator import (ReplicaSpec, SimConfig, StepCost, WorkloadSpec, ZoneFailure, config_from_plan,
                        parse_fail_zone, replica_model, simulate, simulated_capacity_qps, step_cost, summarize,
                        to_dict)
@@ -19,12 +19,12 @@ from sizing.planner import plan as make_plan
 
 @pytest.fixture(scope="module")
 def prod():
-    return make_plan(load_stack("prod").plan_request())
+    return make_plan(stack_settings("prod").plan_request())
 
 
 @pytest.fixture(scope="module")
 def dev():
-    return make_plan(load_stack("dev").plan_request())
+    return make_plan(stack_settings("dev").plan_request())
 
 
 def tight_cache_config(**changes) -> SimConfig:

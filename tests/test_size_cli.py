@@ -66,19 +66,19 @@ BAD_INPUT = [
     (["--weights", "int3"], "error: --weights: unknown precision 'int3'; choose one of: fp8, bf16, fp16"),
     (["--kv-dtype", "int8"], "error: --kv-dtype: unknown precision 'int8'; choose one of: fp8, bf16, fp16"),
     (["--profile", "fast"], "error: --profile: unknown profile 'fast'; choose one of: reference, calibrated"),
-    (["--tp", "16"], "error: --tp: tensor parallel 16 exceeds the 8 GPUs of one p5.48xlarge node (a TP group never spans nodes)"),
-    (["--tp", "3"], "error: --tp: tensor parallel 3 does not divide the 64 attention heads of llama-3-70b"),
+    (["--tp", "16"], "error: --tp: tensor parallel 16 exceeds the 8 GPUs of one p5.48xlarge node (a TP group never spans nodes); use at most 8"),
+    (["--tp", "3"], "error: --tp: tensor parallel 3 does not divide the 64 attention heads of llama-3-70b; use one of 1, 2, 4, 8"),
     (["--model", "llama-3.1-405b", "--weights", "bf16", "--tp", "8"],
      "error: --weights: bf16 weights of llama-3.1-405b need 101.5 GB per GPU at TP=8, more than the 68.0 GB usable on a h100-sxm (raise TP, use fp8 weights or a larger GPU)"),
-    (["--qps", "0"], "error: --qps: must be a finite number greater than 0 (got 0)"),
-    (["--qps", "nan"], "error: --qps: must be a finite number greater than 0 (got nan)"),
-    (["--qps", "inf"], "error: --qps: must be a finite number greater than 0 (got inf)"),
-    (["--ttft-slo", "inf"], "error: --ttft-slo: must be a finite number greater than 0 (got inf)"),
-    (["--gpu-hour-price", "nan"], "error: --gpu-hour-price: must be a finite number greater than 0 (got nan)"),
-    (["--replicas", "0"], "error: --replicas: must be a finite number greater than 0 (got 0)"),
+    (["--qps", "0"], "error: --qps: must be greater than 0 (got 0)"),
+    (["--qps", "nan"], "error: --qps: nan is not a finite number; give a finite value"),
+    (["--qps", "inf"], "error: --qps: inf is not a finite number; give a finite value"),
+    (["--ttft-slo", "inf"], "error: --ttft-slo: inf is not a finite number; give a finite value"),
+    (["--gpu-hour-price", "nan"], "error: --gpu-hour-price: nan is not a finite number; give a finite value"),
+    (["--replicas", "0"], "error: --replicas: must be 'auto' or an integer of at least 1 (got 0)"),
     (["--slo-statistic", "p42"], "error: --slo-statistic: unknown statistic 'p42'; choose one of: mean, p50, p90, p95, p99"),
-    (["--qps", "5", "--concurrency", "5"], "error: --qps and --concurrency: give one (open loop) or the other (closed loop), not both"),
-    (["--tpot-slo", "0.004"], "error: SLOs: no TP degree works; at TP=8, the most capable: one replica cannot meet the SLOs even unloaded: one decode step takes 4.2 ms with a single sequence, above the 4 ms TPOT SLO"),
+    (["--qps", "5", "--concurrency", "5"], "error: --qps and --concurrency: give exactly one of qps (open loop) or concurrency (closed loop)"),
+    (["--tpot-slo", "0.004"], "error: --tpot-slo: no TP degree works; at TP=8, the most capable: one replica cannot meet the SLOs even unloaded: one decode step takes 4.2 ms with a single sequence, above the 4 ms TPOT SLO"),
     (["--qps", "40", "--tp", "4", "--slo-statistic", "mean"], "error: --qps: after losing us-east-1a, 2 TP=4 replica slots remain, carrying 31.9 QPS; 40 QPS needs 3 replicas of 15.9 QPS each (add nodes or zones, or lower the load)"),
     (["--stack", "nope"], None),
     (["--qps", "abc"], "error: Invalid value for '--qps': 'abc' is not a valid float. (see `llmserve size --help`)"),
@@ -95,6 +95,55 @@ def test_bad_input_is_one_line_and_exit_2(capsys, args, message):
         assert err.strip() == message
     else:
         assert err.startswith("error: --stack nope: ") and "no such stack file" in err
+
+
+# One door: a bad value gets the same message from a flag as from a stack file; only the name in
+# front differs: the flag the user typed, or (after the file) the stack key. The stack side is prod
+# (the reference pools) with whole keys replaced, in YAML as a user writes them.
+SAME_MESSAGE = [
+    (["--qps", "0"], "workload: {qps: 0}", "workload.qps", "must be greater than 0 (got 0)"),
+    (["--qps", "nan"], "workload: {qps: .nan}", "workload.qps", "nan is not a finite number; give a finite value"),
+    (["--ttft-slo", "-1"], "workload: {qps: 10, ttftSeconds: -1}", "workload.ttftSeconds",
+     "must be greater than 0 (got -1)"),
+    (["--slo-statistic", "p42"], "workload: {qps: 10, sloStatistic: p42}", "workload.sloStatistic",
+     "unknown statistic 'p42'; choose one of: mean, p50, p90, p95, p99"),
+    (["--tp", "16"], "model: {tensorParallel: 16}", "model.tensorParallel",
+     "tensor parallel 16 exceeds the 8 GPUs of one p5.48xlarge node (a TP group never spans nodes); use at most 8"),
+    (["--tp", "3"], "model: {tensorParallel: 3}", "model.tensorParallel",
+     "tensor parallel 3 does not divide the 64 attention heads of llama-3-70b; use one of 1, 2, 4, 8"),
+    (["--weights", "int3"], "model: {weights: int3}", "model.weights",
+     "unknown precision 'int3'; choose one of: fp8, bf16, fp16"),
+    (["--model", "llama-9"], "model: {id: llama-9}", "model.id",
+     "unknown model 'llama-9'; choose one of: llama-3-70b, llama-3-8b, llama-3.1-405b, mixtral-8x7b"),
+    (["--profile", "fast"], "sizing: {profile: fast}", "sizing.profile",
+     "unknown profile 'fast'; choose one of: reference, calibrated"),
+    (["--gpu-hour-price", "0"], "sizing: {gpuHourPrice: 0}", "sizing.gpuHourPrice", "must be greater than 0 (got 0)"),
+    (["--replicas", "0"], "replicas: 0", "replicas", "must be 'auto' or an integer of at least 1 (got 0)"),
+    (["--nodes-per-zone", "65"], "gpuPools: [{zone: us-east-1a, nodes: 65}]", "gpuPools[0].nodes",
+     "must be at most 64 (got 65)"),
+    (["--zones", "us-east-1a,eu-west-1b"], "gpuPools: [{zone: us-east-1a}, {zone: eu-west-1b}]", "gpuPools[1].zone",
+     "'eu-west-1b' is not a zone of the region us-east-1; use a zone such as us-east-1a"),
+    # refused by the plan, not the settings: named by the field the sizing gives (SizingError.field)
+    (["--qps", "40", "--tp", "4", "--slo-statistic", "mean"], "{workload: {qps: 40, sloStatistic: mean}, "
+     "model: {tensorParallel: 4}}", "workload.qps", "after losing us-east-1a, 2 TP=4 replica slots remain, "
+     "carrying 31.9 QPS; 40 QPS needs 3 replicas of 15.9 QPS each (add nodes or zones, or lower the load)"),
+    (["--tpot-slo", "0.004"], "workload: {qps: 10, tpotSeconds: 0.004}", "workload.tpotSeconds",
+     "no TP degree works; at TP=8, the most capable: one replica cannot meet the SLOs even unloaded: one decode "
+     "step takes 4.2 ms with a single sequence, above the 4 ms TPOT SLO"),
+]
+
+
+@pytest.mark.parametrize("flags,stack_keys,key,message", SAME_MESSAGE, ids=[" ".join(f) for f, *_ in SAME_MESSAGE])
+def test_a_bad_value_reads_the_same_from_a_flag_and_from_the_stack(capsys, tmp_path, flags, stack_keys, key, message):
+    import yaml
+
+    from tests.stacks import stack_config, with_overrides
+
+    path = tmp_path / "Pulumi.x.yaml"
+    path.write_text(yaml.safe_dump({"config": with_overrides(stack_config("prod"), yaml.safe_load(stack_keys))}))
+    assert run(capsys, "size", *flags)[::2] == (2, f"error: {flags[0]}: {message}\n")
+    assert run(capsys, "size", "--stack", "x", "--config", str(path))[::2] == (
+        2, f"error: --config {path}: llm-serving:{key}: {message}\n")
 
 
 def test_plot_writes_a_png(capsys, tmp_path):
@@ -202,7 +251,7 @@ def test_closed_loop_ttft_past_the_kv_cache_is_finite_and_grows_with_the_clients
 def test_a_ttft_slo_below_the_idle_chunked_prefill_names_the_chunks(capsys):
     code, _, err = run(capsys, "size", "--profile", "calibrated", "--ttft-slo", "0.05", "--tp", "4")
     assert code == 2
-    assert err.strip() == ("error: SLOs: one replica cannot meet the SLOs even unloaded: at the lightest load the p95 "
+    assert err.strip() == ("error: --ttft-slo: one replica cannot meet the SLOs even unloaded: at the lightest load the p95 "
                            "TTFT is 0.06 s (a 1,000-token prompt in chunks of up to 997 tokens, each step shared "
                            "with the decodes), above the 0.05 s TTFT SLO")
 

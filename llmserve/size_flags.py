@@ -1,0 +1,130 @@
+"""`llmserve size`'s flags as settings keys: one table (`FLAGS`), flag -> the `llm-serving:` key
+it fills in the same `settings.PlanRequestSettings` a stack file fills, and the way back: a
+problem with a key is reported under the flag the user typed, else under the stack key.
+
+So a bad value meets one rule with one message, from a flag or from a stack file; only the name
+in front differs (`--qps: ...` or `--stack prod: llm-serving:workload.qps: ...`). To add a flag,
+declare the typer option in size_cmd.py and add its row here.
+"""
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+ZONE_NAME = re.compile(r"[a-z]{2}(-gov)?-[a-z]+-\d[a-z]")
+MAX_ZONE_COUNT = 6
+
+
+def _set(body: dict, key: str, value: Any) -> None:
+    *parents, leaf = key.split(".")
+    for part in parents:
+        body = body.setdefault(part, {})
+    body[leaf] = value
+
+
+def _pools_by_zone(body: dict) -> list[dict]:
+    """One pool per zone of the request (a pool flag sizes zones, not the stack's named pools)."""
+    nodes: dict[str, int] = {}
+    for p in body["gpuPools"]:
+        nodes[p["zone"]] = nodes.get(p["zone"], 0) + p.get("nodes", 1)
+    itype = body["gpuPools"][0].get("instanceType", "p5.48xlarge")
+    body["gpuPools"] = [{"zone": z, "instanceType": itype, "nodes": n} for z, n in nodes.items()]
+    return body["gpuPools"]
+
+
+def _each_pool(body: dict, key: str, value: Any) -> None:
+    for pool in _pools_by_zone(body):
+        pool[key.rpartition(".")[2]] = value
+
+
+def _gpu(body: dict, key: str, value: str) -> None:
+    from sizing.catalog import load_catalog
+    _each_pool(body, key, load_catalog().node_for_gpu(value).id)    # an unknown GPU: CatalogError
+
+
+def _zones(body: dict, key: str, value: str) -> None:
+    """A count (that many zones of the region) or zone names; a stackless request takes the
+    region of the zones named."""
+    region = body["region"]
+    if value.isdigit():
+        if not 1 <= int(value) <= MAX_ZONE_COUNT:
+            raise ValueError(f"give 1 to {MAX_ZONE_COUNT} zones (got {value})")
+        names = [f"{region}{chr(ord('a') + i)}" for i in range(int(value))]
+    else:
+        names = [z.strip() for z in value.split(",") if z.strip()]
+        if not names:
+            raise ValueError("give a count (2) or zone names (us-east-1a,us-east-1b)")
+        if body.get("_reference") and ZONE_NAME.fullmatch(names[0]):
+            body["region"] = names[0][:-1]
+    per_zone = {p["zone"]: p["nodes"] for p in _pools_by_zone(body)}
+    itype = body["gpuPools"][0]["instanceType"]
+    body["gpuPools"] = [{"zone": z, "instanceType": itype, "nodes": per_zone.get(z, 1)} for z in names]
+
+
+@dataclass(frozen=True)
+class Flag:
+    key: str                                      # the llm-serving: key (gpuPools.x: every pool's x)
+    apply: Callable[[dict, str, Any], None] = _set
+    replaces: tuple[str, ...] = ()                # keys of the stack's a given flag clears first
+
+
+LOAD = ("workload.qps", "workload.concurrency")   # a load flag replaces the stack's load, open or closed
+# In the order they apply: --zones first (it lays out the pools), --instance after --gpu (it wins).
+FLAGS: dict[str, Flag] = {
+    "--model": Flag("model.id"),
+    "--weights": Flag("model.weights"),
+    "--kv-dtype": Flag("model.kvCacheDtype"),
+    "--tp": Flag("model.tensorParallel"),
+    "--qps": Flag("workload.qps", replaces=LOAD),
+    "--concurrency": Flag("workload.concurrency", replaces=LOAD),
+    "--input-tokens": Flag("workload.inputTokens"),
+    "--output-tokens": Flag("workload.outputTokens"),
+    "--ttft-slo": Flag("workload.ttftSeconds"),
+    "--tpot-slo": Flag("workload.tpotSeconds"),
+    "--slo-statistic": Flag("workload.sloStatistic"),
+    "--replicas": Flag("replicas"),
+    "--profile": Flag("sizing.profile"),
+    "--gpu-hour-price": Flag("sizing.gpuHourPrice"),
+    "--zones": Flag("gpuPools.zone", _zones),
+    "--gpu": Flag("gpuPools.instanceType", _gpu),
+    "--instance": Flag("gpuPools.instanceType", _each_pool),
+    "--nodes-per-zone": Flag("gpuPools.nodes", _each_pool),
+}
+
+
+def request_body(base: dict, given: dict[str, Any], reference: bool) -> tuple[dict, list[str]]:
+    """The base request's settings keys with the given flags applied, and the problems of flags
+    that do not parse (each naming its flag)."""
+    body = copy.deepcopy(base) | ({"_reference": True} if reference else {})
+    for flag in given:
+        for key in FLAGS[flag].replaces:
+            _set(body, key, None)
+    problems = []
+    for flag, spec in FLAGS.items():
+        if flag in given:
+            try:
+                spec.apply(body, spec.key, given[flag])
+            except ValueError as exc:       # CatalogError included
+                problems.append(f"{flag}: {exc}")
+    body.pop("_reference", None)
+    return body, problems
+
+
+def named(problem: str, given: dict[str, Any], source: str | None) -> str:
+    """A settings problem (`llm-serving:<key>: message`) under the flag the user typed for that
+    key, else under the stack key, after its source (`--stack NAME: llm-serving:<key>: ...`).
+    Without a stack the flag is the only way to the value, so it is named even when left at its
+    default."""
+    from settings import NAMESPACE
+
+    head, _, message = problem.partition(": ")
+    key = re.sub(r"\[\d+\]", "", head.removeprefix(f"{NAMESPACE}:")) if head.startswith(NAMESPACE) else None
+    flags = [f for f in given if FLAGS[f].key == key] or [
+        f for f in given if key and (FLAGS[f].key.startswith(f"{key}.") or key.startswith(f"{FLAGS[f].key}."))]
+    if not flags and source is None:
+        flags = [f for f, spec in FLAGS.items() if spec.key == key][:1]
+    if flags:
+        return f"{' and '.join(flags)}: {message}"
+    return f"{source}: {problem}" if source is not None else problem
