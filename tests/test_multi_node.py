@@ -280,3 +280,21 @@ def test_a_literal_token_in_a_group_pod_is_caught(build_program):
     lws.outputs = lws.inputs
     assert any(v["policy"] == "secrets-only-as-secrets" and "HF_TOKEN" in v["message"]
                for v in evaluate(recording, STACK))
+
+
+def test_every_rendered_object_of_the_multi_node_stack_validates(tmp_path):
+    from tests.k8s_schema import CrdMissing
+
+    result = run_cli(["render", "--stack", STACK, "--out", str(tmp_path)], limit_s=120)
+    assert result.exit_code == 0, result.stderr
+    kinds, unchecked = set(), set()
+    for path in sorted((tmp_path / "manifests").glob("*.yaml")):
+        obj = yaml.safe_load(path.read_text())
+        try:
+            validate(obj, "1.35")
+            kinds.add(obj["kind"])
+        except CrdMissing:
+            unchecked.add(obj["kind"])
+    assert "LeaderWorkerSet" in kinds and unchecked <= {"Certificate", "ClusterIssuer"}   # cert-manager's: optional
+    helm = {p.name for p in (tmp_path / "helm").iterdir()}
+    assert {"lws-system_lws.yaml", "kube-system_aws-efa-k8s-device-plugin.yaml"} <= helm
