@@ -19,7 +19,7 @@ from components.monitoring import Monitoring, MonitoringArgs
 from components.network import Network, NetworkArgs, network_zones
 from components.serving import Serving, ServingArgs, served_checkpoint
 from settings import SettingsError, sizing_problem
-from settings.pulumi_config import require_secrets, secret, settings_from_pulumi
+from settings.pulumi_config import refuse_example_values, require_secrets, secret, settings_from_pulumi
 from sizing.model import SizingError
 from sizing.planner import plan as make_plan
 
@@ -30,6 +30,7 @@ except SettingsError as exc:       # one line per problem, each naming the key; 
     raise pulumi.RunError(f"invalid stack config:\n{exc}") from None
 except SizingError as exc:
     raise pulumi.RunError(f"no plan for this stack config: {sizing_problem(exc)}") from None
+refuse_example_values(settings)    # on a real engine only: the committed stacks' example values
 require_secrets(settings)          # one line naming `pulumi config set --secret` when one is missing
 
 # -- AWS: network -> cluster -> one GPU node pool per (zone, pool) ---------------------------------
@@ -43,7 +44,7 @@ network = Network("llm", NetworkArgs(
 cluster = Cluster("llm", ClusterArgs(
     stack=settings.stack, environment=settings.environment, region=settings.region,
     kubernetes_version=settings.kubernetesVersion, api_allowed_cidrs=settings.apiAllowedCidrs,
-    admin_role_arns=settings.adminRoleArns, system_nodes=settings.systemNodes, tags=settings.tags,
+    admin_role_arns=settings.adminRoleArns, view_role_arns=settings.previewRoleArns, system_nodes=settings.systemNodes, tags=settings.tags,
     network=network))
 efa = any(efa_enabled(plan, ps) for ps in settings.gpuPools)    # on wherever a replica spans nodes
 efa_sg = EfaSecurityGroup("efa", EfaSecurityGroupArgs(vpc_id=network.vpc.id, tags=settings.tags)) if efa else None

@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -22,9 +22,9 @@ import pulumi_kubernetes as k8s
 from conventions import CERT_MANAGER_CHART_VERSION
 
 from .cluster import SYSTEM_ROLE_LABEL
+from .identity_release import ChartRelease, ControllerArgs, release_with_identity
 from .options import after
 from .placement import spread
-from .pod_identity import PodIdentity, PodIdentityArgs
 
 CHART, CHART_VERSION, CHART_REPO = "cert-manager", CERT_MANAGER_CHART_VERSION, "https://charts.jetstack.io"
 NAMESPACE = "cert-manager"
@@ -33,6 +33,7 @@ SERVICE_ACCOUNT = "cert-manager"          # the chart's controller service accou
 CERT_MANAGER_API = "cert-manager.io/v1"
 REPLICAS = 2
 ISSUER_NAME = "llm-serving-acme"
+CHART_RELEASE = ChartRelease(CHART, CHART_VERSION, CHART_REPO, RELEASE, NAMESPACE, SERVICE_ACCOUNT)
 
 
 def route53_dns01_policy(hosted_zone_id: str) -> str:
@@ -71,15 +72,11 @@ def issuer_spec(acme_server: str, email: str, region: str, hosted_zone_id: str) 
     }}
 
 
-@dataclass(frozen=True)
-class CertManagerArgs:
-    cluster_name: pulumi.Input[str]
-    region: str
+@dataclass(frozen=True, kw_only=True)
+class CertManagerArgs(ControllerArgs):
     hosted_zone_id: str
     acme_server: str
     acme_email: str
-    provider: k8s.Provider
-    tags: dict[str, str] = field(default_factory=dict)
 
 
 class CertManager(pulumi.ComponentResource):
@@ -91,15 +88,10 @@ class CertManager(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: CertManagerArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llm-serving:cert_manager:CertManager", name, None, opts)
-        identity = PodIdentity(f"{name}-identity", PodIdentityArgs(
-            cluster_name=args.cluster_name, namespace=NAMESPACE, service_account=SERVICE_ACCOUNT,
-            policy_json=route53_dns01_policy(args.hosted_zone_id),
-            tags=dict(args.tags)), opts=pulumi.ResourceOptions(parent=self, depends_on=after(opts)))
-        self.release = k8s.helm.v3.Release(
-            f"{name}-release", name=RELEASE, chart=CHART, version=CHART_VERSION,
-            repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=CHART_REPO),
-            namespace=NAMESPACE, create_namespace=True, values=chart_values(),
-            opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[identity.association]))
+        self.release = release_with_identity(
+            self, name, CHART_RELEASE, cluster_name=args.cluster_name,
+            policy_json=route53_dns01_policy(args.hosted_zone_id), tags=args.tags, values=chart_values(),
+            provider=args.provider, opts=opts)
         self.issuer_name = ISSUER_NAME
         self.issuer = k8s.apiextensions.CustomResource(
             f"{name}-issuer", api_version=CERT_MANAGER_API, kind="ClusterIssuer",

@@ -29,6 +29,10 @@ CONTROL_PLANE_LOG_RETENTION_DAYS = 90       # audit trail long enough for an inc
 SYSTEM_ROOT_VOLUME_GIB = 50
 SYSTEM_MAX_SCALE = 2                         # max size = 2 x desired: room to scale up by hand
 ADMIN_POLICY = ":eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"   # after "arn:<partition>"
+# Read-only Kubernetes access for the CI preview role: EKS's view policy (most namespaced objects,
+# not Secrets), never cluster-admin. A preview that may not patch falls back from a server-side
+# dry run to a client-side diff (pulumi/pulumi-kubernetes#2419, in v4.34.2).
+VIEW_POLICY = ":eks::aws:cluster-access-policy/AmazonEKSViewPolicy"
 EBS_CSI_SERVICE_ACCOUNT = "ebs-csi-controller-sa"
 
 
@@ -91,6 +95,7 @@ class ClusterArgs:
     system_nodes: SystemNodeSettings
     tags: Mapping[str, str]
     network: Network
+    view_role_arns: tuple[str, ...] = ()    # IAM roles granted read-only access (the CI preview role)
 
 
 class Cluster(pulumi.ComponentResource):
@@ -207,16 +212,22 @@ class Cluster(pulumi.ComponentResource):
         )
 
     def _admin_access(self) -> None:
-        cluster, name = self.eks_cluster, self._name
-        for i, arn in enumerate(self._args.admin_role_arns):
-            entry = aws.eks.AccessEntry(
-                f"{name}-admin-{i}", cluster_name=cluster.name, principal_arn=arn, type="STANDARD",
-                tags=self._tags, opts=pulumi.ResourceOptions(parent=cluster))
-            aws.eks.AccessPolicyAssociation(
-                f"{name}-admin-{i}-policy", cluster_name=cluster.name, principal_arn=entry.principal_arn,
-                policy_arn=pulumi.Output.concat("arn:", self._partition, ADMIN_POLICY),
-                access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"),
-                opts=pulumi.ResourceOptions(parent=entry))
+        """Access entries: cluster-admin for `adminRoleArns`, view for `previewRoleArns`."""
+        for kind, arns, policy in (("admin", self._args.admin_role_arns, ADMIN_POLICY),
+                                   ("view", self._args.view_role_arns, VIEW_POLICY)):
+            for i, arn in enumerate(arns):
+                self._access_entry(f"{self._name}-{kind}-{i}", arn, policy)
+
+    def _access_entry(self, name: str, principal_arn: str, policy: str) -> None:
+        cluster = self.eks_cluster
+        entry = aws.eks.AccessEntry(
+            name, cluster_name=cluster.name, principal_arn=principal_arn, type="STANDARD",
+            tags=self._tags, opts=pulumi.ResourceOptions(parent=cluster))
+        aws.eks.AccessPolicyAssociation(
+            f"{name}-policy", cluster_name=cluster.name, principal_arn=entry.principal_arn,
+            policy_arn=pulumi.Output.concat("arn:", self._partition, policy),
+            access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"),
+            opts=pulumi.ResourceOptions(parent=entry))
 
     def _addon(self, addon_name: str, depends_on=(), **kwargs) -> aws.eks.Addon:
         # The version EKS marks as default for this Kubernetes version, resolved when the

@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -22,14 +22,14 @@ import pulumi_kubernetes as k8s
 from conventions import ANNOTATION_EXTERNAL_DNS_HOSTNAME, EXTERNAL_DNS_CHART_VERSION
 
 from .cluster import SYSTEM_ROLE_LABEL
-from .options import after
-from .pod_identity import PodIdentity, PodIdentityArgs
+from .identity_release import ChartRelease, ControllerArgs, release_with_identity
 
 CHART, CHART_VERSION, CHART_REPO = "external-dns", EXTERNAL_DNS_CHART_VERSION, "https://kubernetes-sigs.github.io/external-dns/"
 NAMESPACE = "external-dns"
 RELEASE = "external-dns"
 SERVICE_ACCOUNT = "external-dns"
 HOSTNAME_ANNOTATION = ANNOTATION_EXTERNAL_DNS_HOSTNAME
+CHART_RELEASE = ChartRelease(CHART, CHART_VERSION, CHART_REPO, RELEASE, NAMESPACE, SERVICE_ACCOUNT)
 
 
 def route53_records_policy(hosted_zone_id: str) -> str:
@@ -56,13 +56,9 @@ def chart_values(cluster_name: pulumi.Input[str], region: str, hosted_zone_id: s
     }
 
 
-@dataclass(frozen=True)
-class ExternalDnsArgs:
-    cluster_name: pulumi.Input[str]
-    region: str
+@dataclass(frozen=True, kw_only=True)
+class ExternalDnsArgs(ControllerArgs):
     hosted_zone_id: str
-    provider: k8s.Provider
-    tags: dict[str, str] = field(default_factory=dict)
 
 
 class ExternalDns(pulumi.ComponentResource):
@@ -72,14 +68,8 @@ class ExternalDns(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: ExternalDnsArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llm-serving:external_dns:ExternalDns", name, None, opts)
-        identity = PodIdentity(f"{name}-identity", PodIdentityArgs(
-            cluster_name=args.cluster_name, namespace=NAMESPACE, service_account=SERVICE_ACCOUNT,
-            policy_json=route53_records_policy(args.hosted_zone_id),
-            tags=dict(args.tags)), opts=pulumi.ResourceOptions(parent=self, depends_on=after(opts)))
-        self.release = k8s.helm.v3.Release(
-            f"{name}-release", name=RELEASE, chart=CHART, version=CHART_VERSION,
-            repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=CHART_REPO),
-            namespace=NAMESPACE, create_namespace=True,
-            values=chart_values(args.cluster_name, args.region, args.hosted_zone_id),
-            opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[identity.association]))
+        self.release = release_with_identity(
+            self, name, CHART_RELEASE, cluster_name=args.cluster_name,
+            policy_json=route53_records_policy(args.hosted_zone_id), tags=args.tags,
+            values=chart_values(args.cluster_name, args.region, args.hosted_zone_id), provider=args.provider, opts=opts)
         self.register_outputs({"chart": f"{CHART}@{CHART_VERSION}"})

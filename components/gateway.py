@@ -39,7 +39,7 @@ from .placement import HOST_KEY, ZONE_KEY, spread
 from .drain import longest_request_s
 from .serving import API_PORT
 
-EG_CHART, EG_VERSION = "oci://docker.io/envoyproxy/gateway-helm", ENVOY_GATEWAY_VERSION   # CRDs in ../shared/crds
+EG_CHART, EG_VERSION = "oci://docker.io/envoyproxy/gateway-helm", ENVOY_GATEWAY_VERSION   # CRDs pinned in scripts/upstream-files.json (vendor/upstream)
 AIGW_CHART, AIGW_CRDS_CHART = "oci://docker.io/envoyproxy/ai-gateway-helm", "oci://docker.io/envoyproxy/ai-gateway-crds-helm"
 AIGW_VERSION = ENVOY_AI_GATEWAY_VERSION
 INFERENCE_CRDS_URL = ("https://github.com/kubernetes-sigs/gateway-api-inference-extension/releases/download/"

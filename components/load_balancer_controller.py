@@ -19,7 +19,7 @@ never gets an address.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pulumi
@@ -28,9 +28,8 @@ import pulumi_kubernetes as k8s
 from conventions import ANNOTATION_AWS_LB_TYPE, AWS_LB_TYPE_EXTERNAL, AWS_LOAD_BALANCER_CONTROLLER_CHART_VERSION
 
 from .cluster import SYSTEM_ROLE_LABEL
-from .options import after
+from .identity_release import ChartRelease, ControllerArgs, release_with_identity
 from .placement import spread
-from .pod_identity import PodIdentity, PodIdentityArgs
 
 CHART, CHART_VERSION, CHART_REPO = "aws-load-balancer-controller", AWS_LOAD_BALANCER_CONTROLLER_CHART_VERSION, \
     "https://aws.github.io/eks-charts"
@@ -42,6 +41,10 @@ IAM_POLICY_FILE = Path(__file__).resolve().parent / "data" / "aws-load-balancer-
 # The Service annotations this controller owns (the controller contract reads them).
 LB_TYPE_ANNOTATION, LB_TYPE_VALUE = ANNOTATION_AWS_LB_TYPE, AWS_LB_TYPE_EXTERNAL
 SELECTOR = {"app.kubernetes.io/name": CHART, "app.kubernetes.io/instance": RELEASE}
+# kube-system exists; wait for the pods: the gateway's Service must find a running controller
+# (and its credentials) when Envoy Gateway creates it.
+CHART_RELEASE = ChartRelease(CHART, CHART_VERSION, CHART_REPO, RELEASE, NAMESPACE, SERVICE_ACCOUNT,
+                             create_namespace=False, wait_for_pods=True)
 
 
 def iam_policy_json() -> str:
@@ -60,13 +63,9 @@ def chart_values(cluster_name: pulumi.Input[str], region: str, vpc_id: pulumi.In
     }
 
 
-@dataclass(frozen=True)
-class LoadBalancerControllerArgs:
-    cluster_name: pulumi.Input[str]
-    region: str
+@dataclass(frozen=True, kw_only=True)
+class LoadBalancerControllerArgs(ControllerArgs):
     vpc_id: pulumi.Input[str]
-    provider: k8s.Provider
-    tags: dict[str, str] = field(default_factory=dict)
 
 
 class LoadBalancerController(pulumi.ComponentResource):
@@ -76,16 +75,7 @@ class LoadBalancerController(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: LoadBalancerControllerArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llm-serving:load_balancer_controller:LoadBalancerController", name, None, opts)
-        identity = PodIdentity(f"{name}-identity", PodIdentityArgs(
-            cluster_name=args.cluster_name, namespace=NAMESPACE, service_account=SERVICE_ACCOUNT,
-            policy_json=iam_policy_json(), tags=dict(args.tags)),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=after(opts)))
-        self.release = k8s.helm.v3.Release(
-            f"{name}-release", name=RELEASE, chart=CHART, version=CHART_VERSION,
-            repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=CHART_REPO), namespace=NAMESPACE,
-            values=chart_values(args.cluster_name, args.region, args.vpc_id),
-            # Wait for the pods: the gateway's Service must find a running controller (and its
-            # credentials) when Envoy Gateway creates it.
-            skip_await=False,
-            opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[identity.association]))
+        self.release = release_with_identity(
+            self, name, CHART_RELEASE, cluster_name=args.cluster_name, policy_json=iam_policy_json(), tags=args.tags,
+            values=chart_values(args.cluster_name, args.region, args.vpc_id), provider=args.provider, opts=opts)
         self.register_outputs({"chart": f"{CHART}@{CHART_VERSION}", "replicas": REPLICAS})

@@ -1,7 +1,10 @@
-"""Check the AWS account before `pulumi up`: every zone offers the GPU instance type, the
-On-Demand vCPU quota covers the GPU nodes, and every configured capacity reservation exists, is
-active, and matches its pool's zone and instance type. Needs AWS credentials (boto3's usual
-chain); makes read-only calls only. Exit 0 when every check passes, 1 when one fails."""
+"""Check the stack and the AWS account before `pulumi up`. First, without AWS: the stack holds no
+example values (a documentation zone id, hostname, e-mail or CIDR; exit 1 before any AWS call)
+and each GPU pool is, or is not, backed by a capacity reservation or block (a warning when not).
+Then, with AWS credentials (boto3's usual chain, read-only calls): every zone offers the GPU
+instance type, the On-Demand vCPU quota covers the GPU nodes, and every configured capacity
+reservation exists, is active, and matches its pool's zone and instance type.
+Exit 0 when every check passes (warnings included), 1 when one fails."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -26,6 +29,11 @@ class Check:
     target: str
     ok: bool
     detail: str
+    warn: bool = False      # passes, but says what may go wrong (an unreserved GPU pool)
+
+    @property
+    def result(self) -> str:
+        return "FAIL" if not self.ok else "warn" if self.warn else "pass"
 
 
 @dataclass(frozen=True)
@@ -46,7 +54,46 @@ def default_clients(region: str) -> AwsClients:
 make_clients: Callable[[str], AwsClients] = default_clients
 
 
-# -- checks ------------------------------------------------------------------------------------
+# -- checks without AWS ------------------------------------------------------------------------
+def example_checks(settings) -> list[Check]:
+    """One failing row per example value left in the stack (settings/examples.py)."""
+    from settings.examples import WHAT_BELONGS, example_values
+
+    return [Check("example value", f"llm-serving:{v.key}", False,
+                  f"{v.value} is an example value; put {WHAT_BELONGS[v.key]}") for v in example_values(settings)]
+
+
+def capacity_checks(settings) -> list[Check]:
+    """One row per GPU pool: which capacity backs it. A pool with none may not get its nodes:
+    large GPU instances are often short On-Demand, and the node group then waits and fails."""
+    rows = []
+    for i, p in enumerate(settings.gpuPools):
+        target, block = f"gpuPools[{i}] ({p.instanceType} x {p.nodes} in {p.zone})", p.capacityBlock
+        if p.capacityReservationId:
+            rows.append(Check("capacity", target, True, f"On-Demand Capacity Reservation {p.capacityReservationId}"))
+        elif block is not None and block.id:
+            rows.append(Check("capacity", target, True,
+                              f"Capacity Block {block.id}; its nodes launch only inside the block's window"))
+        elif block is not None and block.purchase:
+            rows.append(Check("capacity", target, True,
+                              f"Capacity Block bought by `pulumi up` from offering {block.offeringId} "
+                              f"({block.durationHours} h, non-refundable)"))
+        else:
+            rows.append(Check("capacity", target, True, unreserved_detail(i, p), warn=True))
+    return rows
+
+
+def unreserved_detail(index: int, pool) -> str:
+    return (f"no reservation: On-Demand {pool.instanceType} capacity may be unavailable in {pool.zone}, and the "
+            "node group then fails with InsufficientInstanceCapacity. Reserve it: `aws ec2 "
+            f"create-capacity-reservation --instance-type {pool.instanceType} --instance-platform Linux/UNIX "
+            f"--availability-zone {pool.zone} --instance-count {pool.nodes}` and set "
+            f"gpuPools[{index}].capacityReservationId, or find a Capacity Block (`aws ec2 "
+            f"describe-capacity-block-offerings --instance-type {pool.instanceType} --instance-count {pool.nodes} "
+            f"--capacity-duration-hours 24`) and set gpuPools[{index}].capacityBlock (docs/capacity.md)")
+
+
+# -- checks against AWS ------------------------------------------------------------------------
 def offering_checks(ec2, pools) -> list[Check]:
     """One row per (zone, instance type): does the zone offer it (describe_instance_type_offerings)?"""
     wanted = list(dict.fromkeys((p.zone, p.instanceType) for p in pools))
@@ -159,29 +206,41 @@ def preflight(
     from .stack_arg import load
 
     settings = load(stack, config).settings
+    rows = example_checks(settings) + capacity_checks(settings)
+    if any(not r.ok for r in rows):     # refused before AWS is asked: the stack must change first
+        print_rows(stack, settings.region, rows, note="AWS not checked: replace the example values first.")
+        raise typer.Exit(1)
     from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
     try:
-        rows = run_checks(settings, make_clients(settings.region))
+        rows += run_checks(settings, make_clients(settings.region))
     except NoCredentialsError:
         fail("no AWS credentials found; set AWS_PROFILE or run `aws sso login` (preflight only reads)")
     except (ClientError, BotoCoreError) as exc:
         fail(f"AWS call failed: {exc}", code=1)
+    print_rows(stack, settings.region, rows)
+    if any(not r.ok for r in rows):
+        raise typer.Exit(1)
 
+
+def print_rows(stack: str, region: str, rows: list[Check], note: str = "") -> None:
+    """The table, then one summary line; each failing row also as one plain line (no wrapping)."""
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"Preflight for stack {stack} ({settings.region})", title_justify="left")
+    table = Table(title=f"Preflight for stack {stack} ({region})", title_justify="left")
     for col in ("check", "target", "result", "detail"):
         table.add_column(col)
     for r in rows:
-        table.add_row(r.check, r.target, "pass" if r.ok else "FAIL", r.detail)
+        table.add_row(r.check, r.target, r.result, r.detail)
     console = Console(width=140)
     console.print(table)
     failed = [r for r in rows if not r.ok]
-    console.print(f"{len(rows) - len(failed)} passed, {len(failed)} failed.")
-    if failed:
-        raise typer.Exit(1)
+    for r in failed:
+        print(f"FAIL {r.target}: {r.detail}")
+    warned = sum(r.ok and r.warn for r in rows)
+    summary = f"{len(rows) - len(failed) - warned} passed, {len(failed)} failed" + (f", {warned} warned" if warned else "")
+    print(f"{summary}.{' ' + note if note else ''}")
 
 
 def register(app: typer.Typer) -> None:

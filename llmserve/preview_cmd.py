@@ -43,7 +43,7 @@ def preview(
     stack: str = options.STACK,
     config: Optional[Path] = options.CONFIG,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object: stack, plan, resources, "
-                                                       "violations, outputs, placeholderSecrets; each resource lists its "
+                                                       "violations, outputs, placeholderSecrets, exampleValues; each resource lists its "
                                                        "dependencies (URNs)."),
 ) -> None:
     from offline.preview import preview_stack
@@ -57,6 +57,8 @@ def preview(
         print(json.dumps(result.as_dict(), indent=2, default=str))
     else:
         _print_text(result)
+        for line in example_note(result.example_values):
+            print(line)
         print(placeholder_note(result.placeholder_secrets))
     if result.mandatory_violations:
         raise typer.Exit(1)
@@ -67,6 +69,14 @@ def placeholder_note(keys: list[str]) -> str:
     names = ", ".join(k.partition(":")[2] for k in keys)
     return (f"Secrets: offline placeholders for {names} (a real `pulumi up` needs each set with "
             "`pulumi config set --secret <key> <value>`).")
+
+
+def example_note(lines: list[str]) -> list[str]:
+    """The example values a real deploy refuses (`pulumi up` and `llmserve preflight`), one per line."""
+    if not lines:
+        return []
+    return [f"Example values: {len(lines)} found; `pulumi up` and `llmserve preflight` refuse them:"] + [
+        f"  {line}" for line in lines]
 
 
 # -- text output -------------------------------------------------------------------------------

@@ -79,6 +79,7 @@ def check(
     tolerance: float = typer.Option(0.10, help="Mean TPOT may exceed the plan's at the same load by this share."),
     as_json: bool = options.JSON,
 ) -> None:
+    from observability.rules import slo_alerts
     from twin.check import check as run_check
     from twin.promapi import PromError, check_url, check_window, read_fleet
 
@@ -88,7 +89,7 @@ def check(
         fail(f"--tolerance: a share between 0 and 1, e.g. 0.10 (got {tolerance:g})")
     plan = load(stack, plan=True).plan
     try:
-        live = read_fleet(url, window)
+        live = read_fleet(url, window, slo_alerts(plan))
     except PromError as exc:
         fail(str(exc), code=1)
     result = run_check(plan, live, tolerance)

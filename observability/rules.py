@@ -1,8 +1,10 @@
 """Recording rules and alerts, built from the sizing plan and the SLOs.
 
 Every threshold is read from the plan (`Thresholds.from_plan`) or from the alert policy (the
-shares and ratios an operator chooses, `AlertPolicy`); none is typed into an expression. The same
-groups go into the PrometheusRule object and the plain rule file `llmserve render` writes.
+shares and ratios an operator chooses, `AlertPolicy`); none is typed into an expression. Each alert
+is an `alerts.Alert` (`plan_alerts`), which the dashboard, the twin and `check` read too; latency
+alerts read the statistic the SLOs are stated at (`statistic_expr`). The same groups go into the
+PrometheusRule object and the plain rule file `llmserve render` writes.
 
 Recorded series follow Prometheus' `level:metric:operation` naming, at three levels:
 `pod` (one replica: labels zone, pod), `zone` and `service` (everything).
@@ -15,12 +17,14 @@ from dataclasses import dataclass
 import yaml
 
 from sizing.planner import Plan
+from sizing import queueing
 
 from . import contract
+from .alerts import Alert, Behaviour, Expected
 
 RATE_WINDOW = "5m"
 LEVELS: tuple[tuple[str, tuple[str, ...]], ...] = (("pod", ("zone", "pod")), ("zone", ("zone",)), ("service", ()))
-QUANTILES = (0.5, 0.95)
+RECORDED_QUANTILES = (0.5, 0.95)      # the quantiles recorded for every latency histogram
 
 # vLLM latency histograms, by the short name the dashboard and alerts use.
 LATENCY_HISTOGRAMS = {
@@ -47,7 +51,7 @@ class AlertPolicy:
     capacity_share: float = 0.80          # of the sized capacity (all replicas)
     gateway_5xx_ratio: float = 0.01       # of client requests
     gateway_429_ratio: float = 0.05       # of client requests, answered by the rate limit
-    slo_for: str = "10m"                  # how long a p95 must stay above its SLO
+    slo_for: str = "10m"                  # how long a latency must stay above its SLO
     replicas_for: str = "15m"             # a 70B model takes minutes to load: ride out restarts
     load_for: str = "15m"
 
@@ -55,8 +59,10 @@ class AlertPolicy:
 @dataclass(frozen=True)
 class Thresholds:
     """What each alert compares with, read from the plan once."""
-    ttft_p95_s: float
-    tpot_p95_s: float
+    ttft_slo_s: float
+    tpot_slo_s: float
+    slo_statistic: str                     # the statistic both SLOs hold at (mean, p50, p90, p95, p99)
+    binding: str                           # what limits a replica's capacity (sizing: tpot, ttft, kv, prefill)
     in_flight_per_replica: float          # the plan's worst case: one replica after the loss
     replicas: int
     zones: tuple[str, ...]                # zones the plan puts replicas in
@@ -74,7 +80,8 @@ class Thresholds:
         if not math.isfinite(in_flight):
             in_flight = float(plan.engine_args["max_num_seqs"])
         return cls(
-            ttft_p95_s=w.ttft_slo_s, tpot_p95_s=w.tpot_slo_s,
+            ttft_slo_s=w.ttft_slo_s, tpot_slo_s=w.tpot_slo_s, slo_statistic=w.slo_statistic,
+            binding=plan.capacity_per_replica.binding,
             in_flight_per_replica=round(in_flight, 2), replicas=plan.replicas,
             zones=tuple(z for z, n in plan.replicas_by_zone.items() if n > 0),
             capacity_qps=round(plan.capacity_qps, 3),
@@ -128,7 +135,7 @@ def recording_rules(serving_namespace: str) -> list[dict]:
         rules.append({"record": buckets,
                       "expr": f"sum by (le, zone, pod) (rate({family}_bucket[{RATE_WINDOW}]))"})
         for level, labels in LEVELS:
-            for q in QUANTILES:
+            for q in RECORDED_QUANTILES:
                 rules.append({"record": quantile_series(short, level, q),
                               "expr": f"histogram_quantile({q}, sum by ({', '.join(('le',) + labels)}) ({buckets}))"})
     for short, family in VLLM_COUNTERS.items():
@@ -169,104 +176,177 @@ def recording_rules(serving_namespace: str) -> list[dict]:
 
 
 # -- alerts -------------------------------------------------------------------------------------
-def _alert(name: str, expr: str, for_: str, severity: str, summary: str, description: str) -> dict:
-    return {"alert": name, "expr": expr, "for": for_, "labels": {"severity": severity},
-            "annotations": {"summary": summary, "description": description}}
+SILENT, FIRES = Behaviour.SILENT, Behaviour.FIRES
+# The latency alerts: (short name, SLO attribute of Thresholds, alert, the plan's binding
+# constraints past which this latency is the one that breaks first, words, what to look at).
+LATENCY_SLOS = (
+    ("ttft", "ttft_slo_s", "LLMServingTTFTAboveSLO", ("ttft", "kv", "prefill"), "time to first token",
+     ". Check queue time and KV-cache usage per replica."),
+    ("tpot", "tpot_slo_s", "LLMServingTPOTAboveSLO", ("tpot",), "time per output token",
+     ": the decode batches are larger than the plan sized for."),
+)
+LOAD_MARGIN = 1.05    # load alerts compare the measured (Poisson) request rate itself with their threshold
 
 
-def alert_rules(t: Thresholds, policy: AlertPolicy) -> list[dict]:
-    ttft, tpot = quantile_series("ttft", "service", 0.95), quantile_series("tpot", "service", 0.95)
+def statistic_expr(family: str, statistic: str, window: str = RATE_WINDOW, by: tuple[str, ...] = (),
+                   selector: str = "") -> str:
+    """A latency histogram at an SLO statistic over `window`, from the exporter's own series:
+    a mean reads `rate(_sum) / rate(_count)`, a pXX reads `histogram_quantile(0.XX, ...)`."""
+    sel = f"{{{selector}}}" if selector else ""
+    if statistic == "mean":
+        return (f"sum{_by(by)} (rate({family}_sum{sel}[{window}])) / "
+                f"sum{_by(by)} (rate({family}_count{sel}[{window}]))")
+    return (f"histogram_quantile({queueing.QUANTILES[statistic]}, "
+            f"sum by ({', '.join(('le',) + by)}) (rate({family}_bucket{sel}[{window}])))")
+
+
+def slo_series(short: str, statistic: str) -> str:
+    """What a latency alert compares with its SLO: the recorded service quantile when the rules
+    record that quantile, else the statistic over the exporter's series."""
+    q = queueing.QUANTILES.get(statistic)
+    if q in RECORDED_QUANTILES:
+        return quantile_series(short, "service", q)
+    return statistic_expr(LATENCY_HISTOGRAMS[short], statistic)
+
+
+def latency_alerts(t: Thresholds, policy: AlertPolicy) -> list[Alert]:
+    out = []
+    for short, guards, name, bindings, words, look in LATENCY_SLOS:
+        slo, stat = getattr(t, guards), t.slo_statistic
+        shown = f"{slo:g} s" if short == "ttft" else f"{slo * 1e3:g} ms"
+        out.append(Alert(
+            name, f"{slo_series(short, stat)} > {slo}", policy.slo_for, "critical",
+            f"{stat} {words} is above its {shown} SLO",
+            f"{stat} {short.upper()} over all replicas has stayed above {slo:g} s for {policy.slo_for}{look}",
+            guards, slo, stat, LATENCY_HISTOGRAMS[short], expected=Expected(
+                zone_loss=SILENT, overload=FIRES if t.binding in bindings else Behaviour.NOT_JUDGED,
+                overload_above_qps=t.capacity_qps if t.binding in bindings else None)))
+    return out
+
+
+def replica_alerts(t: Thresholds, policy: AlertPolicy) -> list[Alert]:
     running, waiting = gauge_series("running", "pod"), gauge_series("waiting", "pod")
-    share_qps = round(policy.capacity_share * t.capacity_qps, 3)
     zones_absent = " or ".join(f'absent({READY_ZONE}{{zone="{z}"}})' for z in t.zones)
-    alerts = [
-        _alert("LLMServingTTFTAboveSLO", f"{ttft} > {t.ttft_p95_s}", policy.slo_for, "critical",
-               f"p95 time to first token is above its {t.ttft_p95_s:g} s SLO",
-               f"p95 TTFT over all replicas has stayed above {t.ttft_p95_s:g} s for {policy.slo_for}. "
-               "Check queue time and KV-cache usage per replica."),
-        _alert("LLMServingTPOTAboveSLO", f"{tpot} > {t.tpot_p95_s}", policy.slo_for, "critical",
-               f"p95 time per output token is above its {t.tpot_p95_s * 1e3:g} ms SLO",
-               f"p95 TPOT over all replicas has stayed above {t.tpot_p95_s:g} s for {policy.slo_for}: "
-               "the decode batches are larger than the plan sized for."),
-        _alert("LLMServingKVCacheNearlyFull", f"{KV_POD} > {policy.kv_cache_usage}", "5m", "warning",
-               f"KV cache of {{{{ $labels.pod }}}} is above {policy.kv_cache_usage:.0%}",
-               f"Replica {{{{ $labels.pod }}}} in {{{{ $labels.zone }}}} uses more than {policy.kv_cache_usage:.0%} "
-               "of its KV cache; new requests will wait or preempt running ones."),
-        _alert("LLMServingQueueBeyondPlan",
-               f"({running} + {waiting}) > {t.in_flight_per_replica} and {waiting} > 0", "5m", "warning",
-               f"{{{{ $labels.pod }}}} holds more requests than the plan's {t.in_flight_per_replica:g}",
-               f"Replica {{{{ $labels.pod }}}} in {{{{ $labels.zone }}}} has requests waiting and more in flight "
-               f"than the {t.in_flight_per_replica:g} the plan expects per replica even after losing "
-               f"{t.lost_domain or 'a replica'}."),
-        _alert("LLMServingReplicasBelowPlan", f"({READY_SERVICE} or vector(0)) < {t.replicas}",
-               policy.replicas_for, "warning",
-               f"fewer ready vLLM replicas than the {t.replicas} planned",
-               f"Fewer than {t.replicas} serving replicas have been ready for {policy.replicas_for}; "
-               "the service has less headroom than its plan."),
-        _alert("LLMServingZoneWithoutReadyReplica", f"{READY_ZONE} < 1 or {zones_absent}", "5m", "critical",
-               "zone {{ $labels.zone }} has no ready vLLM replica",
-               "Zone {{ $labels.zone }} has no ready serving replica: "
-               + ("the other zones carry the load without zone redundancy." if len(t.zones) > 1
-                  else "it is the only zone in the plan, so nothing is serving.")),
-        _alert("LLMServingLoadNearCapacity", f"{OFFERED_LOAD} > {share_qps}", policy.load_for, "warning",
-               f"load is above {policy.capacity_share:.0%} of the sized {t.capacity_qps:g} QPS",
-               f"Requests reaching the gateway have stayed above {share_qps:g} QPS "
-               f"({policy.capacity_share:.0%} of the {t.capacity_qps:g} QPS all replicas carry within the SLOs)."),
+    return [
+        Alert("LLMServingKVCacheNearlyFull", f"{KV_POD} > {policy.kv_cache_usage}", "5m", "warning",
+              f"KV cache of {{{{ $labels.pod }}}} is above {policy.kv_cache_usage:.0%}",
+              f"Replica {{{{ $labels.pod }}}} in {{{{ $labels.zone }}}} uses more than {policy.kv_cache_usage:.0%} "
+              "of its KV cache; new requests will wait or preempt running ones.",
+              "kv_cache_usage", policy.kv_cache_usage),
+        Alert("LLMServingQueueBeyondPlan",
+              f"({running} + {waiting}) > {t.in_flight_per_replica} and {waiting} > 0", "5m", "warning",
+              f"{{{{ $labels.pod }}}} holds more requests than the plan's {t.in_flight_per_replica:g}",
+              f"Replica {{{{ $labels.pod }}}} in {{{{ $labels.zone }}}} has requests waiting and more in flight "
+              f"than the {t.in_flight_per_replica:g} the plan expects per replica even after losing "
+              f"{t.lost_domain or 'a replica'}.", "in_flight_per_replica", t.in_flight_per_replica),
+        Alert("LLMServingReplicasBelowPlan", f"({READY_SERVICE} or vector(0)) < {t.replicas}",
+              policy.replicas_for, "warning",
+              f"fewer ready vLLM replicas than the {t.replicas} planned",
+              f"Fewer than {t.replicas} serving replicas have been ready for {policy.replicas_for}; "
+              "the service has less headroom than its plan.", "replicas", float(t.replicas),
+              expected=Expected(zone_loss=FIRES)),
+        Alert("LLMServingZoneWithoutReadyReplica", f"{READY_ZONE} < 1 or {zones_absent}", "5m", "critical",
+              "zone {{ $labels.zone }} has no ready vLLM replica",
+              "Zone {{ $labels.zone }} has no ready serving replica: "
+              + ("the other zones carry the load without zone redundancy." if len(t.zones) > 1
+                 else "it is the only zone in the plan, so nothing is serving."),
+              "zones", 1.0, expected=Expected(zone_loss=FIRES, per_zone=True)),
     ]
+
+
+def load_alerts(t: Thresholds, policy: AlertPolicy) -> list[Alert]:
+    share_qps = round(policy.capacity_share * t.capacity_qps, 3)
+    alerts = [Alert(
+        "LLMServingLoadNearCapacity", f"{OFFERED_LOAD} > {share_qps}", policy.load_for, "warning",
+        f"load is above {policy.capacity_share:.0%} of the sized {t.capacity_qps:g} QPS",
+        f"Requests reaching the gateway have stayed above {share_qps:g} QPS "
+        f"({policy.capacity_share:.0%} of the {t.capacity_qps:g} QPS all replicas carry within the SLOs).",
+        "capacity_qps", share_qps,
+        expected=Expected(zone_loss=SILENT, overload=FIRES, overload_above_qps=policy.capacity_share * t.capacity_qps,
+                 overload_margin=LOAD_MARGIN))]
     if t.capacity_after_loss_qps is not None:
-        alerts.append(_alert(
+        alerts.append(Alert(
             "LLMServingLoadAboveCapacityAfterLoss", f"{OFFERED_LOAD} > {t.capacity_after_loss_qps}",
             policy.load_for, "warning",
             f"N+1 by {t.redundancy} no longer holds: load is above {t.capacity_after_loss_qps:g} QPS",
             f"Requests reaching the gateway have stayed above {t.capacity_after_loss_qps:g} QPS, what the "
-            f"replicas left after losing {t.lost_domain} carry within the SLOs. Add replicas or capacity."))
+            f"replicas left after losing {t.lost_domain} carry within the SLOs. Add replicas or capacity.",
+            "capacity_after_loss_qps", t.capacity_after_loss_qps,
+            expected=Expected(zone_loss=SILENT, overload=FIRES, overload_above_qps=t.capacity_after_loss_qps,
+                     overload_margin=LOAD_MARGIN)))
     if t.redundancy == "zone":
         alerts.append(redundancy_lost_alert(t, policy))
-    alerts += [
-        _alert("LLMServingGateway5xxRate", f"{GATEWAY_5XX_RATIO} > {policy.gateway_5xx_ratio}", "5m", "critical",
-               f"more than {policy.gateway_5xx_ratio:.0%} of requests fail with 5xx at the gateway",
-               f"Over {policy.gateway_5xx_ratio:.0%} of client requests got a 5xx from Envoy for 5m."),
-        _alert("LLMServingGatewayRateLimited", f"{GATEWAY_429_RATIO} > {policy.gateway_429_ratio}", "10m",
-               "warning", f"more than {policy.gateway_429_ratio:.0%} of requests are rate limited (429)",
-               f"Over {policy.gateway_429_ratio:.0%} of client requests got 429 from the gateway's rate limit "
-               "for 10m: clients exceed their share, or the load exceeds what the limits allow."),
-    ]
     return alerts
 
 
-def redundancy_lost_alert(t: Thresholds, policy: AlertPolicy) -> dict:
+def gateway_alerts(policy: AlertPolicy) -> list[Alert]:
+    return [
+        Alert("LLMServingGateway5xxRate", f"{GATEWAY_5XX_RATIO} > {policy.gateway_5xx_ratio}", "5m", "critical",
+              f"more than {policy.gateway_5xx_ratio:.0%} of requests fail with 5xx at the gateway",
+              f"Over {policy.gateway_5xx_ratio:.0%} of client requests got a 5xx from Envoy for 5m.",
+              "gateway_5xx_ratio", policy.gateway_5xx_ratio),
+        Alert("LLMServingGatewayRateLimited", f"{GATEWAY_429_RATIO} > {policy.gateway_429_ratio}", "10m",
+              "warning", f"more than {policy.gateway_429_ratio:.0%} of requests are rate limited (429)",
+              f"Over {policy.gateway_429_ratio:.0%} of client requests got 429 from the gateway's rate limit "
+              "for 10m: clients exceed their share, or the load exceeds what the limits allow.",
+              "gateway_429_ratio", policy.gateway_429_ratio),
+    ]
+
+
+def alert_rules(t: Thresholds, policy: AlertPolicy) -> list[Alert]:
+    """The plan's alerts, in the rule file's order."""
+    return latency_alerts(t, policy) + replica_alerts(t, policy) + load_alerts(t, policy) + gateway_alerts(policy)
+
+
+def redundancy_lost_alert(t: Thresholds, policy: AlertPolicy) -> Alert:
     """N+1 by zone, judged on the replicas ready now: while a zone is down (or replicas are
     missing), losing the zone that holds the most ready replicas would leave less capacity than
     the load. The plan's headroom check, recomputed live."""
     left_after_next_loss = f"({READY_SERVICE} - max ({READY_ZONE})) * {t.capacity_per_replica_qps}"
-    return _alert(
+    return Alert(
         "LLMServingRedundancyLost", f"{left_after_next_loss} < {OFFERED_LOAD}", "5m", "critical",
         "N+1 by zone no longer holds: losing another zone would drop load",
         f"With the replicas ready now, losing the zone that holds the most of them would leave "
         f"{t.capacity_per_replica_qps:g} QPS per remaining replica, less than the load reaching the gateway. "
-        "Bring the lost replicas back (or add capacity) before anything else is disrupted.")
+        "Bring the lost replicas back (or add capacity) before anything else is disrupted.",
+        "capacity_per_replica_qps", t.capacity_per_replica_qps, expected=Expected(zone_loss=FIRES))
 
 
 # -- the file -----------------------------------------------------------------------------------
-def endpoint_picker_rules(serving_namespace: str, replicas: int) -> list[dict]:
+def endpoint_picker_ready_rule(serving_namespace: str) -> dict:
     """The endpoint picker is in every request's path and fails closed: Envoy AI Gateway v1.0.0
     builds its ext_proc filter with `failure_mode_allow: false` and never reads the pool's
     failureMode (`internal/extensionserver/inferencepool.go`). No ready picker, no service."""
     ready = (f'sum (kube_pod_status_ready{{condition="true", namespace="{serving_namespace}"}}'
              ' * on (namespace, pod) group_left () '
              f'kube_pod_labels{{namespace="{serving_namespace}", label_app_kubernetes_io_name="{PICKER_APP}"}})')
+    return {"record": READY_PICKERS, "expr": ready}
+
+
+def endpoint_picker_alerts(replicas: int) -> list[Alert]:
     return [
-        {"record": READY_PICKERS, "expr": ready},
-        _alert("LLMServingEndpointPickerDown", f"({READY_PICKERS} or vector(0)) < 1", "1m", "critical",
-               "no endpoint picker is ready: every request through the gateway fails",
-               "The gateway's endpoint picker fails closed (Envoy AI Gateway v1.0.0 sets failure_mode_allow: "
-               "false on its ext_proc filter), so with no ready picker Envoy answers every request with an "
-               "error. Check the picker pods in the serving namespace."),
-        _alert("LLMServingEndpointPickerDegraded", f"{READY_PICKERS} < {replicas} and {READY_PICKERS} >= 1",
-               "10m", "warning", f"fewer endpoint pickers ready than the {replicas} deployed",
-               f"Fewer than {replicas} endpoint picker replicas have been ready for 10m; one more loss (a node "
-               "or a zone) stops all traffic, since the picker fails closed."),
+        Alert("LLMServingEndpointPickerDown", f"({READY_PICKERS} or vector(0)) < 1", "1m", "critical",
+              "no endpoint picker is ready: every request through the gateway fails",
+              "The gateway's endpoint picker fails closed (Envoy AI Gateway v1.0.0 sets failure_mode_allow: "
+              "false on its ext_proc filter), so with no ready picker Envoy answers every request with an "
+              "error. Check the picker pods in the serving namespace.", "endpoint_picker_replicas", 1.0),
+        Alert("LLMServingEndpointPickerDegraded", f"{READY_PICKERS} < {replicas} and {READY_PICKERS} >= 1",
+              "10m", "warning", f"fewer endpoint pickers ready than the {replicas} deployed",
+              f"Fewer than {replicas} endpoint picker replicas have been ready for 10m; one more loss (a node "
+              "or a zone) stops all traffic, since the picker fails closed.",
+              "endpoint_picker_replicas", float(replicas)),
     ]
+
+
+def slo_alerts(plan: Plan, policy: AlertPolicy = AlertPolicy()) -> list[Alert]:
+    """The latency alerts: each SLO, at its statistic."""
+    return [a for a in alert_rules(Thresholds.from_plan(plan), policy) if a.statistic is not None]
+
+
+def plan_alerts(plan: Plan, policy: AlertPolicy = AlertPolicy(), endpoint_picker_replicas: int = 0) -> list[Alert]:
+    """Every alert the rule file holds for this plan, in its order."""
+    alerts = alert_rules(Thresholds.from_plan(plan), policy)
+    return alerts + (endpoint_picker_alerts(endpoint_picker_replicas) if endpoint_picker_replicas else [])
 
 
 def rule_groups(plan: Plan, serving_namespace: str, policy: AlertPolicy = AlertPolicy(),
@@ -274,11 +354,12 @@ def rule_groups(plan: Plan, serving_namespace: str, policy: AlertPolicy = AlertP
     """Recording rules and alerts; the endpoint-picker group only when the gateway runs one."""
     groups = [
         {"name": "llm-serving.recording", "rules": recording_rules(serving_namespace)},
-        {"name": "llm-serving.alerts", "rules": alert_rules(Thresholds.from_plan(plan), policy)},
+        {"name": "llm-serving.alerts", "rules": [a.rule() for a in alert_rules(Thresholds.from_plan(plan), policy)]},
     ]
     if endpoint_picker_replicas:
         groups.append({"name": "llm-serving.endpoint-picker",
-                       "rules": endpoint_picker_rules(serving_namespace, endpoint_picker_replicas)})
+                       "rules": [endpoint_picker_ready_rule(serving_namespace)]
+                       + [a.rule() for a in endpoint_picker_alerts(endpoint_picker_replicas)]})
     check_groups(groups)
     return groups
 

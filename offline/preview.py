@@ -6,7 +6,7 @@ never shown (scrubbed to "[secret]") and it is reported as a mandatory violation
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +25,12 @@ class Preview:
     violations: list[dict]  # policy, level, urn, message
     outputs: dict           # stack outputs (redacted)
     placeholder_secrets: list[str]   # the secret keys the program read as offline placeholders
+    example_values: list[str] = field(default_factory=list)    # one line per example value a real deploy refuses (settings/examples.py)
 
     def as_dict(self) -> dict:
         return {"stack": self.stack, "plan": self.plan, "resources": self.resources,
                 "violations": self.violations, "outputs": self.outputs,
-                "placeholderSecrets": self.placeholder_secrets}
+                "placeholderSecrets": self.placeholder_secrets, "exampleValues": self.example_values}
 
     @property
     def mandatory_violations(self) -> int:
@@ -44,6 +45,7 @@ def _leaked_secret(urn: str) -> dict:
 
 def preview_stack(stack: str, config: Path | None = None) -> Preview:
     """Record the stack's program and judge it. Raises `offline.stack.StackError` on bad config."""
+    from settings.examples import example_values
     from sizing.report import plan_to_dict
 
     from .policy_run import evaluate
@@ -62,4 +64,5 @@ def preview_stack(stack: str, config: Path | None = None) -> Preview:
                    resources=resources, violations=violations,
                    outputs=scrubbed(redacted(recording.outputs), PLACEHOLDER_PREFIX),
                    placeholder_secrets=[k for k in recording.placeholder_secrets
-                                        if k.partition(":")[2] in recording.settings.required_secrets])
+                                        if k.partition(":")[2] in recording.settings.required_secrets],
+                   example_values=[v.line for v in example_values(recording.settings)])

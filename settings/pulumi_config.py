@@ -55,5 +55,26 @@ def require_secrets(settings: StackSettings) -> None:
         raise pulumi.RunError(missing_secrets_message(settings.stack, missing))
 
 
+def on_real_engine() -> bool:
+    """False under Pulumi's mocks (the offline preview, render and the tests run the program through
+    `offline/engine.py`, which calls `pulumi.runtime.set_mocks`; that installs a `MockEngine`, pulumi
+    3.272.0 `sdk/python/lib/pulumi/runtime/mocks.py`), True under `pulumi preview`/`pulumi up`."""
+    from pulumi.runtime.mocks import MockEngine
+    from pulumi.runtime.settings import get_engine
+
+    return not isinstance(get_engine(), MockEngine)
+
+
+def refuse_example_values(settings: StackSettings) -> None:
+    """On a real engine, stop before anything is registered when the stack still holds the committed
+    example values (settings/examples.py), one line per key; offline they are listed, not refused."""
+    from .examples import example_values
+
+    found = example_values(settings)
+    if found and on_real_engine():
+        raise pulumi.RunError("example values in the stack config; replace each before a real deploy:\n"
+                              + "\n".join(v.line for v in found))
+
+
 def secret(name: str) -> pulumi.Output[str]:
     return pulumi.Config(NAMESPACE).require_secret(name)

@@ -18,6 +18,7 @@ from sizing.model import Workload
 from sizing.planner import PlanRequest, Pool
 from sizing.profiles import load_profiles
 
+from .capacity import offering_id, reservation_id
 from .names import RESERVED_NAMESPACES, dns_label, private_cidr, role_arn, secret_key
 from .names import checkpoint as valid_checkpoint, hostname as valid_hostname, system_instance_type, tag
 
@@ -28,7 +29,7 @@ TLS_SECRET_KEYS = ("tlsCertificate", "tlsPrivateKey")
 ALL_SECRET_KEYS = SECRET_KEYS + TLS_SECRET_KEYS
 LETS_ENCRYPT = "https://acme-v02.api.letsencrypt.org/directory"
 # EKS versions the stack accepts: in EKS standard support on the prices' date (2026-11) and in
-# Envoy Gateway v1.9's compatibility matrix (v1.33-v1.36). See the README to move to the next.
+# Envoy Gateway v1.8's compatibility matrix (v1.32-v1.35). See docs/operations.md to move to the next.
 KUBERNETES_VERSIONS = ("1.34", "1.35")     # 1.34: standard support to 2026-12-02; 1.35: to 2027-03-27
 GATE_KEY_NAME = "accuracy-gate"   # the accuracy gate's own client id at the gateway (not a tenant's)
 MAX_API_KEYS = 16          # Envoy Gateway's BackendTrafficPolicy takes at most 16 local rate-limit rules
@@ -45,6 +46,8 @@ Hostname = Annotated[str, AfterValidator(valid_hostname)]
 ApiKeyName = Annotated[str, AfterValidator(secret_key)]
 RoleArn = Annotated[str, AfterValidator(role_arn)]
 Score = Annotated[float, Field(ge=0, le=1)]
+ReservationId = Annotated[str, AfterValidator(reservation_id)]      # cr-<17 hex>: settings/capacity.py
+OfferingId = Annotated[str, AfterValidator(offering_id)]            # cb-<17 hex>
 
 
 class _Strict(BaseModel):
@@ -88,10 +91,10 @@ class ModelSettings(_Strict):
 
 
 class CapacityBlock(_Strict):
-    id: str | None = None                   # an existing capacity block reservation (cr-...)
+    id: ReservationId | None = None         # an existing capacity block reservation (cr-...)
     purchase: bool = False                  # buy one (non-refundable): needs allowPurchase too
     allowPurchase: bool = False
-    offeringId: str | None = None
+    offeringId: OfferingId | None = None
     durationHours: int | None = Field(None, gt=0)
 
 
@@ -100,7 +103,7 @@ class GpuPoolSettings(_Strict):
     instanceType: str = "p5.48xlarge"
     nodes: int = Field(1, ge=1, le=64)
     name: str | None = Field(None, pattern=r"^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$")
-    capacityReservationId: str | None = Field(None, pattern=r"^cr-[0-9a-f]{8,17}$")
+    capacityReservationId: ReservationId | None = None    # an On-Demand Capacity Reservation
     capacityBlock: CapacityBlock | None = None
     efa: bool = False
 
@@ -303,6 +306,7 @@ class StackSettings(PlanRequestSettings):
     accuracyGate: AccuracyGateSettings = AccuracyGateSettings()
     loadTest: LoadTestSettings = LoadTestSettings()
     adminRoleArns: tuple[RoleArn, ...] = ()
+    previewRoleArns: tuple[RoleArn, ...] = ()   # read-only access entries (AmazonEKSViewPolicy): the CI preview role
 
     @field_validator("apiAllowedCidrs", "gatewayAllowedCidrs")
     @classmethod

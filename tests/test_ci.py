@@ -47,8 +47,11 @@ def test_a_clone_without_shared_fetches_from_a_mirror_and_checks_each_file(tmp_p
             assert hashlib.sha256((tmp_path / "cache" / entry["path"]).read_bytes()).hexdigest() == entry["sha256"]
 
 
+VENDORED = ROOT / "vendor" / "upstream"
+
+
 def test_a_mirror_copy_with_the_wrong_checksum_is_refused(tmp_path):
-    entry = next(e for e in MANIFEST if e.get("required", True))
+    entry = next(e for e in MANIFEST if e.get("required", True) and not (VENDORED / e["path"]).exists())
     target = tmp_path / "mirror" / entry["path"]
     target.parent.mkdir(parents=True)
     target.write_text("edited\n")
@@ -65,6 +68,20 @@ def test_a_missing_upstream_file_fails_the_test_in_one_line_naming_the_script(tm
     with pytest.raises(pytest.fail.Exception) as exc:
         conftest.upstream_path("samples/nothing.txt")
     assert str(exc.value) == f"{tmp_path / 'samples' / 'nothing.txt'} missing: run scripts/fetch-upstream"
+
+
+@pytest.mark.parametrize("path", sorted(p.relative_to(VENDORED).as_posix() for p in VENDORED.rglob("*") if p.is_file()))
+def test_every_vendored_file_is_pinned_and_unedited(path):
+    """vendor/upstream holds only files of the manifest, byte for byte what its URL at a commit serves."""
+    entry = next(e for e in MANIFEST if e["path"] == path)
+    assert hashlib.sha256((VENDORED / path).read_bytes()).hexdigest() == entry["sha256"]
+    assert re.search(r"/[0-9a-f]{40}/", entry["url"])
+
+
+def test_a_failed_fetch_names_the_mirror_variable(tmp_path):
+    result = fetch(tmp_path / "cache", "--offline", mirror=str(tmp_path / "empty"))
+    assert result.returncode == 1
+    assert any("LLM_SERVING_MIRROR" in line for line in result.stderr.splitlines())
 
 
 def test_the_cache_is_never_committed():
@@ -111,13 +128,3 @@ def test_one_run_per_pull_request_at_a_time():
     assert WORKFLOW["concurrency"] == {"group": "preview-${{ github.event.pull_request.number || github.ref }}",
                                        "cancel-in-progress": True}
 
-
-def test_vendored_upstream_files_match_their_pins():
-    """vendor/upstream/ is the committed offline mirror of pinned files ../shared lacks (the
-    LeaderWorkerSet CRD): each copy is listed in the manifest and has its pinned checksum."""
-    vendored = ROOT / "vendor" / "upstream"
-    pins = {e["path"]: e["sha256"] for e in MANIFEST}
-    copies = sorted(p.relative_to(vendored).as_posix() for p in vendored.rglob("*") if p.is_file())
-    assert copies == ["crds/lws/leaderworkerset.x-k8s.io_leaderworkersets.yaml"]
-    for path in copies:
-        assert hashlib.sha256((vendored / path).read_bytes()).hexdigest() == pins[path]

@@ -212,11 +212,26 @@ def _lines(panel: dict) -> set[float]:
     return {s["value"] for s in panel["fieldConfig"]["defaults"]["thresholds"]["steps"] if s["value"] is not None}
 
 
+@pytest.mark.parametrize("stack, statistic", [("prod", "mean"), ("staging", "p95"), ("dev", "p95")])
+def test_latency_panels_show_the_statistic_the_slo_and_its_alert_read(recorded, stack, statistic):
+    from observability.rules import plan_alerts
+    _, plan = plan_for(stack)
+    panels = {p["title"]: p for p in dashboard(recorded(stack))["panels"]}
+    latency = [a for a in plan_alerts(plan) if a.statistic is not None]
+    assert [a.statistic for a in latency] == [statistic, statistic]
+    for alert, title in zip(latency, ("time to first token", "time per output token")):
+        panel = panels[f"{statistic} {title}"]
+        first = panel["targets"][0]
+        assert alert.expr == f"{first['expr']} > {alert.threshold}"
+        assert first["legendFormat"] == f"{statistic} all"
+        assert alert.threshold in _lines(panel)
+
+
 def test_dashboard_draws_slo_and_capacity_lines_from_the_plan(recorded):
     _, plan = plan_for("prod")
     panels = {p["title"]: p for p in dashboard(recorded("prod"))["panels"]}
     w = plan.request.workload
-    assert w.ttft_slo_s in _lines(panels["p95 time to first token"])
-    assert w.tpot_slo_s in _lines(panels["p95 time per output token"])
+    assert w.ttft_slo_s in _lines(panels[f"{w.slo_statistic} time to first token"])
+    assert w.tpot_slo_s in _lines(panels[f"{w.slo_statistic} time per output token"])
     capacity = sorted(_lines(panels["request rate against capacity"]))
     assert capacity == pytest.approx(sorted([plan.capacity_after_zone_loss_qps, plan.capacity_qps]), abs=1e-3)

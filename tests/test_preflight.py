@@ -167,32 +167,71 @@ def inject(monkeypatch, moto_ec2):
     return use
 
 
-def test_preflight_prod_passes_with_enough_quota(inject, capsys):
+# The committed prod stack with its example values replaced by values of the right shape.
+REAL_VALUES = {"llm-serving:apiAllowedCidrs": ["52.94.76.0/24"]}
+REAL_GATEWAY = {"hostname": "llm.platform.acme-corp.io", "hostedZoneId": "Z04517273VCLIDX9UFQFA",
+                "acmeEmail": "platform@acme-corp.io"}
+
+
+def real_prod(tmp_path, **changes) -> list[str]:
+    config = copy.deepcopy(read_stack_config(stack_file("prod")))
+    config.update(REAL_VALUES)
+    config["llm-serving:gateway"] = {**config["llm-serving:gateway"], **REAL_GATEWAY}
+    config.update(changes)
+    path = tmp_path / "Pulumi.prod.yaml"
+    path.write_text(yaml.safe_dump({"config": config}))
+    return ["preflight", "--stack", "prod", "--config", str(path)]
+
+
+def test_preflight_refuses_the_committed_example_values_before_asking_aws(monkeypatch, capsys):
+    def no_aws(region):
+        raise AssertionError("AWS was asked")
+    monkeypatch.setattr(preflight_cmd, "make_clients", no_aws)
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(key)
+    assert main(["preflight", "--stack", "prod"]) == 1
+    lines = capsys.readouterr().out.rstrip().splitlines()
+    assert [line for line in lines if line.startswith("FAIL ")] == [
+        "FAIL llm-serving:gateway.hostedZoneId: Z0EXAMPLE00000000000 is an example value; put the id of the Route 53 "
+        "public hosted zone that holds gateway.hostname (`aws route53 list-hosted-zones-by-name --dns-name <your "
+        "domain>`)",
+        "FAIL llm-serving:gateway.hostname: llm.example.com is an example value; put the name clients will call, in "
+        "a domain you own and whose zone is in Route 53",
+        "FAIL llm-serving:gateway.acmeEmail: platform-team@example.com is an example value; put an address you read: "
+        "Let's Encrypt sends expiry notices there",
+        "FAIL llm-serving:apiAllowedCidrs: 203.0.113.0/24 is an example value; put the egress ranges of the machines "
+        "that run `pulumi up` and kubectl (`curl -s https://checkip.amazonaws.com` gives yours; add /32)"]
+    assert lines[-1] == "0 passed, 4 failed, 2 warned. AWS not checked: replace the example values first."
+
+
+def test_preflight_prod_passes_with_enough_quota(inject, capsys, tmp_path):
     inject(384.0)
-    assert main(["preflight", "--stack", "prod"]) == 0
+    assert main(real_prod(tmp_path)) == 0
     out = capsys.readouterr().out
     assert "Preflight for stack prod (us-east-1)" in out
-    assert out.rstrip().splitlines()[-1] == "3 passed, 0 failed."
+    assert out.rstrip().splitlines()[-1] == "3 passed, 0 failed, 2 warned."
 
 
-def test_preflight_fails_with_exit_1_when_the_quota_is_short(inject, capsys):
+def test_preflight_fails_with_exit_1_when_the_quota_is_short(inject, capsys, tmp_path):
     inject(96.0)
-    assert main(["preflight", "--stack", "prod"]) == 1
-    out = capsys.readouterr().out
-    assert "FAIL" in out
-    assert out.rstrip().splitlines()[-1] == "2 passed, 1 failed."
+    assert main(real_prod(tmp_path)) == 1
+    lines = capsys.readouterr().out.rstrip().splitlines()
+    assert lines[-2:] == ["FAIL p instances: Running On-Demand P instances (L-417A185B): 96 vCPUs, the GPU nodes "
+                          "need 384; request an increase in Service Quotas", "2 passed, 1 failed, 2 warned."]
 
 
 def test_preflight_fails_for_a_zone_without_the_instance_type(inject, capsys, tmp_path):
     inject(10_000.0)
     config = copy.deepcopy(read_stack_config(stack_file("prod")))
+    config.update(REAL_VALUES)
+    config["llm-serving:gateway"] = {**config["llm-serving:gateway"], **REAL_GATEWAY}
     config["aws:region"] = "eu-west-1"
     config["llm-serving:gpuPools"] = [{"zone": "eu-west-1a", "instanceType": P5},
                                       {"zone": "eu-west-1b", "instanceType": P5}]
     path = tmp_path / "Pulumi.eu.yaml"
     path.write_text(yaml.safe_dump({"config": config}))
     assert main(["preflight", "--stack", "eu", "--config", str(path)]) == 1
-    assert capsys.readouterr().out.rstrip().splitlines()[-1] == "1 passed, 2 failed."
+    assert capsys.readouterr().out.rstrip().splitlines()[-1] == "1 passed, 2 failed, 2 warned."
 
 
 def test_preflight_invalid_config_exits_2_with_one_line(capsys, tmp_path):
@@ -203,15 +242,41 @@ def test_preflight_invalid_config_exits_2_with_one_line(capsys, tmp_path):
     assert main(["preflight", "--stack", "bad", "--config", str(path)]) == 2
     captured = capsys.readouterr()
     assert captured.err.splitlines() == [
-        f"error: --config {path}: llm-serving:model.tensorParallel: 16 is larger than a p5.48xlarge node (8 GPUs); "
-        "a TP group never spans nodes, use at most 8"]
+        f"error: --config {path}: llm-serving:model.tensorParallel: tensor parallel 16 exceeds the 8 GPUs of one "
+        "p5.48xlarge node (a TP group never spans nodes); use at most 8"]
     assert captured.out == ""
 
 
-def test_preflight_without_credentials_exits_2(monkeypatch, capsys):
+def test_preflight_without_credentials_exits_2(monkeypatch, capsys, tmp_path):
     def no_credentials(region):
         raise NoCredentialsError()
     monkeypatch.setattr(preflight_cmd, "make_clients", no_credentials)
-    assert main(["preflight", "--stack", "prod"]) == 2
+    assert main(real_prod(tmp_path)) == 2
     assert capsys.readouterr().err.splitlines() == [
         "error: no AWS credentials found; set AWS_PROFILE or run `aws sso login` (preflight only reads)"]
+
+
+# -- which capacity backs each GPU pool (no AWS) ------------------------------------------------------
+UNRESERVED = ("no reservation: On-Demand p5.48xlarge capacity may be unavailable in us-east-1a, and the node group "
+              "then fails with InsufficientInstanceCapacity. Reserve it: `aws ec2 create-capacity-reservation "
+              "--instance-type p5.48xlarge --instance-platform Linux/UNIX --availability-zone us-east-1a "
+              "--instance-count 1` and set gpuPools[0].capacityReservationId, or find a Capacity Block (`aws ec2 "
+              "describe-capacity-block-offerings --instance-type p5.48xlarge --instance-count 1 "
+              "--capacity-duration-hours 24`) and set gpuPools[0].capacityBlock (docs/capacity.md)")
+
+
+@pytest.mark.parametrize("configured, result, detail", [
+    (pool("us-east-1a"), "warn", UNRESERVED),
+    (pool("us-east-1a", capacityReservationId=RID), "pass", f"On-Demand Capacity Reservation {RID}"),
+    (pool("us-east-1a", capacityBlock=CapacityBlock(id=RID)), "pass",
+     f"Capacity Block {RID}; its nodes launch only inside the block's window"),
+    (pool("us-east-1a", capacityBlock=CapacityBlock(purchase=True, allowPurchase=True, offeringId="cb-0123456789abcdef0",
+                                                    durationHours=24)), "pass",
+     "Capacity Block bought by `pulumi up` from offering cb-0123456789abcdef0 (24 h, non-refundable)"),
+])
+def test_each_gpu_pool_states_the_capacity_behind_it(configured, result, detail):
+    class Stack:
+        gpuPools = (configured,)
+    (row,) = preflight_cmd.capacity_checks(Stack)
+    assert (row.check, row.target, row.result, row.detail) == (
+        "capacity", "gpuPools[0] (p5.48xlarge x 1 in us-east-1a)", result, detail)

@@ -76,7 +76,7 @@ def test_json_preview_has_exactly_the_documented_shape(capsys, policies):
     code, out, _ = run(capsys, "--stack", "prod", "--json")
     doc = json.loads(out)
     assert code == 0
-    assert set(doc) == {"stack", "plan", "resources", "violations", "outputs", "placeholderSecrets"}
+    assert set(doc) == {"stack", "plan", "resources", "violations", "outputs", "placeholderSecrets", "exampleValues"}
     assert doc["stack"] == "prod"
     assert doc["violations"] == []
     assert all(set(r) == {"urn", "type", "name", "id", "parent", "dependencies", "inputs"} for r in doc["resources"])

@@ -288,6 +288,16 @@ def test_admin_roles_get_cluster_admin_access_entries(build_program):
     assert all(p.inputs["accessScope"] == {"type": "cluster"} for p in policies)
 
 
+def test_the_preview_role_gets_read_only_access_never_admin(build_program):
+    preview = "arn:aws:iam::123456789012:role/llm-serving-ci-preview"
+    admin = "arn:aws:iam::123456789012:role/platform-admin"
+    rec = build_program("prod", {"adminRoleArns": [admin], "previewRoleArns": [preview]})
+    policies = {p.inputs["principalArn"]: p for p in rec.of_type("aws:eks/accessPolicyAssociation:AccessPolicyAssociation")}
+    assert policies[preview].inputs["policyArn"] == "arn:aws:eks::aws:cluster-access-policy/AmazonEKSViewPolicy"
+    assert policies[admin].inputs["policyArn"].endswith("/AmazonEKSClusterAdminPolicy")
+    assert policies[preview].inputs["accessScope"] == {"type": "cluster"}
+
+
 def test_core_addons_are_installed(recorded):
     rec = recorded("prod")
     assert {a.inputs["addonName"] for a in rec.of_type(ADDON)} == {

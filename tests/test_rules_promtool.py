@@ -32,6 +32,10 @@ PLANS = {
     "dev": ("dev", {}),
     "prod-tighter-slos": ("prod", {"llm-serving:workload": {
         "qps": 10, "inputTokens": 1000, "outputTokens": 300, "ttftSeconds": 0.5, "tpotSeconds": 0.030}}),
+    # Prod states its SLOs at the mean; the same fleet with p95 and p99 SLOs (p99: a quantile the
+    # recording rules do not record, read from the buckets).
+    "prod-p95": ("prod", {"llm-serving:workload": {"qps": 10, "sloStatistic": "p95"}}),
+    "prod-p99": ("prod", {"llm-serving:workload": {"qps": 4, "sloStatistic": "p99"}}),
 }
 
 
@@ -90,12 +94,21 @@ def replica(zone: str, i: int = 0) -> dict:
     return {"namespace": NAMESPACE, "zone": zone, "pod": f"vllm-{zone}-{i}"}
 
 
-def latency_p95(family: str, p95_s: float) -> list[dict]:
-    """All observations in one bucket (0, b]: histogram_quantile puts the p95 at 0.95 b."""
-    r = replica("us-east-1a")
-    bound = p95_s / 0.95
-    return [counter(f"{family}_bucket", {**r, "le": repr(bound)}, 10.0),
-            counter(f"{family}_bucket", {**r, "le": "+Inf"}, 10.0)]
+def latency(family: str, statistic: str, value_s: float, decoy_s: float) -> list[dict]:
+    """`family` at `statistic` is value_s, and every other statistic lies near decoy_s, on the
+    other side of the SLO: an alert that read the wrong statistic would fail its case.
+
+    A quantile q: all observations in one bucket (0, b], which histogram_quantile reads as q b,
+    and a mean of decoy_s. A mean: value_s, and all observations in the bucket (d, 1.5 d], which
+    puts every quantile between d and 1.5 d."""
+    from sizing.queueing import QUANTILES
+
+    r, rate = replica("us-east-1a"), 10.0
+    q = QUANTILES.get(statistic)
+    mean, buckets = (decoy_s, [(value_s / q, rate)]) if q else (value_s, [(decoy_s, 0.0), (1.5 * decoy_s, rate)])
+    return ([counter(f"{family}_bucket", {**r, "le": repr(bound)}, n) for bound, n in buckets]
+            + [counter(f"{family}_bucket", {**r, "le": "+Inf"}, rate),
+               counter(f"{family}_count", r, rate), counter(f"{family}_sum", r, mean * rate)])
 
 
 def pods(plan, ready) -> list[dict]:
@@ -148,14 +161,14 @@ def cases(plan, picker_replicas: int = 0) -> list[tuple[str, bool, list[dict], l
     r = replica(first)
     in_flight = plan.real.in_flight
     out = []
-    for factor, fires in ((ABOVE, True), (BELOW, False)):
+    stat = w.slo_statistic
+    for factor, decoy, fires in ((ABOVE, 0.5, True), (BELOW, 2.0, False)):
         critical, warning = ([{"severity": "critical"}], [{"severity": "warning"}]) if fires else ([], [])
         out += [
-            ("LLMServingTTFTAboveSLO", fires, latency_p95("vllm:time_to_first_token_seconds", factor * w.ttft_slo_s),
-             critical),
-            ("LLMServingTPOTAboveSLO", fires,
-             latency_p95("vllm:request_time_per_output_token_seconds", factor * w.tpot_slo_s),
-             critical),
+            ("LLMServingTTFTAboveSLO", fires, latency("vllm:time_to_first_token_seconds", stat,
+                                                      factor * w.ttft_slo_s, decoy * w.ttft_slo_s), critical),
+            ("LLMServingTPOTAboveSLO", fires, latency("vllm:request_time_per_output_token_seconds", stat,
+                                                      factor * w.tpot_slo_s, decoy * w.tpot_slo_s), critical),
             ("LLMServingLoadNearCapacity", fires,
              offered(factor * POLICY.capacity_share * plan.capacity_qps, decoy_per_s=0 if fires else 1000.0),
              warning),
@@ -251,6 +264,23 @@ def test_every_alert_fires_above_its_threshold_and_not_below(rendered):
     order = "\n".join(f"  {i}: {a} ({'fires' if f else 'silent'})"
                       for i, (a, f, _, _) in enumerate(cases(plan, count)))
     assert result.returncode == 0, result.stdout + result.stderr + "\ncases, in order:\n" + order
+
+
+@pytest.mark.parametrize("name, statistic, reads", [
+    ("prod", "mean", r"^sum \(rate\(vllm:\w+_sum\[5m\]\)\) / sum \(rate\(vllm:\w+_count\[5m\]\)\) > "),
+    ("prod-p95", "p95", r"^service:vllm_\w+:p95_5m > "),
+    ("dev", "p95", r"^service:vllm_\w+:p95_5m > "),
+    ("prod-p99", "p99", r"^histogram_quantile\(0\.99, sum by \(le\) \(rate\(vllm:\w+_bucket\[5m\]\)\)\) > "),
+])
+def test_latency_alerts_read_the_statistic_the_slo_states(name, statistic, reads):
+    from observability.rules import plan_alerts
+    plan = make_plan(name)
+    latency = [a for a in plan_alerts(plan) if a.statistic is not None]
+    assert plan.request.workload.slo_statistic == statistic
+    assert [a.name for a in latency] == ["LLMServingTTFTAboveSLO", "LLMServingTPOTAboveSLO"]
+    for alert in latency:
+        assert alert.statistic == statistic and re.match(reads, alert.expr), alert.expr
+        assert alert.summary.startswith(f"{statistic} ")
 
 
 def test_thresholds_move_with_the_slos():

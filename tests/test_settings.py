@@ -123,8 +123,26 @@ INVALID = [
         id="zero-nodes"),
     pytest.param(
         prod_with(gpuPools=[{"zone": "us-east-1a", "capacityReservationId": "res-1"}, {"zone": "us-east-1b"}]),
-        ["llm-serving:gpuPools[0].capacityReservationId: String should match pattern '^cr-[0-9a-f]{8,17}$'"],
+        ["llm-serving:gpuPools[0].capacityReservationId: 'res-1' is not a capacity reservation id: cr- and 17 hex "
+         "digits, as `aws ec2 describe-capacity-reservations` lists them"],
         id="malformed-capacity-reservation-id"),
+    pytest.param(
+        prod_with(gpuPools=[{"zone": "us-east-1a", "capacityReservationId": "cr-0123abcd"}, {"zone": "us-east-1b"}]),
+        ["llm-serving:gpuPools[0].capacityReservationId: 'cr-0123abcd' is not a capacity reservation id: cr- and 17 "
+         "hex digits, as `aws ec2 describe-capacity-reservations` lists them"],
+        id="short-capacity-reservation-id"),
+    pytest.param(
+        prod_with(gpuPools=[{"zone": "us-east-1a", "capacityBlock": {"id": "cb-0123456789abcdef0"}},
+                            {"zone": "us-east-1b"}]),
+        ["llm-serving:gpuPools[0].capacityBlock.id: 'cb-0123456789abcdef0' is not a capacity reservation id: cr- "
+         "and 17 hex digits, as `aws ec2 describe-capacity-reservations` lists them"],
+        id="capacity-block-id-is-an-offering-id"),
+    pytest.param(
+        prod_with(gpuPools=[{"zone": "us-east-1a"}, {"zone": "us-east-1b", "capacityBlock": {
+            "purchase": True, "allowPurchase": True, "offeringId": "cr-0123456789abcdef0", "durationHours": 24}}]),
+        ["llm-serving:gpuPools[1].capacityBlock.offeringId: 'cr-0123456789abcdef0' is not a capacity block offering "
+         "id: cb- and 17 hex digits, as `aws ec2 describe-capacity-block-offerings` lists them"],
+        id="malformed-capacity-block-offering-id"),
     pytest.param(
         prod_with(gpuPools=[{"zone": "us-east-1a"}, {"zone": "us-east-1b", "capacityBlock": {
             "purchase": True, "offeringId": "cb-0123456789abcdef0", "durationHours": 24}}]),

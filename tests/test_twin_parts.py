@@ -164,15 +164,19 @@ def test_alerts_neither_expected_nor_forbidden_are_listed_not_judged():
 
 
 # -- check: plan versus live ---------------------------------------------------------------------------
-def fleet(prod, *, per_replica_qps: float = 5.0, tpot_factor: float = 1.0, p95_tpot_s: float = 0.02,
+def fleet(prod, *, per_replica_qps: float = 5.0, tpot_factor: float = 1.0, slo_tpot_s: float = 0.02,
           offered: float | None = None, ready=None) -> FleetLive:
+    """Two replicas; the service's TTFT (0.1 s) and TPOT (slo_tpot_s) at the SLO statistic."""
+    from observability.rules import slo_alerts
     from simulator import replica_model
     rm = replica_model(prod)
     reps = [ReplicaLive(z, f"vllm-{z}-0", qps=per_replica_qps, tpot_mean_s=tpot_factor * rm.tpot_s(per_replica_qps),
-                        ttft_mean_s=0.06, ttft_p95_s=0.1, tpot_p95_s=p95_tpot_s, kv_usage_avg=0.04, kv_usage_max=0.06,
+                        ttft_mean_s=0.06, ttft_p95_s=0.1, tpot_p95_s=0.02, kv_usage_avg=0.04, kv_usage_max=0.06,
                         running_avg=17.0, waiting_avg=0.0) for z in ("us-east-1a", "us-east-1b")]
-    return FleetLive("10m", reps, offered if offered is not None else 2 * per_replica_qps, 0.1, p95_tpot_s,
-                     ready if ready is not None else {"us-east-1a": 1.0, "us-east-1b": 1.0})
+    ttft, tpot = slo_alerts(prod)
+    return FleetLive("10m", reps, offered if offered is not None else 2 * per_replica_qps,
+                     ready if ready is not None else {"us-east-1a": 1.0, "us-east-1b": 1.0},
+                     {ttft.name: 0.1, tpot.name: slo_tpot_s})
 
 
 @pytest.mark.parametrize("change, problem", [
@@ -181,7 +185,7 @@ def fleet(prod, *, per_replica_qps: float = 5.0, tpot_factor: float = 1.0, p95_t
     ({"tpot_factor": 1.2}, "slower than the plan's profile"),
     ({"offered": 17.0}, "N+1 by zone no longer holds"),
     ({"ready": {"us-east-1a": 1.0, "us-east-1b": 0.0}}, "losing the zone holding the most"),
-    ({"p95_tpot_s": 0.045}, "p95 TPOT"),
+    ({"slo_tpot_s": 0.045}, "mean TPOT 45.0 ms is above its 40.0 ms SLO"),     # prod's SLOs are means
 ])
 def test_check(prod, change, problem):
     from twin.check import check
@@ -194,7 +198,7 @@ def test_check(prod, change, problem):
 
 def test_check_with_no_vllm_series_is_outside_the_plan(prod):
     from twin.check import check
-    result = check(prod, FleetLive("10m", [], None, None, None, {}))
+    result = check(prod, FleetLive("10m", [], None, {}))
     assert not result.ok and "no vLLM series" in result.problems[0]
 
 

@@ -8,7 +8,8 @@ the most ready replicas were lost now.
 Outside the plan (exit 1) when any of:
 - the load is above what the replicas left after losing a zone carry (N+1 no longer holds);
 - with the replicas ready now, losing another zone would leave less than the load;
-- p95 TTFT or TPOT is above its SLO while every replica carries no more than its sized capacity;
+- TTFT or TPOT at the SLO's statistic (what its alert reads, `observability.rules.slo_alerts`) is
+  above its SLO while every replica carries no more than its sized capacity;
 - a replica's mean TPOT is more than `tolerance` above the plan's at the load it carries (the
   replicas are slower than the plan's profile: its capacities are too high; `llmserve
   calibrate` measures by how much).
@@ -17,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from observability.alerts import Alert
+from observability.rules import slo_alerts
 from simulator import replica_model
 from sizing.planner import Plan
 
@@ -89,11 +92,17 @@ def check(plan: Plan, live: FleetLive, tolerance: float = DEFAULT_TOLERANCE) -> 
         out.rows.append(Row(name, "requests in flight", f"{point.in_flight:.1f}",
                             "-" if rep.in_flight_avg is None else f"{rep.in_flight_avg:.1f}"))
     if all(r.qps <= cap for r in live.replicas):
-        for label, value, slo in (("TTFT", live.ttft_p95_s, w.ttft_slo_s), ("TPOT", live.tpot_p95_s, w.tpot_slo_s)):
-            if value is not None and value > slo:
-                out.problems.append(f"p95 {label} {_ms(value)} is above its {_ms(slo)} SLO at a load the plan "
-                                    f"holds (every replica at or below its sized {_qps(cap)})")
+        for alert in slo_alerts(plan):
+            value = live.slo_latency_s.get(alert.name)
+            if value is not None and value > alert.threshold:
+                out.problems.append(f"{_slo_label(alert)} {_ms(value)} is above its {_ms(alert.threshold)} SLO at a "
+                                    f"load the plan holds (every replica at or below its sized {_qps(cap)})")
     return out
+
+
+def _slo_label(alert: Alert) -> str:
+    """e.g. "mean TPOT": the statistic and the figure (the alert guards `tpot_slo_s`)."""
+    return f"{alert.statistic} {alert.guards.removesuffix('_slo_s').upper()}"
 
 
 def _service_rows(plan: Plan, live: FleetLive, out: CheckResult) -> None:
@@ -114,8 +123,10 @@ def _service_rows(plan: Plan, live: FleetLive, out: CheckResult) -> None:
     out.rows.append(Row("service", "ready replicas by zone", ", ".join(f"{z}: {n}" for z, n in planned_zones.items()),
                         ", ".join(f"{z}: {n:g}" for z, n in sorted(ready.items())) or "-",
                         not ready or all(ready.get(z, 0) >= n for z, n in planned_zones.items())))
-    for label, value, slo in (("p95 TTFT", live.ttft_p95_s, w.ttft_slo_s), ("p95 TPOT", live.tpot_p95_s, w.tpot_slo_s)):
-        out.rows.append(Row("service", label, f"SLO {_ms(slo)}", _ms(value), value is None or value <= slo))
+    for alert in slo_alerts(plan):
+        value = live.slo_latency_s.get(alert.name)
+        out.rows.append(Row("service", _slo_label(alert), f"SLO {_ms(alert.threshold)}", _ms(value),
+                            value is None or value <= alert.threshold))
 
 
 def _headroom_row(plan: Plan, live: FleetLive, ready: dict[str, float], out: CheckResult) -> None:

@@ -17,6 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from conventions import GATEWAY_CONTROLLER_NAMESPACE, ROLE_SERVING_WORKER as WORKER_ROLE
 
 from . import vllm_metrics as vm
+from .lifecycle import Started, until
 from .timeline import Timeline, values_at
 
 LOOPBACK = "127.0.0.1"
@@ -68,7 +69,7 @@ def _handler(render_body):
     return Handler
 
 
-class Exporters:
+class Exporters(Started):
     """Starts every target's HTTP server (port 0: the kernel picks a free one); `close()` stops them."""
 
     def __init__(self, timeline: Timeline, clock: Clock, namespace: str, model_name: str):
@@ -77,22 +78,14 @@ class Exporters:
         self.targets: list[Target] = []
         self.scraped: set[int] = set()      # ports scraped at least once
 
-    def __enter__(self) -> "Exporters":
-        try:
-            for rep in self.timeline.replicas:
-                port = self._serve(lambda path, rep=rep: self._vllm(rep, path))
-                self.targets.append(Target("vllm", port, "/metrics",
-                                           {"namespace": self.namespace, "pod": rep.pod, "zone": rep.zone}))
-            self.targets.append(Target("kube-state-metrics", self._serve(self._kube_state), "/metrics", {}))
-            self.targets.append(Target("envoy", self._serve(self._envoy), "/stats/prometheus",
-                                       {"namespace": GATEWAY_CONTROLLER_NAMESPACE, "pod": "envoy-twin-0"}))
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def start(self) -> None:
+        for rep in self.timeline.replicas:
+            port = self._serve(lambda path, rep=rep: self._vllm(rep, path))
+            self.targets.append(Target("vllm", port, "/metrics",
+                                       {"namespace": self.namespace, "pod": rep.pod, "zone": rep.zone}))
+        self.targets.append(Target("kube-state-metrics", self._serve(self._kube_state), "/metrics", {}))
+        self.targets.append(Target("envoy", self._serve(self._envoy), "/stats/prometheus",
+                                   {"namespace": GATEWAY_CONTROLLER_NAMESPACE, "pod": "envoy-twin-0"}))
 
     def close(self) -> None:
         while self._servers:
@@ -114,12 +107,7 @@ class Exporters:
     def wait_scraped(self, timeout_s: float) -> bool:
         """Until every target has been scraped once (Prometheus takes its targets a few seconds
         after it is ready); bounded by timeout_s."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if {t.port for t in self.targets} <= self.scraped:
-                return True
-            time.sleep(0.05)
-        return False
+        return until(lambda: {t.port for t in self.targets} <= self.scraped, timeout_s)
 
     def _k(self) -> int:
         return self.timeline.index(self.clock.now())

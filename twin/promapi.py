@@ -13,10 +13,12 @@ import re
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from observability import contract
-from observability.rules import ENVOY_CLIENT_TRAFFIC, READY_ZONE
+from observability.alerts import Alert
+from observability.rules import ENVOY_CLIENT_TRAFFIC, READY_ZONE, statistic_expr
 
 TIMEOUT_S = 15.0
 _URL = re.compile(r"^https?://[A-Za-z0-9.\-\[\]:]+(:\d+)?(/[^\s?#]*)?$")
@@ -93,9 +95,9 @@ class FleetLive:
     window: str
     replicas: list[ReplicaLive]
     offered_qps: float | None          # at the gateway; None when no Envoy series
-    ttft_p95_s: float | None
-    tpot_p95_s: float | None
     ready_by_zone: dict[str, float]
+    # The service's latency at each SLO's statistic, by the name of the alert that reads it.
+    slo_latency_s: dict[str, float | None] = field(default_factory=dict)
 
     @property
     def served_qps(self) -> float:
@@ -106,13 +108,8 @@ class FleetLive:
         return self.offered_qps if self.offered_qps is not None else self.served_qps
 
 
-def _mean(family: str, w: str, by: str = "zone, pod") -> str:
-    return (f"sum by ({by}) (rate({family}_sum{{{VLLM}}}[{w}])) / "
-            f"sum by ({by}) (rate({family}_count{{{VLLM}}}[{w}]))")
-
-
-def _p95(family: str, w: str, by: str) -> str:
-    return f"histogram_quantile(0.95, sum by ({by}) (rate({family}_bucket{{{VLLM}}}[{w}])))"
+def _per_replica(family: str, statistic: str, w: str) -> str:
+    return statistic_expr(family, statistic, w, by=("zone", "pod"), selector=VLLM)
 
 
 def _per_replica_queries(w: str) -> dict[str, str]:
@@ -121,9 +118,9 @@ def _per_replica_queries(w: str) -> dict[str, str]:
         "qps": f"sum by (zone, pod) (rate(vllm:request_success_total{{{VLLM}}}[{w}]))",
         "prompt_tokens_per_s": f"sum by (zone, pod) (rate(vllm:prompt_tokens_total{{{VLLM}}}[{w}]))",
         "generation_tokens_per_s": f"sum by (zone, pod) (rate(vllm:generation_tokens_total{{{VLLM}}}[{w}]))",
-        "ttft_mean_s": _mean(ttft, w), "tpot_mean_s": _mean(tpot, w),
-        "prefill_mean_s": _mean("vllm:request_prefill_time_seconds", w),
-        "ttft_p95_s": _p95(ttft, w, "zone, pod, le"), "tpot_p95_s": _p95(tpot, w, "zone, pod, le"),
+        "ttft_mean_s": _per_replica(ttft, "mean", w), "tpot_mean_s": _per_replica(tpot, "mean", w),
+        "prefill_mean_s": _per_replica("vllm:request_prefill_time_seconds", "mean", w),
+        "ttft_p95_s": _per_replica(ttft, "p95", w), "tpot_p95_s": _per_replica(tpot, "p95", w),
         "kv_usage_avg": f"avg by (zone, pod) (avg_over_time(vllm:kv_cache_usage_perc{{{VLLM}}}[{w}]))",
         "kv_usage_max": f"max by (zone, pod) (max_over_time(vllm:kv_cache_usage_perc{{{VLLM}}}[{w}]))",
         "running_avg": f"avg by (zone, pod) (avg_over_time(vllm:num_requests_running{{{VLLM}}}[{w}]))",
@@ -131,8 +128,9 @@ def _per_replica_queries(w: str) -> dict[str, str]:
     }
 
 
-def read_fleet(url: str, window: str) -> FleetLive:
-    """Everything `check` and `calibrate` read, over the last `window`."""
+def read_fleet(url: str, window: str, slo_alerts: Sequence[Alert] = ()) -> FleetLive:
+    """Everything `check` and `calibrate` read, over the last `window`; for each latency alert
+    in `slo_alerts`, the statistic it reads (`observability.rules.statistic_expr`)."""
     reps: dict[tuple[str, str], ReplicaLive] = {}
     for field_name, expr in _per_replica_queries(window).items():
         for labels, value in query(url, expr):
@@ -140,12 +138,15 @@ def read_fleet(url: str, window: str) -> FleetLive:
             rep = reps.setdefault(key, ReplicaLive(*key))
             setattr(rep, field_name, value)
     offered = query(url, f"sum (rate(envoy_http_downstream_rq_total{{{ENVOY_CLIENT_TRAFFIC}}}[{window}]))")
-    ttft = query(url, _p95("vllm:time_to_first_token_seconds", window, "le"))
-    tpot = query(url, _p95("vllm:request_time_per_output_token_seconds", window, "le"))
     ready = query(url, READY_ZONE) or query(url, f"count by (zone) (up{{{VLLM}}} == 1)")
     return FleetLive(
         window=window, replicas=sorted(reps.values(), key=lambda r: (r.zone, r.pod)),
         offered_qps=offered[0][1] if offered else None,
-        ttft_p95_s=ttft[0][1] if ttft else None, tpot_p95_s=tpot[0][1] if tpot else None,
         ready_by_zone={labels.get("zone", ""): value for labels, value in ready},
+        slo_latency_s={a.name: _first(query(url, statistic_expr(a.family, a.statistic, window, selector=VLLM)))
+                       for a in slo_alerts},
     )
+
+
+def _first(result: list[tuple[dict, float]]) -> float | None:
+    return result[0][1] if result else None

@@ -22,11 +22,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from observability.rules import AlertPolicy, Thresholds, rule_groups
+from observability.alerts import Alert, Behaviour
+from observability.rules import AlertPolicy, plan_alerts, rule_groups
 from simulator import ZoneFailure, config_from_plan, replica_specs
 from sizing.planner import Plan
 
 from .exporters import Clock, Exporters
+from .lifecycle import Started
 from .servers import GROUP_INTERVAL_S, Servers, TwinError, seconds
 from .timeline import build
 
@@ -37,11 +39,6 @@ SETTLE_S = GROUP_INTERVAL_S + DETECTION_LAG_S
 POLL_WALL_S = 0.1
 FIRST_SCRAPE_TIMEOUT_S = 60.0   # Prometheus hands targets to its scrapers after about 5 s (more on a busy machine)
 
-LATENCY_BY_BINDING = {"tpot": "LLMServingTPOTAboveSLO", "ttft": "LLMServingTTFTAboveSLO",
-                      "kv": "LLMServingTTFTAboveSLO", "prefill": "LLMServingTTFTAboveSLO"}
-LATENCY_ALERTS = ("LLMServingTTFTAboveSLO", "LLMServingTPOTAboveSLO")
-LOAD_ALERTS = ("LLMServingLoadNearCapacity", "LLMServingLoadAboveCapacityAfterLoss")
-ZONE_ALERTS = ("LLMServingZoneWithoutReadyReplica", "LLMServingRedundancyLost", "LLMServingReplicasBelowPlan")
 
 
 @dataclass
@@ -71,7 +68,7 @@ class Verdict:
         return not self.forbidden_fired and all(not problem for _, problem in self.required)
 
 
-class Twin:
+class Twin(Started):
     """The emulated fleet of a plan on a real Prometheus and Alertmanager (a context manager)."""
 
     def __init__(self, plan: Plan, namespace: str, *, qps: float | None = None, duration_s: float = 1200.0,
@@ -93,27 +90,19 @@ class Twin:
     def alertmanager_url(self) -> str:
         return self._servers.alertmanager_url
 
-    def __enter__(self) -> "Twin":
+    def start(self) -> None:
         self.timeline = build(self.config, self.slowdown)
         self._tmp = tempfile.TemporaryDirectory(prefix="llmserve-twin-")
-        try:
-            self._exporters = Exporters(self.timeline, self.clock, self.namespace, self.plan.request.model).__enter__()
-            groups = rule_groups(self.plan, self.namespace, self.policy)
-            self._servers = Servers(Path(self._tmp.name), groups, self._exporters.targets, self.scale).__enter__()
-            if not self._exporters.wait_scraped(FIRST_SCRAPE_TIMEOUT_S):
-                raise TwinError(f"Prometheus did not scrape every target within {FIRST_SCRAPE_TIMEOUT_S:g} s")
-            self._servers.wait_alertmanager_discovered()
-            # The reload makes Prometheus rediscover Alertmanager (about 5 s); an alert firing in
-            # that gap is dropped and sent again a resend delay later, with its own startsAt.
-            self._servers.load_rules()
-        except BaseException:
-            self.close()
-            raise
+        self._exporters = Exporters(self.timeline, self.clock, self.namespace, self.plan.request.model).__enter__()
+        groups = rule_groups(self.plan, self.namespace, self.policy)
+        self._servers = Servers(Path(self._tmp.name), groups, self._exporters.targets, self.scale).__enter__()
+        if not self._exporters.wait_scraped(FIRST_SCRAPE_TIMEOUT_S):
+            raise TwinError(f"Prometheus did not scrape every target within {FIRST_SCRAPE_TIMEOUT_S:g} s")
+        self._servers.wait_alertmanager_discovered()
+        # The reload makes Prometheus rediscover Alertmanager (about 5 s); an alert firing in
+        # that gap is dropped and sent again a resend delay later, with its own startsAt.
+        self._servers.load_rules()
         self.clock.start()      # simulated time 0: every target is being scraped
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def close(self) -> None:
         for part in (self._servers, self._exporters):
@@ -173,60 +162,52 @@ def _unix(rfc3339: str) -> float:
 
 
 # -- expectations -------------------------------------------------------------------------------
-def _for_s(groups: list[dict], name: str) -> float:
-    return next(seconds(r["for"]) for g in groups for r in g["rules"] if r.get("alert") == name)
-
-
 def expectations(plan: Plan, qps: float, duration_s: float, failure: ZoneFailure | None,
                  policy: AlertPolicy, namespace: str) -> tuple[list[Expectation], set[str]]:
-    """(what must fire, names that must not) for this scenario, from the plan alone."""
-    groups = rule_groups(plan, namespace, policy)
-    names = {r["alert"] for g in groups for r in g["rules"] if "alert" in r}
-    t = Thresholds.from_plan(plan)
+    """(what must fire, names that must not) for this scenario, from what each alert of the plan
+    says it does under the planned load, a zone loss and an overload (`Alert.expected`)."""
+    alerts = plan_alerts(plan, policy)
+    # The planned load: below every threshold an overload is judged against.
+    within = all(a.expected.overload_above_qps is None or qps <= a.expected.overload_above_qps for a in alerts)
     required: list[Expectation] = []
     forbidden: set[str] = set()
-    within_n1 = t.capacity_after_loss_qps is None or qps <= t.capacity_after_loss_qps
-    if qps <= policy.capacity_share * t.capacity_qps and within_n1:
-        forbidden |= set(LATENCY_ALERTS) | set(LOAD_ALERTS)
-        if failure is None:
-            forbidden = set(names)
-    latency = LATENCY_BY_BINDING[plan.capacity_per_replica.binding]
-    if qps > t.capacity_qps and duration_s >= _for_s(groups, latency) + 2 * DETECTION_LAG_S:
-        name = latency
-        required.append(Expectation(name, reason=f"{qps:g} QPS is past the sized {t.capacity_qps:g} QPS "
-                                                 f"(binding: {plan.capacity_per_replica.binding})"))
-    for name, threshold in (("LLMServingLoadNearCapacity", policy.capacity_share * t.capacity_qps),
-                            ("LLMServingLoadAboveCapacityAfterLoss", t.capacity_after_loss_qps)):
-        if name in names and threshold is not None and qps > 1.05 * threshold and (
-                duration_s >= _for_s(groups, name) + 2 * DETECTION_LAG_S):
-            required.append(Expectation(name, reason=f"{qps:g} QPS is above its {threshold:g} QPS threshold"))
-    if failure is not None:
-        required += _zone_expectations(groups, names, failure, duration_s, _empties_its_zone(plan, failure))
+    for a in alerts:
+        if within and (a.expected.zone_loss if failure is not None else a.expected.planned_load) is Behaviour.SILENT:
+            forbidden.add(a.name)
+        if _overload_fires(a, qps, duration_s):
+            required.append(Expectation(a.name, reason=f"{qps:g} QPS is past the {a.expected.overload_above_qps:g} "
+                                                       "QPS beyond which the plan says it fires"))
+    if failure is not None and _empties_its_zone(plan, failure):
+        required += _zone_expectations(alerts, failure, duration_s)
     return required, forbidden - {e.name for e in required}
 
 
 def _empties_its_zone(plan: Plan, failure: ZoneFailure) -> bool:
     """A zone's loss empties it; a node's, when every replica of its zone runs on it (a group
-    spanning nodes is lost whole, so one node of a zone's only group empties the zone)."""
+    spanning nodes is lost whole, so one node of a zone's only group empties the zone). A node
+    whose loss leaves its zone serving is a smaller loss than the plan's zone alerts judge: the
+    twin then requires none of them."""
     in_zone = [spec for spec in replica_specs(plan) if spec.zone == failure.zone]
     return all(failure.hits(spec) for spec in in_zone)
 
 
-def _zone_expectations(groups, names, failure: ZoneFailure, duration_s: float, emptied: bool = True) -> list[Expectation]:
-    """What a lost zone (or node) must fire; a node that leaves its zone serving fires only the
-    replica count below plan."""
+def _overload_fires(a: Alert, qps: float, duration_s: float) -> bool:
+    e = a.expected
+    return (e.overload is Behaviour.FIRES and e.overload_above_qps is not None
+            and qps > e.overload_margin * e.overload_above_qps
+            and duration_s >= seconds(a.for_) + 2 * DETECTION_LAG_S)
+
+
+def _zone_expectations(alerts: list[Alert], failure: ZoneFailure, duration_s: float) -> list[Expectation]:
     out = []
     back = min(failure.end_s if failure.end_s is not None else duration_s, duration_s)
     outage = back - failure.start_s
     resolve_by = failure.end_s if failure.end_s is not None and failure.end_s + DETECTION_LAG_S <= duration_s else None
-    for name in ZONE_ALERTS:
-        if name not in names or not emptied and name != "LLMServingReplicasBelowPlan":
+    for a in alerts:
+        need = seconds(a.for_) + DETECTION_LAG_S
+        if a.expected.zone_loss is not Behaviour.FIRES or outage < need:
             continue
-        need = _for_s(groups, name) + DETECTION_LAG_S
-        if outage < need:
-            continue
-        zone = failure.zone if name == "LLMServingZoneWithoutReadyReplica" else None
-        out.append(Expectation(name, zone, resolve_by,
+        out.append(Expectation(a.name, failure.zone if a.expected.per_zone else None, resolve_by,
                                f"{failure.domain} is down {outage:g} s, longer than the alert's for + "
                                f"{DETECTION_LAG_S:g} s lag ({need:g} s)"))
     return out
@@ -272,8 +253,9 @@ class TwinReport:
 
 @contextmanager
 def _terminate_as_exit():
-    """SIGTERM raises SystemExit while the twin runs, so its servers are stopped on the way out
-    (they run in their own sessions: a killed parent would leave them behind)."""
+    """SIGTERM raises SystemExit while the twin runs, so its servers are stopped and its work
+    folder removed on the way out. (SIGKILL leaves no way out: the kernel then kills the servers,
+    `lifecycle.spawn`, and the folder stays in the temporary directory.)"""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -5,13 +5,13 @@ with every duration in them (`for:` and the `[5m]` rate windows) divided by the 
 scale, and the program's scrape interval divided the same way (`scaled_rules`, stated in the
 twin's output). Alertmanager routes everything to a webhook in this process, which records each
 notification. Each server runs in its own process group; `Servers.close()` (called on exit, on
-error and at interpreter exit) terminates the group and waits for it.
+error and at interpreter exit) terminates the group and waits for it, and the kernel kills both
+servers if the twin dies without closing them (`lifecycle.spawn`).
 """
 from __future__ import annotations
 
 import atexit
 import json
-import os
 import re
 import shutil
 import signal
@@ -26,6 +26,7 @@ from pathlib import Path
 import yaml
 
 from .exporters import LOOPBACK, Target
+from .lifecycle import Started, get_json, spawn, stop, until
 
 # The program's scrape and rule-evaluation interval (components/monitoring.py SCRAPE_INTERVAL;
 # a test keeps them equal) and kube-prometheus-stack's Alertmanager grouping defaults.
@@ -35,7 +36,6 @@ GROUP_WAIT_S, GROUP_INTERVAL_S = 30.0, 300.0
 LOOKBACK_S = 300.0              # Prometheus' default staleness lookback
 RESEND_DELAY_S = 60.0           # Prometheus' default --rules.alert.resend-delay
 READY_TIMEOUT_S = 60.0
-STOP_TIMEOUT_S = 10.0
 
 PROMETHEUS_BINARIES = ("prometheus",)
 ALERTMANAGER_BINARIES = ("prometheus-alertmanager", "alertmanager")    # Debian's name, upstream's
@@ -166,7 +166,7 @@ class Webhook:
 
 
 # -- processes ----------------------------------------------------------------------------------
-class Servers:
+class Servers(Started):
     """Prometheus + Alertmanager in `workdir`; a context manager that always stops both."""
 
     def __init__(self, workdir: Path, rule_groups: list[dict], targets: list[Target], scale: float):
@@ -175,19 +175,12 @@ class Servers:
         self.webhook: Webhook | None = None
         self.prometheus_url = self.alertmanager_url = ""
 
-    def __enter__(self) -> "Servers":
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self._procs]
+
+    def start(self) -> None:
         atexit.register(self.close)
-        try:
-            self._start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def _start(self) -> None:
         prometheus = find_binary(PROMETHEUS_BINARIES, "prometheus")
         alertmanager = find_binary(ALERTMANAGER_BINARIES, "prometheus-alertmanager")
         self.webhook = Webhook()
@@ -216,16 +209,9 @@ class Servers:
     def wait_alertmanager_discovered(self) -> None:
         """Until Prometheus' notifier has found Alertmanager (its discovery, like the scrapers',
         hands over targets a few seconds after start; alerts sent before are dropped)."""
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"{self.prometheus_url}/api/v1/alertmanagers", timeout=1) as resp:
-                    if json.load(resp)["data"]["activeAlertmanagers"]:
-                        return
-            except (OSError, ValueError, KeyError):
-                pass
-            time.sleep(0.05)
-        raise TwinError(f"Prometheus did not find Alertmanager within {READY_TIMEOUT_S:g} s")
+        if not until(lambda: bool(get_json(f"{self.prometheus_url}/api/v1/alertmanagers")["data"]
+                                  ["activeAlertmanagers"]), READY_TIMEOUT_S):
+            raise TwinError(f"Prometheus did not find Alertmanager within {READY_TIMEOUT_S:g} s")
 
     def load_rules(self) -> None:
         """Write the scaled rule groups and have Prometheus reload (SIGHUP); wait until they are loaded."""
@@ -233,67 +219,36 @@ class Servers:
             yaml.safe_dump({"groups": scaled_rules(self.groups, self.scale)}, sort_keys=False, width=120))
         self._prometheus.send_signal(signal.SIGHUP)
         wanted = sum(len(g["rules"]) for g in self.groups)
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"{self.prometheus_url}/api/v1/rules", timeout=1) as resp:
-                    groups = json.load(resp)["data"]["groups"]
-                if sum(len(g["rules"]) for g in groups) == wanted:
-                    return
-            except (OSError, ValueError, KeyError):
-                pass
-            time.sleep(0.05)
-        raise TwinError(f"Prometheus did not load the {wanted} rules within {READY_TIMEOUT_S:g} s")
+
+        def loaded() -> bool:
+            return sum(len(g["rules"]) for g in get_json(f"{self.prometheus_url}/api/v1/rules")["data"]["groups"]) \
+                == wanted
+        if not until(loaded, READY_TIMEOUT_S):
+            raise TwinError(f"Prometheus did not load the {wanted} rules within {READY_TIMEOUT_S:g} s")
 
     def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen:
-        log = open(self.workdir / f"{name}.log", "wb")
-        try:
-            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    cwd=self.workdir, start_new_session=True)
-        finally:
-            log.close()
+        proc = spawn(argv, self.workdir / f"{name}.log", self.workdir)
         self._procs.append(proc)
         return proc
 
     def _wait_ready(self, name: str, url: str) -> None:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if any(p.poll() is not None for p in self._procs):
-                break
-            try:
-                with urllib.request.urlopen(f"{url}/-/ready", timeout=1) as resp:
-                    if resp.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.1)
+        def ready() -> bool:
+            with urllib.request.urlopen(f"{url}/-/ready", timeout=1) as resp:
+                return resp.status == 200
+        if until(ready, READY_TIMEOUT_S, give_up=lambda: any(p.poll() is not None for p in self._procs),
+                 interval_s=0.1):
+            return
         log = (self.workdir / f"{name}.log").read_text(errors="replace").strip().splitlines()[-3:]
         raise TwinError(f"{name} did not become ready within {READY_TIMEOUT_S:g} s: {' | '.join(log)}")
 
     def close(self) -> None:
         """Terminate each server's process group and wait; idempotent."""
         while self._procs:
-            proc = self._procs.pop()
-            _stop_group(proc)
+            stop(self._procs.pop())
         if self.webhook is not None:
             self.webhook.close()
             self.webhook = None
         atexit.unregister(self.close)
-
-
-def _stop_group(proc: subprocess.Popen) -> None:
-    if proc.poll() is not None:
-        return
-    for sig, wait_s in ((signal.SIGTERM, STOP_TIMEOUT_S), (signal.SIGKILL, STOP_TIMEOUT_S)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def versions() -> tuple[str, str]:
