@@ -378,7 +378,10 @@ class Serving(pulumi.ComponentResource):
                 engine["resources"][part][EFA_RESOURCE] = str(efa_devices)
         if not leader:     # no API: ready while its group's leader serves (the engine needs every rank)
             engine["ports"] = []
-            for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            # No liveness probe: a worker whose engine dies exits, and restarting a worker because its
+            # leader is slow would recreate the whole group (RecreateGroupOnPodRestart).
+            del engine["livenessProbe"]
+            for probe in ("startupProbe", "readinessProbe"):
                 engine[probe] = {k: v for k, v in engine[probe].items() if k != "httpGet"} | {
                     "exec": {"command": ["python3", "-c", LEADER_HEALTH_CHECK]}}
         spec = self._pod_spec(plan, [engine, metrics_proxy_container()] if leader else [engine])

@@ -128,6 +128,7 @@ def test_leader_and_worker_run_vllms_multi_node_launch(recorded):
     assert leader["args"][:leader["args"].index("--pipeline-parallel-size")] == \
         worker["args"][:worker["args"].index("--pipeline-parallel-size")]    # one engine, the same arguments
     assert str(VLLM_API_PORT) in worker["readinessProbe"]["exec"]["command"][-1]
+    assert "livenessProbe" not in worker and "livenessProbe" in leader    # a worker never restarts its group
     for pod in (template["leaderTemplate"], template["workerTemplate"]):
         assert pod["spec"]["nodeSelector"] == {"llm-serving.io/role": "gpu", "topology.kubernetes.io/zone": "us-east-1a",
                                                "llm-serving.io/pool": "us-east-1a-p5"}
