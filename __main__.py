@@ -4,6 +4,7 @@ Only wiring lives here; every number a component needs comes from the plan.
 """
 import pulumi
 
+from conventions import GATEWAY_CONTROLLER_NAMESPACE
 from components.accuracy_gate import AccuracyGate, AccuracyGateArgs, GateJob
 from components.cert_manager import CertManager, CertManagerArgs, GatewayCertificate, GatewayCertificateArgs
 from components.cluster import Cluster, ClusterArgs
@@ -11,7 +12,7 @@ from components.external_dns import ExternalDns, ExternalDnsArgs
 from components.efa import EfaPlugin, EfaPluginArgs, EfaSecurityGroup, EfaSecurityGroupArgs
 from components.gpu_node_pool import GpuNodePool, GpuNodePoolArgs, efa_enabled
 from components.leader_worker_set import LwsController, LwsControllerArgs
-from components.gateway import CONTROLLER_NAMESPACE, Gateway, GatewayArgs
+from components.gateway import Gateway, GatewayArgs
 from components.gpu_plugin import GpuPlugin, GpuPluginArgs
 from components.load_balancer_controller import LoadBalancerController, LoadBalancerControllerArgs
 from components.loadtest import LoadTest, LoadTestArgs, LoadTestRun
@@ -87,7 +88,7 @@ if plan.nodes_per_replica > 1:     # replicas that span nodes: one LeaderWorkerS
 serving = Serving("serving", ServingArgs(
     plan=plan, namespace=settings.serving.namespace, environment=settings.environment,
     burst_scaling=settings.serving.burstScaling, checkpoint=served_checkpoint(plan, settings),
-    provider=cluster.k8s_provider, hub_token=secret("hubToken"), gateway_namespace=CONTROLLER_NAMESPACE,
+    provider=cluster.k8s_provider, hub_token=secret("hubToken"), gateway_namespace=GATEWAY_CONTROLLER_NAMESPACE,
     group_controller=lws.release if lws else None,
     efa_devices=min(p.efa_interfaces for p in gpu_pools) if plan.nodes_per_replica > 1 else 0),
     opts=pulumi.ResourceOptions(depends_on=serving_after))
@@ -125,7 +126,7 @@ monitoring = Monitoring("monitoring", MonitoringArgs(
     plan=plan, stack=settings.stack, environment=settings.environment, zones=settings.zones,
     serving_namespace=settings.serving.namespace, inference_extension=gw_settings.inferenceExtension,
     provider=cluster.k8s_provider, grafana_admin_password=secret("grafanaAdminPassword"),
-    gateway_namespace=CONTROLLER_NAMESPACE), opts=pulumi.ResourceOptions(depends_on=[gpu_plugin]))
+    gateway_namespace=GATEWAY_CONTROLLER_NAMESPACE), opts=pulumi.ResourceOptions(depends_on=[gpu_plugin]))
 
 # -- outputs --------------------------------------------------------------------------------------
 pulumi.export("clusterName", cluster.cluster_name)
@@ -135,7 +136,7 @@ pulumi.export("gatewayAddress", gateway.address)                 # the load bala
 pulumi.export("plan", {
     "replicas": plan.replicas,
     "replicasByZone": plan.replicas_by_zone,
-    "tensorParallel": plan.tp,
+    "tp": plan.tp,
     "nodesPerReplica": plan.nodes_per_replica,
     "capacityQps": round(plan.capacity_qps, 4),                      # all replicas, as in the plan's JSON
     "capacityPerReplicaQps": round(plan.capacity_per_replica.qps, 4),

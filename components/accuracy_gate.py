@@ -26,7 +26,7 @@ from pathlib import Path
 import pulumi
 import pulumi_kubernetes as k8s
 
-import conventions
+from conventions import PYTHON_IMAGE, VLLM_IMAGE
 from settings import StackSettings
 from settings.schema import ACCURACY_TASK_METRICS, AccuracyGateSettings
 from sizing.planner import Plan
@@ -36,10 +36,11 @@ from .api_keys import gate_key
 from .gateway import gate_rate_limit, proxy_replicas
 from .loadtest import gateway_url, job_egress, one_shot_pod_spec
 from .options import after, own
-from .serving import VLLM_IMAGE, served_checkpoint
+from .serving import served_checkpoint
 
-PYTHON_IMAGE = conventions.PYTHON_IMAGE
 LM_EVAL = "lm-eval[api]==0.4.13"        # the API client only: no torch in the gate's image
+# LM_EVAL and all it needs, each with its PyPI SHA-256 (how to regenerate: docs/security.md).
+REQUIREMENTS = Path(__file__).resolve().parent / "data" / "lm-eval-requirements.txt"
 # The gate waits this long at least for lm-eval (the Job's deadline and Pulumi's await); more
 # when its quota needs longer for the tasks' questions (`gate_timeout_s`).
 GATE_TIMEOUT_S = 4 * 3600
@@ -47,6 +48,8 @@ TASK_QUESTIONS = {"gsm8k": 1319, "gsm8k_cot": 1319, "mmlu_pro": 12032}   # the t
 SETUP_MARGIN_S = 1800          # image pull, lm-eval install, dataset download
 REQUEST_TIMEOUT_S = 600
 WORK = "/work"
+KEY_DIR = "/var/run/secrets/accuracy-gate"    # the gate's key as a file (the credentials Secret), not an env var
+KEY_FILE = f"{KEY_DIR}/api-key"
 LABELS = {"app.kubernetes.io/name": "lm-eval", "app.kubernetes.io/part-of": "llm-serving",
           "llm-serving.io/role": "accuracy-gate"}
 
@@ -122,9 +125,10 @@ def rollout_digest(plan: Plan, job: GateJob) -> str:
 # cert-manager a few minutes after `pulumi up` creates it) and the API key is accepted.
 READY_WAIT_S = 1800
 WAIT_FOR_GATEWAY = """\
-import os, sys, time, urllib.request
+import sys, time, urllib.request
 url, deadline = sys.argv[1] + "/v1/models", time.time() + float(sys.argv[2])
-request = urllib.request.Request(url, headers={"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"]})
+key = open(sys.argv[3]).read().strip()
+request = urllib.request.Request(url, headers={"Authorization": "Bearer " + key})
 while True:
     try:
         urllib.request.urlopen(request, timeout=10).read()
@@ -137,8 +141,10 @@ while True:
 
 
 def install_command() -> list[str]:
-    """The init container's: lm-eval into the shared work folder, with no secret in reach."""
-    return ["pip", "install", "--no-cache-dir", "--quiet", "--target", f"{WORK}/py", LM_EVAL]
+    """The init container's: lm-eval into the shared work folder, with no secret in reach, from
+    the hash-pinned requirements (every package and its SHA-256: pip refuses any other file)."""
+    return ["pip", "install", "--no-cache-dir", "--quiet", "--require-hashes", "--target", f"{WORK}/py",
+            "-r", f"/gate/{REQUIREMENTS.name}"]
 
 
 def shell_script(plan: Plan, job: GateJob) -> str:
@@ -147,9 +153,11 @@ def shell_script(plan: Plan, job: GateJob) -> str:
     quoted = " ".join(f"'{a}'" for a in lm_eval_command(plan, job))
     return "\n".join([
         "set -eu",
-        f"python /gate/wait_for_gateway.py '{gateway_url(job.hostname)}' {READY_WAIT_S}",
+        f"python /gate/wait_for_gateway.py '{gateway_url(job.hostname)}' {READY_WAIT_S} {KEY_FILE}",
         f"export PYTHONPATH={WORK}/py PATH={WORK}/py/bin:$PATH",
-        quoted,
+        # lm-eval's local-completions reads its Bearer key from OPENAI_API_KEY: set for lm_eval's
+        # process alone, from the mounted file, so the key is in no pod spec and no other process.
+        f'OPENAI_API_KEY="$(cat {KEY_FILE})" {quoted}',
         f"python /gate/accuracy_check.py /gate/gate.json {WORK}/results",
     ])
 
@@ -187,7 +195,8 @@ class AccuracyGate(pulumi.ComponentResource):
             data={"gate.json": json.dumps(self.gate, indent=2),
                   "accuracy_check.py": Path(accuracy_check.__file__).read_text(),
                   "wait_for_gateway.py": WAIT_FOR_GATEWAY,
-                  "run.sh": shell_script(plan, job)},
+                  "run.sh": shell_script(plan, job),
+                  REQUIREMENTS.name: REQUIREMENTS.read_text()},
             opts=child)
         # HTTPS out: the package index (init container) and the gateway's public name (the gate).
         for key, spec in job_egress(LABELS, "accuracy-gate-egress").items():
@@ -217,20 +226,21 @@ class AccuracyGate(pulumi.ComponentResource):
             "name": "install", "image": PYTHON_IMAGE, "command": install_command(),
             "env": [{"name": "HOME", "value": WORK}, {"name": "PIP_DISABLE_PIP_VERSION_CHECK", "value": "1"}],
             "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "2Gi"}},
-            "volumeMounts": work,
+            "volumeMounts": [{"name": "gate", "mountPath": "/gate", "readOnly": True}, *work],
         }
         gate = {
             "name": "lm-eval", "image": PYTHON_IMAGE,
             "command": ["sh", "/gate/run.sh"],
-            "env": [{"name": "OPENAI_API_KEY",        # lm-eval's local-completions sends it as Bearer
-                     "valueFrom": {"secretKeyRef": {"name": self.credentials.metadata.apply(lambda m: m["name"]),
-                                                    "key": "api-key"}}},
-                    {"name": "HOME", "value": WORK}, {"name": "HF_HOME", "value": f"{WORK}/hf"}],
+            "env": [{"name": "HOME", "value": WORK}, {"name": "HF_HOME", "value": f"{WORK}/hf"}],
             "resources": {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"memory": "8Gi"}},
             "terminationMessagePolicy": "FallbackToLogsOnError",
-            "volumeMounts": [{"name": "gate", "mountPath": "/gate", "readOnly": True}, *work],
+            "volumeMounts": [{"name": "gate", "mountPath": "/gate", "readOnly": True},
+                             {"name": "gate-key", "mountPath": KEY_DIR, "readOnly": True}, *work],
         }
         return one_shot_pod_spec(gate, [
             {"name": "gate", "configMap": {"name": self.config.metadata.apply(lambda m: m["name"])}},
+            # Readable by the pod's group only (fsGroup), mounted in the gate container alone.
+            {"name": "gate-key", "secret": {"secretName": self.credentials.metadata.apply(lambda m: m["name"]),
+                                            "defaultMode": 0o440}},
             {"name": "work", "emptyDir": {}},
         ], self.hostname, init_containers=(install,))

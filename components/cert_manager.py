@@ -26,14 +26,14 @@ from .identity_release import ChartRelease, ControllerArgs, release_with_identit
 from .options import after
 from .placement import spread
 
-CHART, CHART_VERSION, CHART_REPO = "cert-manager", CERT_MANAGER_CHART_VERSION, "https://charts.jetstack.io"
+CHART, CHART_REPO = "cert-manager", "https://charts.jetstack.io"
 NAMESPACE = "cert-manager"
 RELEASE = "cert-manager"
 SERVICE_ACCOUNT = "cert-manager"          # the chart's controller service account (fullname)
 CERT_MANAGER_API = "cert-manager.io/v1"
 REPLICAS = 2
 ISSUER_NAME = "llm-serving-acme"
-CHART_RELEASE = ChartRelease(CHART, CHART_VERSION, CHART_REPO, RELEASE, NAMESPACE, SERVICE_ACCOUNT)
+CHART_RELEASE = ChartRelease(CHART, CERT_MANAGER_CHART_VERSION, CHART_REPO, RELEASE, NAMESPACE, SERVICE_ACCOUNT)
 
 
 def route53_dns01_policy(hosted_zone_id: str) -> str:
@@ -98,7 +98,7 @@ class CertManager(pulumi.ComponentResource):
             metadata={"name": ISSUER_NAME},
             spec=issuer_spec(args.acme_server, args.acme_email, args.region, args.hosted_zone_id),
             opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[self.release]))
-        self.register_outputs({"chart": f"{CHART}@{CHART_VERSION}", "issuer": ISSUER_NAME})
+        self.register_outputs({"chart": f"{CHART}@{CERT_MANAGER_CHART_VERSION}", "issuer": ISSUER_NAME})
 
 
 def certificate_spec(hostname: str, secret_name: str, issuer_name: str) -> dict:
@@ -131,9 +131,7 @@ class GatewayCertificate(pulumi.ComponentResource):
             self.resource = k8s.apiextensions.CustomResource(
                 f"{name}-certificate", api_version=CERT_MANAGER_API, kind="Certificate", metadata=metadata,
                 spec=certificate_spec(args.hostname, args.secret_name, args.issuer_name), opts=child)
-        else:
-            if args.certificate_pem is None or args.private_key_pem is None:
-                raise ValueError("gateway.certificate: provided needs the tlsCertificate and tlsPrivateKey secrets")
+        else:      # certificate: provided (settings.required_secrets: the program required both PEMs)
             self.resource = k8s.core.v1.Secret(
                 f"{name}-secret", metadata=metadata, type="kubernetes.io/tls",
                 string_data={"tls.crt": args.certificate_pem, "tls.key": args.private_key_pem}, opts=child)

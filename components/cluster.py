@@ -17,8 +17,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
-from conventions import IMDS_HOP_LIMIT, LABEL_ROLE
-from settings import NAMESPACE
+from conventions import IMDS_HOP_LIMIT, LABEL_ROLE, PROJECT
 from settings.schema import SystemNodeSettings
 
 from .network import Network
@@ -86,7 +85,7 @@ def _assume_role_policy(service: str) -> str:
 
 @dataclass(frozen=True)
 class ClusterArgs:
-    stack: str                              # names the cluster: f"{NAMESPACE}-{stack}"
+    stack: str                              # names the cluster: f"{PROJECT}-{stack}"
     environment: str                        # prod turns on deletion protection
     region: str                             # the kubeconfig's `aws eks get-token --region`
     kubernetes_version: str
@@ -119,7 +118,7 @@ class Cluster(pulumi.ComponentResource):
         self._tags = dict(args.tags)
         # Output-returning invokes: they resolve alongside registrations instead of blocking the program.
         self._partition = aws.get_partition_output().partition
-        self._cluster_name = f"{NAMESPACE}-{args.stack}"
+        self._cluster_name = f"{PROJECT}-{args.stack}"
 
         cluster_role, cluster_policy, node_policies = self._iam_roles()
         secrets_key, log_group = self._encryption_and_logs()

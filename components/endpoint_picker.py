@@ -21,19 +21,17 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from conventions import ENDPOINT_PICKER_IMAGE, PICKER_GRPC_PORT, PICKER_HEALTH_PORT, PICKER_METRICS_PORT
+from conventions import ENDPOINT_PICKER_IMAGE, PICKER_GRPC_PORT, PICKER_HEALTH_PORT, PICKER_METRICS_PORT, VLLM_API_PORT
 
 from .cluster import SYSTEM_ROLE_LABEL
 from .options import after
 from .placement import HOST_KEY, ZONE_KEY, spread
 from .pod_security import SCRATCH_MOUNT, SCRATCH_VOLUME, container_security, pod_security
-from .serving import API_PORT, APP_LABELS, METADATA_RANGE
+from .serving import APP_LABELS, METADATA_RANGE
 
 # The last inference-extension release that ships the picker (v1.6.0 moved it to llm-d); it
 # serves the same `inference.networking.k8s.io/v1` InferencePool API as the v1.6.0 CRD.
-PICKER_IMAGE = ENDPOINT_PICKER_IMAGE
 POOL_API = "inference.networking.k8s.io/v1"
-GRPC_PORT, HEALTH_PORT = PICKER_GRPC_PORT, PICKER_HEALTH_PORT   # the picker's defaults
 MIN_PICKER_REPLICAS = 2
 FAILURE_MODE = "FailClose"      # what the proxy does (AI Gateway v1.0.0): see the module docstring
 PICKER_LABELS = {"app.kubernetes.io/name": "endpoint-picker", "llm-serving.io/role": "gateway"}
@@ -73,18 +71,18 @@ class EndpointPickerArgs:
 
 def picker_container(pool_name: str, namespace: str) -> dict:
     return {
-        "name": "epp", "image": PICKER_IMAGE,
+        "name": "epp", "image": ENDPOINT_PICKER_IMAGE,
         "args": ["--pool-name", pool_name, "--pool-namespace", namespace,
                  "--pool-group", "inference.networking.k8s.io",
                  "--config-file", f"/config/{CONFIG_FILE}",
                  # Only the monitoring namespace reaches the metrics port (below).
                  "--metrics-endpoint-auth=false", "--zap-encoder", "json"],
-        "ports": [{"name": "grpc", "containerPort": GRPC_PORT},
-                  {"name": "grpc-health", "containerPort": HEALTH_PORT},
+        "ports": [{"name": "grpc", "containerPort": PICKER_GRPC_PORT},
+                  {"name": "grpc-health", "containerPort": PICKER_HEALTH_PORT},
                   {"name": "metrics", "containerPort": PICKER_METRICS_PORT}],
         "env": [{"name": "NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
-        "livenessProbe": {"grpc": {"port": HEALTH_PORT, "service": "inference-extension"}, "periodSeconds": 10},
-        "readinessProbe": {"grpc": {"port": HEALTH_PORT, "service": "inference-extension"}, "periodSeconds": 2},
+        "livenessProbe": {"grpc": {"port": PICKER_HEALTH_PORT, "service": "inference-extension"}, "periodSeconds": 10},
+        "readinessProbe": {"grpc": {"port": PICKER_HEALTH_PORT, "service": "inference-extension"}, "periodSeconds": 2},
         "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "1Gi"}},
         # A static Go binary: it writes nothing but /tmp (an emptyDir).
         "securityContext": container_security(),
@@ -99,19 +97,19 @@ def picker_network_policies(gateway_namespace: str, monitoring_namespace: str) -
     return {
         "epp-from-gateway": {"podSelector": {"matchLabels": dict(PICKER_LABELS)}, "policyTypes": ["Ingress"],
                              "ingress": [{"from": [from_namespace(gateway_namespace)],
-                                          "ports": [{"protocol": "TCP", "port": GRPC_PORT}]},
+                                          "ports": [{"protocol": "TCP", "port": PICKER_GRPC_PORT}]},
                                          {"from": [from_namespace(monitoring_namespace)],
                                           "ports": [{"protocol": "TCP", "port": PICKER_METRICS_PORT}]}]},
         # The picker scores pods from their /metrics on the API port.
         "vllm-from-epp": {"podSelector": {"matchLabels": dict(APP_LABELS)}, "policyTypes": ["Ingress"],
                           "ingress": [{"from": [{"podSelector": {"matchLabels": dict(PICKER_LABELS)}}],
-                                       "ports": [{"protocol": "TCP", "port": API_PORT}]}]},
+                                       "ports": [{"protocol": "TCP", "port": VLLM_API_PORT}]}]},
         # Out: the vLLM pods' API port (their metrics) and the API server (it watches pods and the
         # pool); the API server's addresses are inside the VPC, so HTTPS goes anywhere but the
         # metadata service.
         "epp-egress": {"podSelector": {"matchLabels": dict(PICKER_LABELS)}, "policyTypes": ["Egress"],
                        "egress": [{"to": [{"podSelector": {"matchLabels": dict(APP_LABELS)}}],
-                                   "ports": [{"protocol": "TCP", "port": API_PORT}]},
+                                   "ports": [{"protocol": "TCP", "port": VLLM_API_PORT}]},
                                   {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": [METADATA_RANGE]}}],
                                    "ports": [{"protocol": "TCP", "port": 443}]}]},
     }
@@ -148,15 +146,15 @@ class EndpointPicker(pulumi.ComponentResource):
         self.service = k8s.core.v1.Service(
             f"{name}-svc", metadata={"name": self.picker_name, "namespace": ns},
             spec={"selector": dict(PICKER_LABELS), "ports": [
-                {"name": "grpc", "port": GRPC_PORT, "targetPort": "grpc", "appProtocol": "http2"},
+                {"name": "grpc", "port": PICKER_GRPC_PORT, "targetPort": "grpc", "appProtocol": "http2"},
                 {"name": "metrics", "port": PICKER_METRICS_PORT, "targetPort": "metrics"}]},
             opts=o)
         self.pool = k8s.apiextensions.CustomResource(
             f"{name}-pool", api_version=POOL_API, kind="InferencePool",
             metadata={"name": self.pool_name, "namespace": ns},
             spec={"selector": {"matchLabels": dict(APP_LABELS)},
-                  "targetPorts": [{"number": API_PORT}],
-                  "endpointPickerRef": {"name": self.picker_name, "port": {"number": GRPC_PORT},
+                  "targetPorts": [{"number": VLLM_API_PORT}],
+                  "endpointPickerRef": {"name": self.picker_name, "port": {"number": PICKER_GRPC_PORT},
                                         "failureMode": FAILURE_MODE}},
             opts=o)
 

@@ -19,17 +19,16 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from conventions import ANNOTATION_EXTERNAL_DNS_HOSTNAME, EXTERNAL_DNS_CHART_VERSION
+from conventions import EXTERNAL_DNS_CHART_VERSION
 
 from .cluster import SYSTEM_ROLE_LABEL
 from .identity_release import ChartRelease, ControllerArgs, release_with_identity
 
-CHART, CHART_VERSION, CHART_REPO = "external-dns", EXTERNAL_DNS_CHART_VERSION, "https://kubernetes-sigs.github.io/external-dns/"
+CHART, CHART_REPO = "external-dns", "https://kubernetes-sigs.github.io/external-dns/"
 NAMESPACE = "external-dns"
 RELEASE = "external-dns"
 SERVICE_ACCOUNT = "external-dns"
-HOSTNAME_ANNOTATION = ANNOTATION_EXTERNAL_DNS_HOSTNAME
-CHART_RELEASE = ChartRelease(CHART, CHART_VERSION, CHART_REPO, RELEASE, NAMESPACE, SERVICE_ACCOUNT)
+CHART_RELEASE = ChartRelease(CHART, EXTERNAL_DNS_CHART_VERSION, CHART_REPO, RELEASE, NAMESPACE, SERVICE_ACCOUNT)
 
 
 def route53_records_policy(hosted_zone_id: str) -> str:
@@ -72,4 +71,4 @@ class ExternalDns(pulumi.ComponentResource):
             self, name, CHART_RELEASE, cluster_name=args.cluster_name,
             policy_json=route53_records_policy(args.hosted_zone_id), tags=args.tags,
             values=chart_values(args.cluster_name, args.region, args.hosted_zone_id), provider=args.provider, opts=opts)
-        self.register_outputs({"chart": f"{CHART}@{CHART_VERSION}"})
+        self.register_outputs({"chart": f"{CHART}@{EXTERNAL_DNS_CHART_VERSION}"})

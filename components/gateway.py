@@ -23,29 +23,24 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from conventions import (
-    AI_GATEWAY_NAMESPACE, ANNOTATION_PROXIES, ANNOTATION_QUOTA_BUDGET_QPS, ENVOY_AI_GATEWAY_VERSION, ENVOY_GATEWAY_VERSION, GATEWAY_CONTROLLER_NAMESPACE,
-    INFERENCE_EXTENSION_VERSION, MONITORING_NAMESPACE,
+    AI_GATEWAY_NAMESPACE, ANNOTATION_AWS_LB_TYPE, ANNOTATION_EXTERNAL_DNS_HOSTNAME, ANNOTATION_PROXIES,
+    ANNOTATION_QUOTA_BUDGET_QPS, AWS_LB_TYPE_EXTERNAL, ENVOY_AI_GATEWAY_VERSION, ENVOY_GATEWAY_VERSION,
+    GATEWAY_CONTROLLER_NAMESPACE, INFERENCE_EXTENSION_VERSION, MONITORING_NAMESPACE, VLLM_API_PORT,
 )
 from settings.schema import GatewaySettings
 from sizing.planner import Plan
 
 from .api_keys import GATE_KEY_NAME, gate_key, parse_api_keys
 from .cluster import SERVICE_CIDR, SYSTEM_ROLE_LABEL
-from .external_dns import HOSTNAME_ANNOTATION
-from .load_balancer_controller import LB_TYPE_ANNOTATION, LB_TYPE_VALUE
 from .endpoint_picker import POOL_API, EndpointPicker, EndpointPickerArgs
 from .options import after
 from .placement import HOST_KEY, ZONE_KEY, spread
 from .drain import longest_request_s
-from .serving import API_PORT
 
-EG_CHART, EG_VERSION = "oci://docker.io/envoyproxy/gateway-helm", ENVOY_GATEWAY_VERSION   # CRDs pinned in scripts/upstream-files.json (vendor/upstream)
+EG_CHART = "oci://docker.io/envoyproxy/gateway-helm"   # CRDs pinned in scripts/upstream-files.json (vendor/upstream)
 AIGW_CHART, AIGW_CRDS_CHART = "oci://docker.io/envoyproxy/ai-gateway-helm", "oci://docker.io/envoyproxy/ai-gateway-crds-helm"
-AIGW_VERSION = ENVOY_AI_GATEWAY_VERSION
 INFERENCE_CRDS_URL = ("https://github.com/kubernetes-sigs/gateway-api-inference-extension/releases/download/"
                       f"{INFERENCE_EXTENSION_VERSION}/manifests.yaml")
-CONTROLLER_NAMESPACE = GATEWAY_CONTROLLER_NAMESPACE     # the controller and, by default, its Envoy proxies
-AIGW_NAMESPACE = AI_GATEWAY_NAMESPACE
 GATEWAY_API = "gateway.networking.k8s.io/v1"
 EG_API = "gateway.envoyproxy.io/v1alpha1"
 OPENAI_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/models")
@@ -174,7 +169,7 @@ def envoy_gateway_values(zones: int, inference_extension: bool) -> dict:
             "hooks": {"xdsTranslator": {"translation": {k: {"includeAll": True} for k in
                                                         ("listener", "route", "cluster", "secret")},
                                         "post": ["Translation", "Cluster", "Route"]}},
-            "service": {"fqdn": {"hostname": f"ai-gateway-controller.{AIGW_NAMESPACE}.svc.cluster.local",
+            "service": {"fqdn": {"hostname": f"ai-gateway-controller.{AI_GATEWAY_NAMESPACE}.svc.cluster.local",
                                  "port": 1063}}}
     return {"deployment": {"replicas": proxy_replicas(zones), "pod": {
                 "nodeSelector": dict(SYSTEM_ROLE_LABEL), "topologySpreadConstraints": controller_spread}},
@@ -209,11 +204,11 @@ def envoy_proxy_spec(gateway_name: str, proxies: int, allowed_cidrs: tuple[str, 
     manages it (external-dns reads the hostname annotation)."""
     proxy_spread = spread({"app.kubernetes.io/component": "proxy",
                            "gateway.envoyproxy.io/owning-gateway-name": gateway_name}, keys=(ZONE_KEY, HOST_KEY))
-    annotations = {LB_TYPE_ANNOTATION: LB_TYPE_VALUE,
+    annotations = {ANNOTATION_AWS_LB_TYPE: AWS_LB_TYPE_EXTERNAL,
                    "service.beta.kubernetes.io/aws-load-balancer-nlb-target-type": "ip",
                    "service.beta.kubernetes.io/aws-load-balancer-scheme": "internet-facing"}
     if dns_hostname:
-        annotations[HOSTNAME_ANNOTATION] = dns_hostname
+        annotations[ANNOTATION_EXTERNAL_DNS_HOSTNAME] = dns_hostname
     return {"provider": {"type": "Kubernetes", "kubernetes": {
         "envoyDeployment": {"replicas": proxies, "pod": {
             "nodeSelector": dict(SYSTEM_ROLE_LABEL), "topologySpreadConstraints": proxy_spread}},
@@ -307,13 +302,13 @@ class Gateway(pulumi.ComponentResource):
     def _listener(self) -> None:
         """EnvoyProxy -> GatewayClass -> Gateway (the HTTPS listener with its certificate)."""
         name, args, gw = self._name, self._args, self._args.gateway
-        proxy_config = self._cr("envoyproxy", EG_API, "EnvoyProxy", {"name": name, "namespace": CONTROLLER_NAMESPACE},
+        proxy_config = self._cr("envoyproxy", EG_API, "EnvoyProxy", {"name": name, "namespace": GATEWAY_CONTROLLER_NAMESPACE},
                                 envoy_proxy_spec(name, self.proxy_replicas, args.allowed_cidrs,
                                                  gw.hostname if gw.manages_dns else None))
         self.gateway_class = self._cr("class", GATEWAY_API, "GatewayClass", {"name": name}, {
             "controllerName": "gateway.envoyproxy.io/gatewayclass-controller",
             "parametersRef": {"group": "gateway.envoyproxy.io", "kind": "EnvoyProxy", "name": name,
-                              "namespace": CONTROLLER_NAMESPACE}}, deps=[proxy_config])
+                              "namespace": GATEWAY_CONTROLLER_NAMESPACE}}, deps=[proxy_config])
         self.gateway = self._cr("gateway", GATEWAY_API, "Gateway",
                                 {"name": name, "namespace": args.namespace}, with_status=True, spec={
             "gatewayClassName": name,
@@ -329,11 +324,11 @@ class Gateway(pulumi.ComponentResource):
         if gw.inferenceExtension:
             self.picker = EndpointPicker(f"{name}-picker", EndpointPickerArgs(
                 zones=len(args.zones), provider=args.provider, namespace=args.namespace,
-                gateway_namespace=CONTROLLER_NAMESPACE, monitoring_namespace=args.monitoring_namespace),
+                gateway_namespace=GATEWAY_CONTROLLER_NAMESPACE, monitoring_namespace=args.monitoring_namespace),
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[*crds, *self._after]))
             backend = {"group": POOL_API.split("/")[0], "kind": "InferencePool", "name": self.picker.pool_name}
         else:
-            backend = {"kind": "Service", "name": args.service_name, "port": API_PORT}
+            backend = {"kind": "Service", "name": args.service_name, "port": VLLM_API_PORT}
         t = self.timeouts
         self.route = self._cr("route", GATEWAY_API, "HTTPRoute", {"name": "openai", "namespace": args.namespace}, {
             "parentRefs": [{"name": name, "sectionName": "https"}],
@@ -369,18 +364,18 @@ class Gateway(pulumi.ComponentResource):
         pool_crd = [k8s.yaml.v2.ConfigFile(f"{name}-inference-crds", file=INFERENCE_CRDS_URL, opts=opts)] \
             if inference else []
         eg = k8s.helm.v3.Release(
-            f"{name}-envoy-gateway", name="envoy-gateway", chart=EG_CHART, version=EG_VERSION,
-            namespace=CONTROLLER_NAMESPACE, create_namespace=True,
+            f"{name}-envoy-gateway", name="envoy-gateway", chart=EG_CHART, version=ENVOY_GATEWAY_VERSION,
+            namespace=GATEWAY_CONTROLLER_NAMESPACE, create_namespace=True,
             values=envoy_gateway_values(len(args.zones), inference),
             opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=pool_crd)))
         if not inference:
             return [eg]
         aigw_crds = k8s.helm.v3.Release(
-            f"{name}-ai-gateway-crds", name="ai-gateway-crds", chart=AIGW_CRDS_CHART, version=AIGW_VERSION,
-            namespace=AIGW_NAMESPACE, create_namespace=True, opts=opts)
+            f"{name}-ai-gateway-crds", name="ai-gateway-crds", chart=AIGW_CRDS_CHART, version=ENVOY_AI_GATEWAY_VERSION,
+            namespace=AI_GATEWAY_NAMESPACE, create_namespace=True, opts=opts)
         aigw = k8s.helm.v3.Release(
-            f"{name}-ai-gateway", name="ai-gateway", chart=AIGW_CHART, version=AIGW_VERSION,
-            namespace=AIGW_NAMESPACE, create_namespace=True, values=ai_gateway_values(),
+            f"{name}-ai-gateway", name="ai-gateway", chart=AIGW_CHART, version=ENVOY_AI_GATEWAY_VERSION,
+            namespace=AI_GATEWAY_NAMESPACE, create_namespace=True, values=ai_gateway_values(),
             opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[*pool_crd, aigw_crds, eg])))
         return [*pool_crd, eg, aigw_crds, aigw]
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-import conventions
+from conventions import LABEL_POOL, LABEL_ROLE, LABEL_ZONE, TAG_GPUS_PER_NODE, TAG_PURCHASE_APPROVED
 from settings.schema import GpuPoolSettings
 from sizing.planner import Plan, Pool
 
@@ -32,9 +32,6 @@ GPU_AMI_TYPE = "AL2023_x86_64_NVIDIA"
 MODEL_CACHE_PATH = "/mnt/models"            # hostPath the serving pods mount for weights
 GPU_ROOT_VOLUME_GIB = 200                   # container images (vLLM is ~20 GB unpacked); weights live on NVMe
 GPU_TAINT = aws.eks.NodeGroupTaintArgs(key="nvidia.com/gpu", value="true", effect="NO_SCHEDULE")
-LABEL_POOL, LABEL_ROLE, LABEL_ZONE = conventions.LABEL_POOL, conventions.LABEL_ROLE, conventions.LABEL_ZONE
-TAG_GPUS_PER_NODE = conventions.TAG_GPUS_PER_NODE
-PURCHASE_APPROVED_TAG = conventions.TAG_PURCHASE_APPROVED   # the opt-in the capacity-block policy reads
 MIME_BOUNDARY = "==LLMSERVING=="
 
 # nodeadm reads the NodeConfig part; EKS merges in the cluster details for a managed node group.
@@ -191,7 +188,7 @@ class GpuNodePool(pulumi.ComponentResource):
             # the resource itself. Deleting this resource cannot cancel the block; it only forgets it.
             self.capacity_block = aws.ec2.CapacityBlockReservation(
                 f"{name}-capacity-block", capacity_block_offering_id=block.offeringId,
-                instance_platform="Linux/UNIX", tags={**tags, PURCHASE_APPROVED_TAG: "true"},
+                instance_platform="Linux/UNIX", tags={**tags, TAG_PURCHASE_APPROVED: "true"},
                 opts=child)
             reservation_id = self.capacity_block.id
         # A Capacity Block launches instances only between its start and end: deploy (or scale)

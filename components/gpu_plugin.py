@@ -11,14 +11,11 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from conventions import GPU_PLUGIN_NAMESPACE, NVIDIA_DEVICE_PLUGIN_CHART_VERSION
+from conventions import GPU_PLUGIN_NAMESPACE, LABEL_ROLE, NVIDIA_DEVICE_PLUGIN_CHART_VERSION
 
-from .gpu_node_pool import LABEL_ROLE
 
 CHART = "nvidia-device-plugin"
-CHART_VERSION = NVIDIA_DEVICE_PLUGIN_CHART_VERSION
 CHART_REPO = "https://nvidia.github.io/k8s-device-plugin"
-NAMESPACE = GPU_PLUGIN_NAMESPACE
 GPU_TAINT_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
 
 
@@ -48,9 +45,9 @@ class GpuPlugin(pulumi.ComponentResource):
         self.release = k8s.helm.v3.Release(
             f"{name}-release",
             name="nvidia-device-plugin",
-            chart=CHART, version=CHART_VERSION,
+            chart=CHART, version=NVIDIA_DEVICE_PLUGIN_CHART_VERSION,
             repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=CHART_REPO),
-            namespace=NAMESPACE, create_namespace=True,
+            namespace=GPU_PLUGIN_NAMESPACE, create_namespace=True,
             values=plugin_values(),
             opts=pulumi.ResourceOptions(parent=self, provider=args.provider))
         self.register_outputs({"release": self.release.name})

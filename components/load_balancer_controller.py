@@ -25,26 +25,25 @@ from pathlib import Path
 import pulumi
 import pulumi_kubernetes as k8s
 
-from conventions import ANNOTATION_AWS_LB_TYPE, AWS_LB_TYPE_EXTERNAL, AWS_LOAD_BALANCER_CONTROLLER_CHART_VERSION
+from conventions import AWS_LOAD_BALANCER_CONTROLLER_CHART_VERSION
 
 from .cluster import SYSTEM_ROLE_LABEL
 from .identity_release import ChartRelease, ControllerArgs, release_with_identity
 from .placement import spread
 
-CHART, CHART_VERSION, CHART_REPO = "aws-load-balancer-controller", AWS_LOAD_BALANCER_CONTROLLER_CHART_VERSION, \
-    "https://aws.github.io/eks-charts"
+CHART, CHART_REPO = "aws-load-balancer-controller", "https://aws.github.io/eks-charts"
 NAMESPACE = "kube-system"
 SERVICE_ACCOUNT = "aws-load-balancer-controller"
 RELEASE = "aws-load-balancer-controller"
 REPLICAS = 2
 IAM_POLICY_FILE = Path(__file__).resolve().parent / "data" / "aws-load-balancer-controller-iam-policy.json"
-# The Service annotations this controller owns (the controller contract reads them).
-LB_TYPE_ANNOTATION, LB_TYPE_VALUE = ANNOTATION_AWS_LB_TYPE, AWS_LB_TYPE_EXTERNAL
+# The Service annotations this controller owns (conventions.ANNOTATION_AWS_LB_TYPE, AWS_LB_TYPE_EXTERNAL) are
+# what the controller contract reads.
 SELECTOR = {"app.kubernetes.io/name": CHART, "app.kubernetes.io/instance": RELEASE}
 # kube-system exists; wait for the pods: the gateway's Service must find a running controller
 # (and its credentials) when Envoy Gateway creates it.
-CHART_RELEASE = ChartRelease(CHART, CHART_VERSION, CHART_REPO, RELEASE, NAMESPACE, SERVICE_ACCOUNT,
-                             create_namespace=False, wait_for_pods=True)
+CHART_RELEASE = ChartRelease(CHART, AWS_LOAD_BALANCER_CONTROLLER_CHART_VERSION, CHART_REPO, RELEASE, NAMESPACE,
+                             SERVICE_ACCOUNT, create_namespace=False, wait_for_pods=True)
 
 
 def iam_policy_json() -> str:
@@ -78,4 +77,4 @@ class LoadBalancerController(pulumi.ComponentResource):
         self.release = release_with_identity(
             self, name, CHART_RELEASE, cluster_name=args.cluster_name, policy_json=iam_policy_json(), tags=args.tags,
             values=chart_values(args.cluster_name, args.region, args.vpc_id), provider=args.provider, opts=opts)
-        self.register_outputs({"chart": f"{CHART}@{CHART_VERSION}", "replicas": REPLICAS})
+        self.register_outputs({"chart": f"{CHART}@{AWS_LOAD_BALANCER_CONTROLLER_CHART_VERSION}", "replicas": REPLICAS})

@@ -23,6 +23,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 import conventions
+from conventions import GUIDELLM_IMAGE
 from settings import StackSettings
 from settings.schema import LoadTestSettings
 from sizing.planner import Plan
@@ -35,7 +36,6 @@ from .serving import HUB_TOKEN_DIR, HUB_TOKEN_KEY, egress_policies, served_check
 from .pod_security import SCRATCH_MOUNT, SCRATCH_VOLUME, container_security, pod_security
 
 # GuideLLM 0.8.1 writes report schema version 2, the one `llmserve loadtest-report` reads.
-GUIDELLM_IMAGE = conventions.GUIDELLM_IMAGE
 RESULTS_PATH = "/results"
 SCENARIO_PATH = "/config"
 SEED = 42
@@ -77,9 +77,8 @@ def job_egress(labels: dict[str, str], name: str) -> dict[str, dict]:
 
 # -- figures derived from the plan (pure) ----------------------------------------------------
 def loadtest_rates(plan: Plan, steps: int) -> list[float]:
-    """The planned QPS first, then `steps` evenly spaced rates up to the sized capacity."""
-    if plan.request.workload.qps is None:
-        raise ValueError("loadTest: the workload is closed-loop (concurrency); the rate sweep needs workload.qps")
+    """The planned QPS first, then `steps` evenly spaced rates up to the sized capacity (an
+    open-loop workload: the settings refuse a load test of a closed-loop one)."""
     planned = float(plan.request.workload.qps)
     sweep = [round(plan.capacity_qps * k / steps, 2) for k in range(1, steps + 1)]
     return [planned] + [r for r in sweep if abs(r - planned) > 0.01 * planned]

@@ -23,20 +23,19 @@ import pulumi_kubernetes as k8s
 from observability import contract
 from observability.dashboard import build_dashboard, dashboard_json
 from conventions import (
-    DCGM_EXPORTER_CHART_VERSION, DCGM_EXPORTER_IMAGE_TAG, KUBE_PROMETHEUS_STACK_CHART_VERSION, LABEL_ENVIRONMENT, LABEL_GRAFANA_DASHBOARD,
-    MONITORING_NAMESPACE,
+    DCGM_EXPORTER_CHART_VERSION, DCGM_EXPORTER_IMAGE_TAG, GATEWAY_CONTROLLER_NAMESPACE,
+    KUBE_PROMETHEUS_STACK_CHART_VERSION, LABEL_ENVIRONMENT, LABEL_GRAFANA_DASHBOARD, LABEL_ROLE,
+    MONITORING_NAMESPACE, PICKER_METRICS_PORT, VLLM_METRICS_PORT,
 )
 from observability.rules import AlertPolicy, recorded_names, rule_groups
 from sizing.planner import Plan
 
 from .cluster import SYSTEM_ROLE_LABEL
-from .endpoint_picker import PICKER_LABELS, PICKER_METRICS_PORT, picker_replicas
-from .gateway import CONTROLLER_NAMESPACE
-from .gpu_node_pool import LABEL_ROLE
+from .endpoint_picker import PICKER_LABELS, picker_replicas
 from .gpu_plugin import GPU_TAINT_TOLERATION
 from .options import after
 from .placement import ZONE_KEY
-from .serving import APP_LABELS, METRICS_PORT as VLLM_METRICS_PORT
+from .serving import APP_LABELS
 
 MONITORING_API = "monitoring.coreos.com/v1"
 RELEASE = "kps"                              # short: the chart prefixes every object name with it
@@ -63,7 +62,7 @@ class MonitoringArgs:
     provider: k8s.Provider
     grafana_admin_password: pulumi.Input[str]      # a Pulumi secret: settings.pulumi_config.secret(...)
     namespace: str = MONITORING_NAMESPACE
-    gateway_namespace: str = CONTROLLER_NAMESPACE  # where the Envoy proxies and their controller run
+    gateway_namespace: str = GATEWAY_CONTROLLER_NAMESPACE  # where the Envoy proxies and their controller run
     policy: AlertPolicy = field(default_factory=AlertPolicy)
 
 

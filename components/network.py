@@ -14,14 +14,13 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
-import conventions
+from conventions import ZONE_LETTERS
 
 # The VPC splits into 8 equal blocks: one private block per zone letter a..g, and the last
 # block cut into 8 small public subnets. With a /16: /19 private (8,190 addresses, room for the
 # VPC CNI's pod IPs), /22 public.
 PRIVATE_SPLIT_BITS = 3
 PUBLIC_SPLIT_BITS = 3
-ZONE_LETTERS = conventions.ZONE_LETTERS      # settings refuse a zone outside them
 
 # Subnet tags the AWS Load Balancer Controller and the in-tree service controller look for.
 ELB_ROLE_TAG = "kubernetes.io/role/elb"
@@ -58,11 +57,9 @@ def network_zones(gpu_zones: tuple[str, ...], region: str) -> tuple[str, ...]:
 
 
 def subnet_cidrs(vpc_cidr: str, region: str, zone: str) -> tuple[str, str]:
-    """(private, public) CIDRs for `zone`, derived from its letter."""
-    letter = zone[len(region):]
-    if letter not in ZONE_LETTERS:
-        raise ValueError(f"zone {zone}: the subnet layout covers zones {region}a..{region}{ZONE_LETTERS[-1]}")
-    index = ZONE_LETTERS.index(letter)
+    """(private, public) CIDRs for `zone`, derived from its letter (one of ZONE_LETTERS: the
+    settings refuse a zone outside them)."""
+    index = ZONE_LETTERS.index(zone[len(region):])
     vpc = ipaddress.ip_network(vpc_cidr)
     blocks = list(vpc.subnets(prefixlen_diff=PRIVATE_SPLIT_BITS))
     public = list(blocks[-1].subnets(prefixlen_diff=PUBLIC_SPLIT_BITS))

@@ -21,15 +21,16 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from conventions import (  # noqa: F401 (VLLM_IMAGE, METRICS_PROXY_IMAGE: read here and by other components)
-    ANNOTATION_ENVIRONMENT, ANNOTATION_GPUS_PER_NODE, ANNOTATION_NODES_PER_REPLICA, EFA_RESOURCE, ANNOTATION_REPLICA_CAPACITY_QPS, ANNOTATION_TARGET_QPS,
-    ANNOTATION_TENSOR_PARALLEL, ANNOTATION_ZONE, KEDA_CHART_VERSION, KEDA_NAMESPACE, LABEL_APP_NAME, LABEL_ENVIRONMENT,
-    METRICS_PROXY_IMAGE, MONITORING_NAMESPACE, VLLM_API_PORT, VLLM_IMAGE, VLLM_METRICS_PORT,
+    ANNOTATION_ENVIRONMENT, ANNOTATION_GPUS_PER_NODE, ANNOTATION_NODES_PER_REPLICA, ANNOTATION_REPLICA_CAPACITY_QPS,
+    ANNOTATION_TARGET_QPS, ANNOTATION_TENSOR_PARALLEL, ANNOTATION_ZONE, EFA_RESOURCE, KEDA_CHART_VERSION,
+    KEDA_NAMESPACE, LABEL_APP_NAME, LABEL_ENVIRONMENT, LABEL_POOL, LABEL_ROLE, METRICS_PROXY_IMAGE,
+    MONITORING_NAMESPACE, VLLM_API_PORT, VLLM_IMAGE, VLLM_METRICS_PORT,
 )
 from settings import StackSettings
 from sizing.planner import Plan
 
 from .drain import drain_timing, longest_request_s
-from .gpu_node_pool import LABEL_POOL, LABEL_ROLE, MODEL_CACHE_PATH
+from .gpu_node_pool import MODEL_CACHE_PATH
 from .leader_worker_set import (
     API_VERSION as LWS_API_VERSION, KIND as LWS_KIND, WORKER_INDEX, WORKER_ROLE, leader_worker_set_spec,
     multi_node_args, one_pod_per_node,
@@ -37,9 +38,7 @@ from .leader_worker_set import (
 from .placement import HOST_KEY, ZONE_KEY, spread
 from .pod_security import SCRATCH_MOUNT, SCRATCH_VOLUME, container_security, pod_security
 
-KEDA_CHART, KEDA_VERSION, KEDA_REPO = "keda", KEDA_CHART_VERSION, "https://kedacore.github.io/charts"   # CRD in ../shared/crds
-API_PORT = VLLM_API_PORT
-METRICS_PORT = VLLM_METRICS_PORT
+KEDA_CHART, KEDA_REPO = "keda", "https://kedacore.github.io/charts"   # CRD in ../shared/crds
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Equal", "value": "true", "effect": "NoSchedule"}
 APP_LABELS = {LABEL_APP_NAME: "vllm", LABEL_ROLE: "serving"}
@@ -64,10 +63,12 @@ MEMORY_GIB_PER_GPU = 48         # host memory for safetensors staging and the to
 LEADER_HEALTH_CHECK = (f"import os, urllib.request; urllib.request.urlopen('http://' + os.environ['LWS_LEADER_ADDRESS'] "
                        f"+ ':{VLLM_API_PORT}/health', timeout=4)")
 
+METRICS_PROXY_HEALTH_PATH = "/healthz"
 METRICS_PROXY_CONF = f"""\
 server {{
-  listen {METRICS_PORT};
-  location = /metrics {{ proxy_pass http://127.0.0.1:{API_PORT}/metrics; }}
+  listen {VLLM_METRICS_PORT};
+  location = /metrics {{ proxy_pass http://127.0.0.1:{VLLM_API_PORT}/metrics; }}
+  location = {METRICS_PROXY_HEALTH_PATH} {{ access_log off; return 200; }}
   location / {{ return 404; }}
 }}
 """
@@ -111,9 +112,15 @@ def vllm_args(plan: Plan, shutdown_timeout_s: int, checkpoint: str | None = None
     return [
         "--model", checkpoint or a["checkpoint"],
         "--served-model-name", plan.request.model,
-        "--port", str(API_PORT),
+        "--port", str(VLLM_API_PORT),
         "--download-dir", CONTAINER_CACHE_PATH,
         "--tensor-parallel-size", str(a["tensor_parallel_size"]),
+        # The MoE layout (sizing.parallel): vLLM 0.29.0 vllm/engine/arg_utils.py
+        # `--data-parallel-size` and `--enable-expert-parallel`; `--quantization fp8` quantizes a
+        # BF16 checkpoint at load when the plan serves fp8 without an FP8 checkpoint.
+        *(["--data-parallel-size", str(a["data_parallel_size"])] if a.get("data_parallel_size", 1) > 1 else []),
+        *(["--enable-expert-parallel"] if a.get("enable_expert_parallel") else []),
+        *(["--quantization", a["quantization"]] if a.get("quantization") else []),
         "--kv-cache-dtype", a["kv_cache_dtype"],
         "--max-model-len", str(a["max_model_len"]),
         "--max-num-seqs", str(a["max_num_seqs"]),
@@ -152,12 +159,28 @@ def served_checkpoint(plan: Plan, settings: StackSettings) -> str:
 
 
 def vllm_env() -> list[dict]:
-    """No secret in the environment: the hub token is a file. Caches go where the non-root user can
-    write: the node's model cache (shared, kept across restarts) and the pod's /tmp."""
+    """No secret in the environment: the hub token is a file. Every path vLLM 0.29.0 and the
+    libraries under it write is on a volume, so the root filesystem is read-only:
+    - the node's model cache (shared by the node's pods, kept across restarts, so a restart does
+      not compile again): HF_HOME (weights), VLLM_CACHE_ROOT (vllm/envs.py; its torch.compile
+      cache, where vLLM also points TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR), FlashInfer's
+      JIT kernels (FLASHINFER_WORKSPACE_BASE, flashinfer/jit/env.py: else ~/.cache/flashinfer),
+      DeepGEMM's JIT (DG_JIT_CACHE_DIR) and CUDA's PTX cache (CUDA_CACHE_PATH, else ~/.nv);
+    - the pod's /tmp (an emptyDir): HOME, and so ~/.config/vllm (VLLM_CONFIG_ROOT, usage stats),
+      ~/.cache (XDG_CACHE_HOME: the structured-output grammars' caches), torch's default
+      /tmp/torchinductor_<user>, vLLM's IPC sockets (VLLM_RPC_BASE_PATH, tempfile.gettempdir());
+    - /dev/shm (a memory emptyDir): the tensor-parallel workers' shared memory."""
+    jit = f"{CONTAINER_CACHE_PATH}/jit"
     return [{"name": "HF_TOKEN_PATH", "value": f"{HUB_TOKEN_DIR}/{HUB_TOKEN_KEY}"},
             {"name": "HF_HOME", "value": f"{CONTAINER_CACHE_PATH}/hf-home"},
             {"name": "VLLM_CACHE_ROOT", "value": f"{CONTAINER_CACHE_PATH}/vllm-cache"},
+            {"name": "FLASHINFER_WORKSPACE_BASE", "value": f"{jit}/flashinfer"},
+            {"name": "DG_JIT_CACHE_DIR", "value": f"{jit}/deep-gemm"},
+            {"name": "CUDA_CACHE_PATH", "value": f"{jit}/cuda"},
             {"name": "HOME", "value": "/tmp"},
+            {"name": "XDG_CACHE_HOME", "value": "/tmp/.cache"},
+            {"name": "XDG_CONFIG_HOME", "value": "/tmp/.config"},
+            {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},     # no __pycache__ beside the image's sources
             # The uid has no passwd entry in the image; torch's compile cache asks getpass.getuser(),
             # which reads USER before the passwd database.
             {"name": "USER", "value": "vllm"}]
@@ -225,12 +248,11 @@ def vllm_container(plan: Plan, drain, startup_s: int, checkpoint: str) -> dict:
         "image": VLLM_IMAGE,
         "args": vllm_args(plan, drain.shutdown_timeout_s, checkpoint),
         "env": vllm_env(),
-        "ports": [{"name": "http", "containerPort": API_PORT, "protocol": "TCP"}],
+        "ports": [{"name": "http", "containerPort": VLLM_API_PORT, "protocol": "TCP"}],
         "resources": {"limits": {GPU_RESOURCE: str(tp), "memory": memory},
                       "requests": {GPU_RESOURCE: str(tp), "cpu": str(cpu), "memory": memory}},
-        # Writable root: torch's compiler, Triton and FlashInfer JIT write under paths inside the
-        # image (site-packages, /root-relative defaults) that not all can be moved; the rest is locked.
-        "securityContext": container_security(read_only_root=False),
+        # Read-only root: every path it writes is moved onto a volume (vllm_env).
+        "securityContext": container_security(),
         "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"},
                          {"name": "model-cache", "mountPath": CONTAINER_CACHE_PATH},
                          {"name": "hub-token", "mountPath": HUB_TOKEN_DIR, "readOnly": True},
@@ -251,12 +273,17 @@ def metrics_proxy_container() -> dict:
     return {
         "name": "metrics-proxy",
         "image": METRICS_PROXY_IMAGE,
-        "ports": [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}],
+        "ports": [{"name": "metrics", "containerPort": VLLM_METRICS_PORT, "protocol": "TCP"}],
         "resources": {"requests": {"cpu": "50m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}},
         # nginx-unprivileged writes only its pid and temp files, all under /tmp (an emptyDir).
         "volumeMounts": [{"name": "metrics-proxy-conf", "mountPath": "/etc/nginx/conf.d", "readOnly": True},
                          SCRATCH_MOUNT],
         "securityContext": {**container_security(), "runAsUser": NGINX_UID, "runAsGroup": NGINX_UID},
+        # nginx's own health (/healthz answers without vLLM): a proxy that stops answering is
+        # restarted, while vLLM's state stays vLLM's probes' business (its /metrics 502s at startup).
+        "readinessProbe": {"httpGet": {"path": METRICS_PROXY_HEALTH_PATH, "port": "metrics"}, "periodSeconds": 10},
+        "livenessProbe": {"httpGet": {"path": METRICS_PROXY_HEALTH_PATH, "port": "metrics"}, "periodSeconds": 20,
+                          "failureThreshold": 3},
     }
 
 
@@ -307,7 +334,7 @@ class Serving(pulumi.ComponentResource):
         self.keda = None
         if args.burst_scaling:
             self.keda = k8s.helm.v3.Release(
-                f"{name}-keda", name="keda", chart=KEDA_CHART, version=KEDA_VERSION,
+                f"{name}-keda", name="keda", chart=KEDA_CHART, version=KEDA_CHART_VERSION,
                 repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=KEDA_REPO),
                 namespace=KEDA_NAMESPACE, create_namespace=True,
                 values={"nodeSelector": {LABEL_ROLE: "system"}},
@@ -402,8 +429,8 @@ class Serving(pulumi.ComponentResource):
         self.service = k8s.core.v1.Service(
             f"{name}-svc", metadata={"name": "vllm", "namespace": ns, "labels": dict(APP_LABELS)},
             spec={"type": "ClusterIP", "selector": dict(APP_LABELS),
-                  "ports": [{"name": "http", "port": API_PORT, "targetPort": "http", "protocol": "TCP"},
-                            {"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics", "protocol": "TCP"}]},
+                  "ports": [{"name": "http", "port": VLLM_API_PORT, "targetPort": "http", "protocol": "TCP"},
+                            {"name": "metrics", "port": VLLM_METRICS_PORT, "targetPort": "metrics", "protocol": "TCP"}]},
             opts=ns_opts)
 
     # -- pieces --------------------------------------------------------------------------------
@@ -474,12 +501,12 @@ class Serving(pulumi.ComponentResource):
             "vllm-api-from-gateway": {
                 "podSelector": {"matchLabels": dict(APP_LABELS)}, "policyTypes": ["Ingress"],
                 "ingress": [{"from": [from_namespace(args.gateway_namespace)],
-                             "ports": [{"protocol": "TCP", "port": API_PORT}]}]},
+                             "ports": [{"protocol": "TCP", "port": VLLM_API_PORT}]}]},
             **(group_policies() if args.plan.nodes_per_replica > 1 else {}),
             "vllm-metrics-from-monitoring": {
                 "podSelector": {"matchLabels": dict(APP_LABELS)}, "policyTypes": ["Ingress"],
                 "ingress": [{"from": [from_namespace(args.monitoring_namespace)],
-                             "ports": [{"protocol": "TCP", "port": METRICS_PORT}]}]},
+                             "ports": [{"protocol": "TCP", "port": VLLM_METRICS_PORT}]}]},
         }
         return [k8s.networking.v1.NetworkPolicy(f"{name}-{key}", metadata={"name": key, "namespace": ns},
                                                 spec=spec, opts=opts)

@@ -60,8 +60,14 @@ LABEL_GRAFANA_DASHBOARD = "grafana_dashboard"                       # the Grafan
 
 # -- pinned versions (charts and images) -------------------------------------------------------------
 VLLM_VERSION = "0.29.0"             # the metric names in observability/contract.py were checked against it
-VLLM_IMAGE = f"vllm/vllm-openai:v{VLLM_VERSION}"
-METRICS_PROXY_IMAGE = "nginxinc/nginx-unprivileged:1.27.5-alpine"
+# Images by digest where a published one can be cited (a tag can be moved; a digest cannot). Neither
+# was pulled from here (no registry access): each is the digest that independent public projects pin
+# for the same tag (found by code search, 2026-12; docs/security.md lists where). The rest are pinned
+# by tag, with the reason and how a deploy pins them in docs/security.md.
+VLLM_IMAGE_DIGEST = "sha256:c2914767605584b6d8f45686b82de173ecc99e781897aa3d0a66dacd72c51ae1"
+VLLM_IMAGE = f"vllm/vllm-openai:v{VLLM_VERSION}@{VLLM_IMAGE_DIGEST}"
+METRICS_PROXY_IMAGE = ("nginxinc/nginx-unprivileged:1.27.5-alpine"
+                       "@sha256:65e3e85dbaed8ba248841d9d58a899b6197106c23cb0ff1a132b7bfe0547e4c0")
 ENVOY_GATEWAY_VERSION = "v1.8.3"    # chart and CRDs (vendor/upstream): AI Gateway v1.0 tests EG v1.8.1+ (docs/gateway-versions.md)
 ENVOY_AI_GATEWAY_VERSION = "v1.0.0"
 INFERENCE_EXTENSION_VERSION = "v1.6.0"   # the InferencePool CRDs (the picker image stays at v1.5.0, below)

@@ -20,9 +20,14 @@ def check_positive(values: dict[str, float | None]) -> None:
             fail(f"{name}: must be a finite number greater than 0 (got {value:g})")
 
 
-def check_output_file(option: str, path: Path) -> Path:
-    """A file the command will write: its folder must exist and it must not be a folder itself.
-    Checked before any work, so a long run never ends in a write error."""
+def check_output_file(option: str, path: Path, suffix: str | None = None) -> Path:
+    """A file the command will write: its folder must exist and it must not be a folder itself;
+    with `suffix`, the name ends in it (or has none: the file is written under exactly the name
+    given). Checked before any work, so a long run never ends in a write error."""
+    _check_length(option, path)
+    if suffix and path.suffix and path.suffix.lower() != suffix:
+        fail(f"{option}: {path} names a {path.suffix} file; this writes {suffix[1:].upper()}: name it "
+             f"{path.with_suffix(suffix)}")
     if path.is_dir():
         fail(f"{option}: {path} is a folder; give a file name such as {path / 'plot.png'}")
     if not path.parent.is_dir():
@@ -32,9 +37,19 @@ def check_output_file(option: str, path: Path) -> Path:
 
 def check_output_dir(option: str, path: Path) -> Path:
     """A folder the command will fill: it may not exist yet, but it must not be a file."""
+    _check_length(option, path)
     if path.exists() and not path.is_dir():
         fail(f"{option}: {path} is a file; give a folder (it is created when missing)")
     for parent in path.parents:
         if parent.exists() and not parent.is_dir():
             fail(f"{option}: {parent} is a file, so {path} cannot be a folder; give another path")
     return path
+
+
+def _check_length(option: str, path: Path) -> None:
+    from inputs import InputError
+    from inputs.files import check_path_length
+    try:
+        check_path_length(path)
+    except InputError as exc:
+        fail(f"{option}: {exc}")

@@ -43,7 +43,8 @@ def _print(v: dict, stack: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(width=max(Console().width, 110))
+    # markup off: the report's text (target, model, strategy) prints as the characters it holds
+    console = Console(width=max(Console().width, 110), markup=False, highlight=False)
     r = v["report"]
     console.print(f"GuideLLM {r['guidellm_version']} against {r['target']} ({r['model']}); plan: stack {stack}.")
     steps = Table("strategy", "rate", "achieved", "ok / errors", "TTFT mean", "TTFT p95", "TPOT mean", "TPOT p95",

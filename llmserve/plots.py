@@ -72,5 +72,5 @@ def plot_latency_vs_qps(plan: Plan, path: Path) -> None:
     fig.suptitle(f"{req.model} {req.weights}, TP={plan.tp} on {plan.instance.id}: "
                  f"{w.input_tokens} in / {w.output_tokens} out, profile {req.profile}", fontsize=11)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, format="png")    # exactly `path`: no ".png" appended
     plt.close(fig)

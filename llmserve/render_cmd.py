@@ -20,13 +20,24 @@ from .errors import check_output_dir, fail
 
 def render(
     stack: str = options.STACK,
-    out: Path = typer.Option(..., help="Output folder; manifests/ and helm/ under it are replaced."),
+    out_text: str = typer.Option(..., "--out", help="Output folder; manifests/, helm/, prometheus/ and grafana/ "
+                                                      "under it are replaced (nothing else is touched)."),
     config: Optional[Path] = options.CONFIG,
 ) -> None:
     from offline.render import render as render_files
     from offline.stack import StackError, load_stack
 
+    # A str, not a Path: typer turns '' into '.', which would fill the current folder unasked.
+    if not out_text.strip():
+        fail("--out: empty; give the folder to write, e.g. --out rendered")
+    out = Path(out_text)
     check_output_dir("--out", out)
+    try:
+        resolved = out.resolve()
+    except (OSError, RuntimeError) as exc:      # a symlink loop
+        fail(f"--out: {out_text} cannot be resolved ({exc}); give a plain folder")
+    if resolved == Path(resolved.anchor):
+        fail(f"--out: {out_text} is the file system's root; give a folder of its own, e.g. --out rendered")
     try:
         files = render_files(load_stack(stack, config).record(), out)
     except StackError as exc:

@@ -41,7 +41,7 @@ def simulate(
     from simulator.workload import WorkLimitError, check_work
 
     if plot is not None:
-        check_output_file("--plot", plot)
+        check_output_file("--plot", plot, ".png")
     _check_options({"--duration": duration, "--qps": qps, "--burstiness": burstiness, "--length-cv": length_cv,
                     "--max-num-batched-tokens": max_num_batched_tokens, "--max-num-seqs": max_num_seqs},
                    {"--router": (router, ROUTERS), "--arrivals": (arrivals, ARRIVALS), "--lengths": (lengths, LENGTHS)})

@@ -17,10 +17,12 @@ from .stack_arg import load
 
 
 def size(
-    model: Optional[str] = typer.Option(None, help="Model key, e.g. llama-3-70b."),
+    model: Optional[str] = typer.Option(None, help="Model key or Hugging Face id, e.g. llama-3-70b, deepseek-ai/DeepSeek-R1."),
+    model_config: Optional[str] = typer.Option(None, "--model-config", help="A local config.json to size (--model: its name)."),
+    layout: Optional[str] = typer.Option(None, help="tp, or dp-ep (data-parallel attention + expert parallelism; MoE)."),
     gpu: Optional[str] = typer.Option(None, help="GPU key (h100-sxm, h200, b200, a100-40gb, l40s); picks its node type."),
     instance: Optional[str] = typer.Option(None, help="Instance type, e.g. p5.48xlarge (overrides --gpu)."),
-    weights: Optional[str] = typer.Option(None, help="Weight precision: fp8, bf16 (fp16 = bf16-sized)."),
+    weights: Optional[str] = typer.Option(None, help="Weight precision: fp8, bf16 (fp16 = bf16-sized), fp4."),
     kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype", help="KV-cache precision: fp8, bf16."),
     tp: Optional[int] = typer.Option(None, help="Tensor-parallel degree (default: the planner picks)."),
     qps: Optional[float] = typer.Option(None, help="Open-loop load, requests per second."),
@@ -41,13 +43,13 @@ def size(
     config: Optional[Path] = options.CONFIG,
     as_json: bool = options.JSON,
     plot: Optional[Path] = typer.Option(None, help="Write a PNG: TTFT and TPOT against QPS."),
-    sweep: bool = typer.Option(False, help="Rank every feasible (instance, TP, weights) by cost per 1M output tokens."),
+    sweep: bool = typer.Option(False, help="Rank every (instance, layout, GPUs, weights) by cost per 1M output tokens."),
 ) -> None:
     if plot is not None:
-        check_output_file("--plot", plot)
+        check_output_file("--plot", plot, ".png")
     loaded = load(stack, config) if stack is not None or config is not None else None
     source = loaded.source if loaded is not None else None
-    req = _request(loaded, _given(), source)
+    req = _request(loaded, _given(), source, fit=not sweep)
     if sweep:
         from .sweep_view import show_sweep
         show_sweep(req.plan_request(), as_json)
@@ -62,7 +64,7 @@ def _given() -> dict:
             if p.opts[0] in FLAGS and ctx.params[p.name] is not None}
 
 
-def _request(loaded, given: dict, source: str | None):
+def _request(loaded, given: dict, source: str | None, fit: bool = True):
     """The stack's plan request (or the reference one) with the flags given, through the
     settings' validation; a problem names the flag, or the stack key when the stack set it."""
     from settings import SettingsError, request_from_body
@@ -73,7 +75,7 @@ def _request(loaded, given: dict, source: str | None):
     if problems:
         fail("; ".join(problems))
     try:
-        return request_from_body(body)
+        return request_from_body(body, fit)
     except SettingsError as exc:     # dict.fromkeys: a pool flag sets every pool, one line says it
         fail("; ".join(dict.fromkeys(named(p, given, source) for p in exc.problems)))
 

@@ -73,7 +73,9 @@ class Flag:
 LOAD = ("workload.qps", "workload.concurrency")   # a load flag replaces the stack's load, open or closed
 # In the order they apply: --zones first (it lays out the pools), --instance after --gpu (it wins).
 FLAGS: dict[str, Flag] = {
+    "--model-config": Flag("model.config"),
     "--model": Flag("model.id"),
+    "--layout": Flag("model.layout"),
     "--weights": Flag("model.weights"),
     "--kv-dtype": Flag("model.kvCacheDtype"),
     "--tp": Flag("model.tensorParallel"),
@@ -117,10 +119,10 @@ def named(problem: str, given: dict[str, Any], source: str | None) -> str:
     key, else under the stack key, after its source (`--stack NAME: llm-serving:<key>: ...`).
     Without a stack the flag is the only way to the value, so it is named even when left at its
     default."""
-    from settings import NAMESPACE
+    from conventions import PROJECT
 
     head, _, message = problem.partition(": ")
-    key = re.sub(r"\[\d+\]", "", head.removeprefix(f"{NAMESPACE}:")) if head.startswith(NAMESPACE) else None
+    key = re.sub(r"\[\d+\]", "", head.removeprefix(f"{PROJECT}:")) if head.startswith(PROJECT) else None
     flags = [f for f in given if FLAGS[f].key == key] or [
         f for f in given if key and (FLAGS[f].key.startswith(f"{key}.") or key.startswith(f"{FLAGS[f].key}."))]
     if not flags and source is None:

@@ -46,6 +46,11 @@ def twin(
         fail(f"--duration: at most {MAX_DURATION_S:g} simulated seconds (got {duration:g})")
     loaded = load(stack, plan=True)
     plan, namespace = loaded.plan, loaded.namespace
+    from simulator.workload import WorkLimitError, check_work
+    try:        # the simulator's own work limits, before any server starts
+        check_work(qps if qps is not None else plan.request.workload.qps or 0.0, duration, slowdown=slowdown)
+    except WorkLimitError as exc:
+        fail(str(exc))
     failure = zone_failure(fail_zone, duration, plan)
     if fail_node is not None:
         failure = node_failure(fail_zone, fail_node, duration, plan)
@@ -93,11 +98,12 @@ def check(
     except PromError as exc:
         fail(str(exc), code=1)
     result = run_check(plan, live, tolerance)
+    from inputs.untrusted import redact_url
     from twin.report import check_dict, print_check
     if as_json:
-        print(json.dumps(check_dict(stack, url, live, result), indent=2))
+        print(json.dumps(check_dict(stack, redact_url(url), live, result), indent=2))
     else:
-        print_check(stack, url, live, result)
+        print_check(stack, redact_url(url), live, result)
     if not result.ok:
         raise typer.Exit(1)
 
@@ -113,15 +119,17 @@ def calibrate(
 ) -> None:
     from sizing.catalog import DATA_DIR
     from sizing.profiles import get_profile
-    from twin.calibrate import CalibrationError, check_name, fit, observe, plan_under, write_profile
+    from twin.calibrate import CalibrationError, check_name, fit, observe, plan_under, read_profiles_file, write_profile
     from twin.promapi import PromError, check_url, check_window, read_fleet
 
     url = _checked(check_url, prometheus, "--prometheus")
     _checked(check_window, window, "--window")
     profile_name = _checked(check_name, name or f"fleet-{stack or 'reference'}", "--name")
     path = profiles_file or DATA_DIR / "profiles.yaml"
-    if not path.is_file():
-        fail(f"--profiles-file: {path} does not exist; give an existing profiles YAML")
+    try:       # read and checked before the fleet is: a bad file never costs a fit
+        read_profiles_file(path)
+    except CalibrationError as exc:
+        fail(f"--profiles-file: {exc}")
     plan = load(stack, plan=True).plan
     try:
         obs = observe(read_fleet(url, window))
@@ -129,7 +137,8 @@ def calibrate(
         fail(str(exc), code=1)
     except CalibrationError as exc:
         fail(str(exc), code=1)
-    result = fit(plan, get_profile(plan.request.profile), obs, profile_name, f"{url} over {window}")
+    from inputs.untrusted import redact_url
+    result = fit(plan, get_profile(plan.request.profile), obs, profile_name, f"{redact_url(url)} over {window}")
     write_profile(path, result.profile)
     after = plan_under(plan.request, result.profile)
     from twin.report import calibrate_dict, print_calibrate

@@ -83,7 +83,7 @@ def latency_panels(t: Thresholds, guard: dict[str, Alert]) -> list[PanelSpec]:
 
 def fleet_panels(plan: Plan, t: Thresholds, guard: dict[str, Alert], inference_extension: bool) -> list[PanelSpec]:
     kv, queue, replicas = guard["kv_cache_usage"], guard["in_flight_per_replica"], guard["replicas"]
-    after_loss = guard.get("capacity_after_loss_qps")
+    after_loss = guard.get("capacity_after_zone_loss_qps")
     capacity_lines = ((t.capacity_qps, SLO_RED),)
     if after_loss is not None:
         capacity_lines = ((after_loss.threshold, PLAN_ORANGE),) + capacity_lines

@@ -68,7 +68,7 @@ class Thresholds:
     zones: tuple[str, ...]                # zones the plan puts replicas in
     capacity_qps: float
     capacity_per_replica_qps: float
-    capacity_after_loss_qps: float | None  # None when the plan has no failure domain to lose
+    capacity_after_zone_loss_qps: float | None  # None when the plan has no failure domain to lose
     redundancy: str                        # zone | node | none
     lost_domain: str
     queue_s: float                         # mean queue wait the plan expects after the loss
@@ -86,7 +86,7 @@ class Thresholds:
             zones=tuple(z for z, n in plan.replicas_by_zone.items() if n > 0),
             capacity_qps=round(plan.capacity_qps, 3),
             capacity_per_replica_qps=round(plan.capacity_per_replica.qps, 3),
-            capacity_after_loss_qps=None if plan.redundancy == "none" else round(plan.capacity_after_zone_loss_qps, 3),
+            capacity_after_zone_loss_qps=None if plan.redundancy == "none" else round(plan.capacity_after_zone_loss_qps, 3),
             redundancy=plan.redundancy, lost_domain=plan.lost_domain,
             queue_s=round(plan.real.queue_ms / 1e3, 4) if math.isfinite(plan.real.queue_ms) else 0.0,
         )
@@ -264,15 +264,15 @@ def load_alerts(t: Thresholds, policy: AlertPolicy) -> list[Alert]:
         "capacity_qps", share_qps,
         expected=Expected(zone_loss=SILENT, overload=FIRES, overload_above_qps=policy.capacity_share * t.capacity_qps,
                  overload_margin=LOAD_MARGIN))]
-    if t.capacity_after_loss_qps is not None:
+    if t.capacity_after_zone_loss_qps is not None:
         alerts.append(Alert(
-            "LLMServingLoadAboveCapacityAfterLoss", f"{OFFERED_LOAD} > {t.capacity_after_loss_qps}",
+            "LLMServingLoadAboveCapacityAfterLoss", f"{OFFERED_LOAD} > {t.capacity_after_zone_loss_qps}",
             policy.load_for, "warning",
-            f"N+1 by {t.redundancy} no longer holds: load is above {t.capacity_after_loss_qps:g} QPS",
-            f"Requests reaching the gateway have stayed above {t.capacity_after_loss_qps:g} QPS, what the "
+            f"N+1 by {t.redundancy} no longer holds: load is above {t.capacity_after_zone_loss_qps:g} QPS",
+            f"Requests reaching the gateway have stayed above {t.capacity_after_zone_loss_qps:g} QPS, what the "
             f"replicas left after losing {t.lost_domain} carry within the SLOs. Add replicas or capacity.",
-            "capacity_after_loss_qps", t.capacity_after_loss_qps,
-            expected=Expected(zone_loss=SILENT, overload=FIRES, overload_above_qps=t.capacity_after_loss_qps,
+            "capacity_after_zone_loss_qps", t.capacity_after_zone_loss_qps,
+            expected=Expected(zone_loss=SILENT, overload=FIRES, overload_above_qps=t.capacity_after_zone_loss_qps,
                      overload_margin=LOAD_MARGIN)))
     if t.redundancy == "zone":
         alerts.append(redundancy_lost_alert(t, policy))

@@ -20,14 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import conventions
+from conventions import PROJECT
 
 # Re-exported: what reads a recording reads its values with these (offline/values.py).
 from .values import SECRET_SIG, SIG_KEY, is_secret, redacted, unwrap, walk, wrap_secret  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAM = ROOT / "__main__.py"
-PROJECT = conventions.PROJECT
 PLACEHOLDER_PREFIX = "offline-preview-secret"
 
 
@@ -198,7 +197,7 @@ def offline_config(raw: dict) -> tuple[dict[str, str], list[str]]:
     """Stack-file config as the engine hands it to the program: strings (JSON for objects),
     `secure:` values (which cannot be decrypted offline) and every secret the program may read
     that the file does not set replaced by placeholders that stay marked secret."""
-    from settings.schema import ALL_SECRET_KEYS, NAMESPACE
+    from settings.schema import ALL_SECRET_KEYS
 
     config, secrets = {}, []
     for key, value in raw.items():
@@ -209,7 +208,7 @@ def offline_config(raw: dict) -> tuple[dict[str, str], list[str]]:
             config[key] = value
         else:
             config[key] = json.dumps(value)
-    for key in (f"{NAMESPACE}:{name}" for name in ALL_SECRET_KEYS):
+    for key in (f"{PROJECT}:{name}" for name in ALL_SECRET_KEYS):
         if key not in config:
             secrets.append(key)
             config[key] = placeholder_secret(key, raw)

@@ -18,13 +18,12 @@ from .values import manifest_value
 
 PROMETHEUS_RULE = "kubernetes:monitoring.coreos.com/v1:PrometheusRule"
 CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
-DASHBOARD_LABEL = LABEL_GRAFANA_DASHBOARD
 
 
 def write_monitoring_files(recording, out: Path) -> list[Path]:
     rules = [manifest_value(r.inputs) for r in recording.resources if r.type == PROMETHEUS_RULE]
     boards = [manifest_value(r.inputs) for r in recording.resources
-              if r.type == CONFIG_MAP and DASHBOARD_LABEL in ((r.inputs.get("metadata") or {}).get("labels") or {})]
+              if r.type == CONFIG_MAP and LABEL_GRAFANA_DASHBOARD in ((r.inputs.get("metadata") or {}).get("labels") or {})]
     written: list[Path] = []
     if rules:
         path = fresh_folder(out / "prometheus") / "rules.yaml"

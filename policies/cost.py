@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from pulumi_policy import Severity
 
-from .resources import CAPACITY_BLOCK, PURCHASE_APPROVED, as_dict, get, truthy
+from conventions import TAG_PURCHASE_APPROVED
+from .resources import CAPACITY_BLOCK, as_dict, get, truthy
 from .rules import Rule, resource_rule
 
 RULES: list[Rule] = []
@@ -12,7 +13,7 @@ RULES: list[Rule] = []
 @resource_rule(
     RULES, "capacity-block-opt-in",
     description="An EC2 Capacity Block purchase (non-refundable) carries an explicit opt-in tag, "
-                f"{PURCHASE_APPROVED}: 'true'.",
+                f"{TAG_PURCHASE_APPROVED}: 'true'.",
     severity=Severity.CRITICAL,
     remediation="Check the offering's price and dates, then set capacityBlock.allowPurchase: true on the GPU "
                 "pool (the program then tags the reservation as approved); or use an existing reservation "
@@ -22,7 +23,7 @@ def capacity_block_opt_in(args, report_violation):
     if args.resource_type != CAPACITY_BLOCK:
         return
     tags = as_dict(get(args.props, "tags", default={}))
-    if not truthy(tags.get(PURCHASE_APPROVED)):
+    if not truthy(tags.get(TAG_PURCHASE_APPROVED)):
         offering = get(args.props, "capacityBlockOfferingId", default="?")
         report_violation(f"capacity block {args.name} would buy offering {offering}, which cannot be refunded, "
-                         f"without the {PURCHASE_APPROVED}: 'true' tag")
+                         f"without the {TAG_PURCHASE_APPROVED}: 'true' tag")

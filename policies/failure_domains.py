@@ -11,10 +11,10 @@ from collections import defaultdict
 
 from pulumi_policy import Severity
 
-from conventions import RULE_GROUP_IN_ONE_ZONE, RULE_ZONE_HOLDS_WHOLE_GROUPS
-
+from conventions import (ANNOTATION_REPLICA_CAPACITY_QPS, ANNOTATION_TARGET_QPS, ANNOTATION_TENSOR_PARALLEL,
+                         RULE_GROUP_IN_ONE_ZONE, RULE_ZONE_HOLDS_WHOLE_GROUPS)
 from .resources import (
-    INFERENCE_POOL, PDB, REPLICA_QPS, SERVICE, TARGET_QPS, TENSOR_PARALLEL, WORKLOADS,
+    INFERENCE_POOL, PDB, SERVICE, WORKLOADS,
     NodeGroupView, WorkloadView, allowed_zones, as_dict, fmt, get, landing, namespace, node_groups,
     number, plural, selector_matches, serving_workloads, workload_view, worst_zone_share,
 )
@@ -96,7 +96,7 @@ def serving_replicas_spread(args, report_violation):
 
 
 def _capacity_annotations(w: WorkloadView) -> tuple[float | None, float | None]:
-    return number(w.annotations.get(TARGET_QPS)), number(w.annotations.get(REPLICA_QPS))
+    return number(w.annotations.get(ANNOTATION_TARGET_QPS)), number(w.annotations.get(ANNOTATION_REPLICA_CAPACITY_QPS))
 
 
 def _slots(w: WorkloadView, groups, zone: str) -> int:
@@ -128,7 +128,7 @@ def capacity_after_zone_loss(args, report_violation):
     for w in serving:
         t, c = _capacity_annotations(w)
         if t is None or c is None:
-            missing = " and ".join(k for k, v in ((TARGET_QPS, t), (REPLICA_QPS, c)) if v is None)
+            missing = " and ".join(k for k, v in ((ANNOTATION_TARGET_QPS, t), (ANNOTATION_REPLICA_CAPACITY_QPS, c)) if v is None)
             report_violation(f"{w.kind} {w.name} has no {missing} annotation; the capacity after a zone loss "
                              "cannot be checked", w.urn)
             return
@@ -247,7 +247,7 @@ def tp_group_fits_on_node(args, report_violation):
         if w.gpus <= 0:
             report_violation(f"{w.kind} {w.name} requests no {'nvidia.com/gpu'}; vLLM would not get a GPU", w.urn)
             continue
-        tp = number(w.annotations.get(TENSOR_PARALLEL))
+        tp = number(w.annotations.get(ANNOTATION_TENSOR_PARALLEL))
         if tp is not None and int(tp) != w.gpus:
             report_violation(f"{w.kind} {w.name} is annotated tensor-parallel {int(tp)} but requests {w.gpus} "
                              "GPUs per pod", w.urn)

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-import conventions
+from conventions import ANNOTATION_GPUS_PER_NODE, LABEL_ROLE
 
 # -- type tokens ----------------------------------------------------------------------------
 CLUSTER = "aws:eks/cluster:Cluster"
@@ -46,13 +46,6 @@ ZONE_KEYS = (ZONE_KEY, "failure-domain.beta.kubernetes.io/zone")
 INSTANCE_TYPE_KEY = "node.kubernetes.io/instance-type"
 NODEGROUP_KEY = "eks.amazonaws.com/nodegroup"
 GPU_RESOURCE = "nvidia.com/gpu"
-ROLE = conventions.LABEL_ROLE
-GPUS_PER_NODE = conventions.ANNOTATION_GPUS_PER_NODE      # also the GPU node groups' tag
-TARGET_QPS = conventions.ANNOTATION_TARGET_QPS
-REPLICA_QPS = conventions.ANNOTATION_REPLICA_CAPACITY_QPS
-TENSOR_PARALLEL = conventions.ANNOTATION_TENSOR_PARALLEL
-ENVIRONMENT = conventions.ANNOTATION_ENVIRONMENT
-PURCHASE_APPROVED = conventions.TAG_PURCHASE_APPROVED
 
 
 def get(obj: Any, *path: str | int, default: Any = None) -> Any:
@@ -245,11 +238,11 @@ def node_group_view(res: Any, resources: Sequence) -> NodeGroupView:
     for lt in _deps(res, "launchTemplate", LAUNCH_TEMPLATE):
         if get(lt.props, "instanceType"):
             types.append(str(get(lt.props, "instanceType")))
-    gpus = number(tags.get(GPUS_PER_NODE, labels.get(GPUS_PER_NODE)))
+    gpus = number(tags.get(ANNOTATION_GPUS_PER_NODE, labels.get(ANNOTATION_GPUS_PER_NODE)))
     nodes = number(get(props, "scalingConfig", "desiredSize"))
     if nodes is None:
         nodes = number(get(props, "scalingConfig", "minSize")) or 0
-    is_gpu = (labels.get(ROLE) == "gpu" or bool(gpus) or any(get(t, "key") == GPU_RESOURCE for t in taints)
+    is_gpu = (labels.get(LABEL_ROLE) == "gpu" or bool(gpus) or any(get(t, "key") == GPU_RESOURCE for t in taints)
               or any(_is_gpu_type(t) for t in types))
     return NodeGroupView(
         urn=res.urn, name=get(props, "nodeGroupName", default=res.name), labels=labels, taints=taints,
@@ -283,7 +276,7 @@ class WorkloadView:
 
     @property
     def is_serving(self) -> bool:
-        return (self.labels.get(ROLE) == "serving" or self.pod_labels.get(ROLE) == "serving"
+        return (self.labels.get(LABEL_ROLE) == "serving" or self.pod_labels.get(LABEL_ROLE) == "serving"
                 or self.pod_labels.get("app.kubernetes.io/name") == "vllm")
 
     def zone_spread(self) -> dict | None:

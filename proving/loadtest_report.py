@@ -19,15 +19,24 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from inputs import InputError
+from inputs.files import check_path_length, read_regular_file
+from inputs.untrusted import printable, redact_text, redact_url
 
 SCHEMA_VERSION = 2
 RATE_STRATEGIES = ("constant", "poisson")   # GuideLLM strategies with an offered rate
 RATE_MATCH = 0.05        # a benchmark is "at the planned rate" within 5% of it
 ACHIEVED_SHARE = 0.9     # a step counts when it achieved >= 90% of its offered rate (Poisson noise over a
                          # 300 s step is ~2%; a shortfall beyond 10% means the client or the quota held it back)
+# A client holding a rate cannot complete much more than it sends: Poisson bursts over a 300 s step
+# stay within a few percent; 1.5x leaves room for short steps and still refuses a 1000x claim.
+MAX_OVER_OFFERED = 1.5
 ERROR_BUDGET = 0.01      # at most 1% errored requests in a step that counts as meeting the SLOs
-MAX_REPORT_BYTES = 512 * 1024 * 1024
+# The 0.8.0.dev18 capture (../shared/samples) is 96 KB for its benchmarks; a long sweep's is a few MB.
+# json.loads needs ~10x the text in memory, so 64 MiB bounds the parse near 1 GB.
+MAX_REPORT_BYTES = 64 * 1024 * 1024
 
 
 class ReportError(ValueError):
@@ -41,6 +50,10 @@ class _Fields(BaseModel):
 
 
 NonNegative = Annotated[float, Field(ge=0)]
+# The report is not trusted text: every string it gives is printed, so it loses terminal escapes and
+# control characters here (inputs.untrusted), and a URL its credentials and secret query values.
+Text = Annotated[str, AfterValidator(lambda v: printable(redact_text(v)))]
+Url = Annotated[str, AfterValidator(lambda v: printable(redact_url(v)))]
 Count = Annotated[int, Field(ge=0)]
 
 
@@ -49,6 +62,14 @@ class Percentiles(_Fields):
     p90: NonNegative
     p95: NonNegative
     p99: NonNegative
+
+    @model_validator(mode="after")
+    def _ordered(self):
+        values = (self.p50, self.p90, self.p95, self.p99)
+        if any(a > b for a, b in zip(values, values[1:])):
+            raise ValueError(f"percentiles out of order (p50 {self.p50:g}, p90 {self.p90:g}, p95 {self.p95:g}, "
+                             f"p99 {self.p99:g}); a report whose statistics contradict themselves is not judged")
+        return self
 
 
 class Distribution(_Fields):
@@ -80,7 +101,7 @@ class Metrics(_Fields):
 
 
 class Strategy(_Fields):
-    type_: str
+    type_: Text
     rate: Annotated[float, Field(gt=0)] | None = None
 
     @model_validator(mode="after")
@@ -100,10 +121,23 @@ class GenerativeBenchmark(_Fields):
     metrics: Metrics
     duration: NonNegative
 
+    @model_validator(mode="after")
+    def _consistent(self):
+        """Statistics that contradict each other say the file was edited or broken: refused, with the reason."""
+        totals, rate = self.metrics.request_totals, self.config.strategy.rate
+        achieved = self.metrics.requests_per_second.successful.mean
+        if self.duration == 0 and totals.successful + totals.errored + totals.incomplete > 0:
+            raise ValueError(f"duration 0 s with {totals.successful + totals.errored + totals.incomplete} requests; "
+                             "a report whose statistics contradict themselves is not judged")
+        if rate is not None and achieved > MAX_OVER_OFFERED * rate:
+            raise ValueError(f"achieved {achieved:g} requests/s against {rate:g} offered (more than "
+                             f"{MAX_OVER_OFFERED:g}x); a report whose statistics contradict themselves is not judged")
+        return self
+
 
 class Backend(_Fields):
-    target: str | None = None
-    model: str | None = None
+    target: Url | None = None
+    model: Text | None = None
 
 
 class Spec(_Fields):
@@ -116,7 +150,7 @@ class RunConfig(_Fields):
 
 class Metadata(_Fields):
     version: int
-    guidellm_version: str
+    guidellm_version: Text
 
 
 class ReportHead(_Fields):
@@ -235,16 +269,15 @@ def parse_report(data: Any) -> Report:
 
 
 def read_report(path: Path) -> Report:
-    if path.is_dir():
-        path = path / "benchmarks.json"       # GuideLLM's default file name in a folder
+    """The report at `path` (or `path`/benchmarks.json): a regular file of at most MAX_REPORT_BYTES,
+    checked by `stat` before it is opened (inputs.files: no FIFO, device or sparse giant)."""
     try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise ReportError(f"{path}: no such file") from None
-    except OSError as exc:
-        raise ReportError(f"{path}: cannot be read ({exc.strerror})") from None
-    if len(raw) > MAX_REPORT_BYTES:
-        raise ReportError(f"{path}: {len(raw):,} bytes; a report is at most {MAX_REPORT_BYTES:,}")
+        check_path_length(path)
+        if path.is_dir():
+            path = path / "benchmarks.json"       # GuideLLM's default file name in a folder
+        raw = read_regular_file(path, MAX_REPORT_BYTES, "GuideLLM JSON report")
+    except InputError as exc:
+        raise ReportError(str(exc)) from None
     try:
         data = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:

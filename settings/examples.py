@@ -17,7 +17,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from .schema import NAMESPACE
+from conventions import PROJECT
 
 EXAMPLE_DOMAINS = ("example.com", "example.net", "example.org", "example")          # RFC 2606
 DOCUMENTATION_NETWORKS = tuple(ipaddress.ip_network(c) for c in (
@@ -43,7 +43,7 @@ class ExampleValue:
     @property
     def line(self) -> str:
         """One line: the key, the value, what belongs there."""
-        return (f"{NAMESPACE}:{self.key}: {self.value} is an example value; "
+        return (f"{PROJECT}:{self.key}: {self.value} is an example value; "
                 f"put {WHAT_BELONGS[self.key]}")
 
 

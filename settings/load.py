@@ -6,20 +6,22 @@ Errors come back as `SettingsError`: one line per problem, each naming the key
 from __future__ import annotations
 
 import difflib
+import json
 import math
 import re
 from pathlib import Path
 
-import yaml
 from pydantic import ValidationError
 
-from sizing.catalog import CatalogError, load_catalog
-from sizing.model import Shape, SizingError, candidate_tps, check_shape
-from sizing.planner import MAX_NODES_PER_REPLICA
+from conventions import PROJECT, ZONE_LETTERS
+from inputs import InputError, safe_yaml
+from inputs.files import check_path_length, read_text
+from sizing.catalog import CatalogError, load_catalog, resolve_model
+from sizing.model import MAX_NODES_PER_REPLICA, Shape, SizingError, candidate_tps, check_shape
 from sizing.profiles import get_profile
 
-from .schema import (ALL_SECRET_KEYS, MAX_API_KEYS, NAMESPACE, REQUEST_KEYS, ZONE_LETTERS, PlanRequestSettings,
-                     StackSettings, _Strict)
+from .names import AWS_REGIONS, region as valid_region
+from .schema import ALL_SECRET_KEYS, MAX_API_KEYS, REQUEST_KEYS, PlanRequestSettings, StackSettings, _Strict
 
 STACKS_DIR = Path(__file__).resolve().parent.parent / "stacks"
 REGION_KEY = "aws:region"
@@ -42,55 +44,29 @@ def stack_file(stack: str, stacks_dir: Path = STACKS_DIR) -> Path:
     return stacks_dir / f"Pulumi.{stack}.yaml"
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """YAML's safe loader, refusing a key given twice in one map (YAML 1.2 forbids it; PyYAML keeps the last)."""
-
-    def construct_mapping(self, node, deep=False):
-        seen = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)
-            try:
-                duplicate = key in seen
-                seen.add(key)
-            except TypeError:        # an unhashable key: the base loader reports it
-                break
-            if duplicate:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"key '{key}' appears twice; keep one",
-                    key_node.start_mark)
-        return super().construct_mapping(node, deep)
-
-
 def _text(path: Path) -> str:
+    """The stack file's text: a regular file of at most MAX_STACK_FILE_BYTES (inputs.files)."""
+    try:
+        check_path_length(path)
+    except InputError as exc:
+        raise SettingsError([str(exc)]) from None
     if path.is_dir():
         raise SettingsError([f"{path}: is a folder; --config takes a stack file (Pulumi.<stack>.yaml)"])
     if not path.exists():
         raise SettingsError([f"{path}: no such stack file; create it or pass --config PATH"])
     try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise SettingsError([f"{path}: cannot be read ({exc.strerror}); check the path and its permissions"]) from None
-    if len(data) > MAX_STACK_FILE_BYTES:
-        raise SettingsError([f"{path}: {len(data):,} bytes; a stack file is at most {MAX_STACK_FILE_BYTES:,}"])
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise SettingsError([f"{path}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
-                             "save it as UTF-8"]) from None
+        return read_text(path, MAX_STACK_FILE_BYTES, "stack file")
+    except InputError as exc:
+        raise SettingsError([str(exc)]) from None
 
 
 def read_stack_config(path: Path) -> dict:
     """The raw `config:` map of a stack file (namespaced keys, secure values left as they are)."""
     text = _text(path)
-    try:
-        doc = yaml.load(text, Loader=_UniqueKeyLoader)
-    except yaml.YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
-        at = f" at line {where.line + 1}" if where is not None else ""
-        problem = getattr(exc, "problem", None) or exc.__class__.__name__
-        raise SettingsError([f"{path}: not valid YAML{at}: {problem}"]) from None
-    except RecursionError:
-        raise SettingsError([f"{path}: nested too deeply; a stack file is a flat config: map"]) from None
+    try:      # no aliases, YAML 1.2 scalars, no duplicate keys, core tags only (inputs.safe_yaml)
+        doc = safe_yaml.load(text, str(path))
+    except InputError as exc:
+        raise SettingsError([str(exc)]) from None
     config = doc.get("config") if isinstance(doc, dict) else None
     if not isinstance(config, dict):
         raise SettingsError([f"{path}: needs a top-level 'config:' map of llm-serving: keys"])
@@ -112,12 +88,12 @@ def settings_from_config(stack: str, config: dict) -> StackSettings:
         raise SettingsError(problems)
     for key, value in config.items():
         if not isinstance(key, str):
-            problems.append(f"config: key {key!r} is not a name; keys look like {NAMESPACE}:workload")
+            problems.append(f"config: key {key!r} is not a name; keys look like {PROJECT}:workload")
             continue
         ns, colon, name = key.partition(":")
         if key == REGION_KEY:
             body["region"] = value
-        elif ns == NAMESPACE:
+        elif ns == PROJECT:
             if name in ALL_SECRET_KEYS:
                 if not (isinstance(value, dict) and "secure" in value):
                     problems.append(f"{key}: must be a secret; set it with "
@@ -125,35 +101,38 @@ def settings_from_config(stack: str, config: dict) -> StackSettings:
                 continue
             body[name] = value
         elif not colon:
-            problems.append(f"{key}: a config key needs its namespace; did you mean {NAMESPACE}:{key}?")
-        elif ns not in OTHER_NAMESPACES and _near(ns, NAMESPACE):
-            problems.append(f"{key}: unknown namespace '{ns}'; did you mean {NAMESPACE}:{name}?")
+            problems.append(f"{key}: a config key needs its namespace; did you mean {PROJECT}:{key}?")
+        elif ns not in OTHER_NAMESPACES and _near(ns, PROJECT):
+            problems.append(f"{key}: unknown namespace '{ns}'; did you mean {PROJECT}:{name}?")
     if "region" not in body:
         problems.append(f"{REGION_KEY}: missing; set the stack's AWS region, e.g. `aws:region: us-east-1`")
         body["region"] = "missing"
     return _validated(StackSettings, body, problems)
 
 
-def request_from_body(body: dict) -> PlanRequestSettings:
+def request_from_body(body: dict, fit: bool = True) -> PlanRequestSettings:
     """Validate a plan request given as settings keys (what `llmserve size` builds from its flags,
     on top of a stack's request or the reference one): the same checks, the same messages, as
-    those keys get in a stack file."""
+    those keys get in a stack file. `fit=False` (the sweep) skips whether the model fits the
+    request's own instance type: the sweep tries every type and says why each is refused."""
     problems = [p for key, value in body.items() for p in _non_finite(_full_key(key), value)]
     if problems:
         raise SettingsError(problems)
-    return _validated(PlanRequestSettings, body, [])
+    return _validated(PlanRequestSettings, body, [], fit)
 
 
-def _validated(model: type[PlanRequestSettings], body: dict, problems: list[str]):
+def _validated(model: type[PlanRequestSettings], body: dict, problems: list[str], fit: bool = True):
     """The schema, then the rules that span keys; every problem at once, each naming its key."""
     try:
-        settings = model.model_validate(body)
+        # Strict, through JSON: `true` is not 1 for qps, nodes or tensorParallel, nor "yes" a boolean,
+        # nor "10" a number; JSON mode still takes a list where the model holds a tuple.
+        settings = model.model_validate_json(json.dumps(body), strict=True)
     except ValidationError as exc:
         problems.extend(_pydantic_problems(exc))
         raise SettingsError(problems) from None
     except RecursionError:
-        raise SettingsError(problems + [f"{NAMESPACE}: a value is nested too deeply; check the stack file"]) from None
-    problems.extend(semantic_problems(settings) if isinstance(settings, StackSettings) else request_problems(settings))
+        raise SettingsError(problems + [f"{PROJECT}: a value is nested too deeply; check the stack file"]) from None
+    problems.extend(semantic_problems(settings) if isinstance(settings, StackSettings) else request_problems(settings, fit))
     if problems:
         raise SettingsError(problems)
     return settings
@@ -167,7 +146,7 @@ def stack_settings(stack: str, config_path: Path | None = None) -> StackSettings
 
 
 def _full_key(name: str) -> str:
-    return REGION_KEY if name == "region" else f"{NAMESPACE}:{name}"
+    return REGION_KEY if name == "region" else f"{PROJECT}:{name}"
 
 
 def request_key(field: str | None) -> str | None:
@@ -212,30 +191,33 @@ def semantic_problems(s: StackSettings) -> list[str]:
     gate on, and the load test's workload."""
     problems = request_problems(s)
     if s.accuracy_gate_enabled and s.gateway.rateLimitShare > MAX_TENANT_SHARE_WITH_GATE:
-        problems.append(f"{NAMESPACE}:gateway.rateLimitShare: {s.gateway.rateLimitShare:g} leaves the accuracy gate's "
+        problems.append(f"{PROJECT}:gateway.rateLimitShare: {s.gateway.rateLimitShare:g} leaves the accuracy gate's "
                         f"own key less than {1 - MAX_TENANT_SHARE_WITH_GATE:.0%} of the capacity; use at most "
                         f"{MAX_TENANT_SHARE_WITH_GATE:g}, or set accuracyGate.enabled: false")
     if s.loadTest.enabled and s.workload.qps is None:
-        problems.append(f"{NAMESPACE}:loadTest.enabled: the workload is closed-loop (concurrency); the rate "
+        problems.append(f"{PROJECT}:loadTest.enabled: the workload is closed-loop (concurrency); the rate "
                         "sweep needs workload.qps, or set loadTest.enabled: false")
     return problems
 
 
-def request_problems(r: PlanRequestSettings) -> list[str]:
+def request_problems(r: PlanRequestSettings, fit: bool = True) -> list[str]:
     """A plan request's problems no single field shows: the region and its zones, pool names and
     capacity, one instance type, and whether the model fits it."""
     problems = []
     region = r.region
-    region_ok = bool(re.fullmatch(r"[a-z]{2}(-gov)?-[a-z]+-\d", region))
+    region_ok = region in AWS_REGIONS           # botocore's endpoint data (settings.names.region)
     if not region_ok and region != "missing":     # "missing" is already reported
-        problems.append(f"{REGION_KEY}: '{region}' is not an AWS region name; use e.g. us-east-1")
+        try:
+            valid_region(region)
+        except ValueError as exc:
+            problems.append(f"{REGION_KEY}: {exc}")
     problems += _pool_problems(r, region if region_ok else None)
     types = {p.instanceType for p in r.gpuPools}
     if len(types) > 1:
-        problems.append(f"{NAMESPACE}:gpuPools: pools mix instance types ({', '.join(sorted(types))}); "
+        problems.append(f"{PROJECT}:gpuPools: pools mix instance types ({', '.join(sorted(types))}); "
                         "use one instance type for all GPU pools")
         return problems
-    return problems + _fit_problems(r, types.pop())
+    return problems + (_fit_problems(r, types.pop()) if fit else [])
 
 
 def _pool_problems(s: PlanRequestSettings, region: str | None) -> list[str]:
@@ -243,7 +225,7 @@ def _pool_problems(s: PlanRequestSettings, region: str | None) -> list[str]:
     one consistent way to its capacity (reservation, a block held, or a block bought)."""
     problems, names = [], set()
     for i, pool in enumerate(s.gpuPools):
-        key = f"{NAMESPACE}:gpuPools[{i}]"
+        key = f"{PROJECT}:gpuPools[{i}]"
         if region and not (pool.zone.startswith(region) and re.fullmatch(r"[a-z]", pool.zone[len(region):])):
             problems.append(f"{key}.zone: '{pool.zone}' is not a zone of the region {region}; "
                             f"use a zone such as {region}a")
@@ -274,22 +256,27 @@ def _fit_problems(r: PlanRequestSettings, instance_type: str) -> list[str]:
     type; the sizing's own check (`check_shape`) says why not, naming its field."""
     catalog = load_catalog()
     instance = catalog.instance(instance_type)
-    model = catalog.model(r.model.id)
+    model = resolve_model(r.model.id, r.model.config)
+    layout = r.model.layout or "tp"
     profile = get_profile(r.sizing.profile)
     workload = r.plan_request().workload
     tp = r.model.tensorParallel
-    problems = []
-    for t in [tp] if tp is not None else candidate_tps(model, instance):
+    errors = []
+    tps = [tp] if tp is not None else (candidate_tps(model, instance) if layout == "tp" else [instance.gpus])
+    for t in tps:
         try:
-            check_shape(Shape(model, instance, t, r.model.weights, r.model.kvCacheDtype), workload, profile)
+            check_shape(Shape(model, instance, t, r.model.weights, r.model.kvCacheDtype, layout), workload, profile)
             return []
         except SizingError as exc:
-            problems.append(sizing_problem(exc))
+            errors.append(exc)
     if tp is not None:
-        return problems
-    if _fits_on_nodes(model, instance, r, workload, profile):
+        return [sizing_problem(exc) for exc in errors]
+    if layout == "tp" and _fits_on_nodes(model, instance, r, workload, profile):
         return []       # the planner spans nodes (docs/multi-node.md)
-    return [f"{NAMESPACE}:gpuPools: {model.id} with {r.model.weights} weights does not fit on "
+    if all(exc.field == "weights" for exc in errors):     # no layout holds the weights: say so, and what does
+        from sizing.planner import does_not_fit
+        return [f"{PROJECT}:gpuPools: {does_not_fit(r.plan_request(), model, instance)}"]
+    return [f"{PROJECT}:gpuPools: {model.id} with {r.model.weights} weights does not fit on "
             f"{instance.id} even at TP={instance.gpus} on {MAX_NODES_PER_REPLICA} nodes per replica; "
             "use a larger instance type or fp8 weights"]
 
@@ -324,7 +311,7 @@ LENGTH_FIXES = {
 # from a stack key or from `llmserve size`'s flag for it (pydantic's own words name neither the value nor the fix).
 BOUND_WORDS = {"greater_than": ("greater than", "gt"), "greater_than_equal": ("at least", "ge"),
                "less_than": ("less than", "lt"), "less_than_equal": ("at most", "le")}
-CHOICE_NOUNS = {"weights": "precision", "kvCacheDtype": "precision", "sloStatistic": "statistic",
+CHOICE_NOUNS = {"weights": "precision", "kvCacheDtype": "precision", "sloStatistic": "statistic", "layout": "layout",
                 "kubernetesVersion": "Kubernetes version", "environment": "environment"}
 
 
@@ -379,10 +366,10 @@ def _pydantic_problems(exc: ValidationError) -> list[str]:
                 for e in errors):
             continue
         if not loc:
-            key = NAMESPACE
+            key = PROJECT
         else:
             head, rest = loc[0], loc[1:]
-            key = REGION_KEY if head == "region" else f"{NAMESPACE}:{head}"
+            key = REGION_KEY if head == "region" else f"{PROJECT}:{head}"
             for part in rest:
                 key += f"[{part}]" if part.isdigit() else key_part(part)
         msg = err["msg"]

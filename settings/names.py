@@ -6,11 +6,13 @@ returns the value or raises ValueError with the fix; pydantic turns that into `k
 """
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import re
+import unicodedata
 
 from conventions import (AI_GATEWAY_NAMESPACE, GATEWAY_CONTROLLER_NAMESPACE, GPU_PLUGIN_NAMESPACE, KEDA_NAMESPACE,
-                         MONITORING_NAMESPACE)
+                         MONITORING_NAMESPACE, TAG_GPUS_PER_NODE, TAG_PURCHASE_APPROVED)
 
 # DNS-1123 label (namespaces, most object names): k8s.io/apimachinery
 # pkg/util/validation/validation.go.
@@ -26,6 +28,27 @@ ROLE_ARN = re.compile(r"arn:aws(-cn|-us-gov)?:iam::\d{12}:role/[\w+=,.@/-]{1,512
 HUB_ID = re.compile(r"[A-Za-z0-9][-\w.]{0,95}/[A-Za-z0-9][-\w.]{0,95}")
 MODEL_CACHE_MOUNT = "/models"
 LOCAL_PATH = re.compile(r"/models/[-\w.][-\w./]*")
+
+# AWS tags: the punctuation the tag character set allows besides letters, separators and numbers;
+# at most 50 tags per resource (AWS tagging limits), of which the program sets up to 4 (Name, the
+# ELB role, the GPU count, the purchase opt-in) and EKS adds its own (eks:cluster-name,
+# eks:nodegroup-name) on what it creates: 40 leaves room for all of them.
+TAG_PUNCTUATION = frozenset("_.:/=+-@")
+MAX_RESOURCE_TAGS = 50
+MAX_STACK_TAGS = 40
+CLUSTER_TAG_PREFIX = "kubernetes.io/cluster/"
+# The keys the program sets itself (components/network.py's subnet roles, the node groups' tags).
+PROGRAM_TAG_KEYS = frozenset({"Name", "kubernetes.io/role/elb", "kubernetes.io/role/internal-elb",
+                              TAG_GPUS_PER_NODE, TAG_PURCHASE_APPROVED})
+# The regions of the aws, aws-cn and aws-us-gov partitions in botocore 1.44.8's data/endpoints.json
+# (constraints.txt pins it), copied so a stack check does not import botocore (~0.35 s).
+AWS_REGIONS = (
+    "af-south-1", "ap-east-1", "ap-east-2", "ap-northeast-1", "ap-northeast-2", "ap-northeast-3", "ap-south-1",
+    "ap-south-2", "ap-southeast-1", "ap-southeast-2", "ap-southeast-3", "ap-southeast-4", "ap-southeast-5",
+    "ap-southeast-6", "ap-southeast-7", "ca-central-1", "ca-west-1", "eu-central-1", "eu-central-2", "eu-north-1",
+    "eu-south-1", "eu-south-2", "eu-west-1", "eu-west-2", "eu-west-3", "il-central-1", "me-central-1", "me-south-1",
+    "mx-central-1", "sa-east-1", "us-east-1", "us-east-2", "us-west-1", "us-west-2",
+    "cn-north-1", "cn-northwest-1", "us-gov-east-1", "us-gov-west-1")
 
 # Namespaces the serving namespace may not take: the cluster's own and the ones the program's
 # other components install into (a NetworkPolicy or Namespace object there would break them).
@@ -50,16 +73,67 @@ def dns_label(value: str, what: str = "name") -> str:
 
 
 def hostname(value: str) -> str:
+    """RFC 1123 section 2.1 (a host name: labels of at most 63 characters, at most 253 in all),
+    as Gateway API's `Hostname` and cert-manager's DNS-01 take it, and a name a public ACME CA
+    issues for: not an IP address (Gateway API v1 shared_types.go: "IPs are not allowed"; Let's
+    Encrypt issues no IP certificate over DNS-01), not a bare top-level domain, and a wildcard
+    only over a registrable name (`*.example.com`, never `*.com`)."""
+    shown = value[:80]
     if "://" in value or "/" in value or ":" in value:
-        raise ValueError(f"'{value}' is not a bare hostname; drop the scheme, port and path (e.g. llm.example.com)")
-    if not value or len(value) > 253 or not HOSTNAME.fullmatch(value):
-        raise ValueError(f"'{value}' is not a valid hostname; use lowercase DNS labels such as llm.example.com")
+        raise ValueError(f"'{shown}' is not a bare hostname; drop the scheme, port and path (e.g. llm.example.com)")
+    if len(value) > 253:
+        raise ValueError(f"'{shown}...' is {len(value)} characters; a hostname is at most 253 (RFC 1123)")
+    if not value or not HOSTNAME.fullmatch(value):
+        raise ValueError(f"'{shown}' is not a valid hostname; use lowercase DNS labels such as llm.example.com")
+    labels = value.removeprefix("*.").split(".")
+    long = [label for label in labels if len(label) > 63]
+    if long:
+        raise ValueError(f"'{shown}': label '{long[0][:20]}...' is {len(long[0])} characters; a DNS label is at most "
+                         "63 (RFC 1123)")
+    if _is_ip(value):
+        raise ValueError(f"'{shown}' is an IP address; the gateway needs a DNS name (certificates are issued for "
+                         "names), e.g. llm.example.com")
+    if labels[-1].isdigit():
+        raise ValueError(f"'{shown}': a top-level domain is never all digits (RFC 1123 2.1); use a DNS name")
+    if len(labels) < 2:
+        what = "a wildcard over a top-level domain" if value.startswith("*.") else "a bare top-level domain"
+        raise ValueError(f"'{shown}' is {what}; use a name under a domain you hold, e.g. llm.example.com")
+    return value
+
+
+def _is_ip(value: str) -> bool:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return False
+    return True
+
+
+def acme_server(value: str) -> str:
+    """An ACME directory URL: https only (RFC 8555 section 6.1: "ACME ... MUST be performed over
+    HTTPS"), a host name, no credentials. cert-manager's ClusterIssuer takes any string here, so a
+    `file://` or `http://` URL would reach the cluster; refused with the reason."""
+    import urllib.parse
+    try:
+        parts = urllib.parse.urlsplit(value)
+        parts.port
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme != "https" or not parts.hostname or "@" in parts.netloc or " " in value:
+        raise ValueError(f"'{value[:80]}' is not an https URL of an ACME directory (RFC 8555 requires HTTPS); "
+                         "e.g. https://acme-v02.api.letsencrypt.org/directory")
+    hostname(parts.hostname)
     return value
 
 
 def secret_key(value: str) -> str:
+    """A Secret's data key, as k8s.io/apimachinery pkg/util/validation IsConfigMapKey checks it:
+    at most 253 characters of `[-._a-zA-Z0-9]`, and not `.`, `..` or starting with `..`."""
     if not value or len(value) > 253 or not SECRET_KEY.fullmatch(value):
-        raise ValueError(f"'{value}' is not a valid Secret key; use letters, digits, '-', '_' and '.'")
+        raise ValueError(f"'{value[:80]}' is not a valid Secret key; use letters, digits, '-', '_' and '.'")
+    if value in (".", "..") or value.startswith(".."):
+        raise ValueError(f"'{value[:80]}' is not a valid Secret key: Kubernetes refuses '.', '..' and keys starting "
+                         "with '..'; name it with a letter or digit first")
     return value
 
 
@@ -69,11 +143,54 @@ def role_arn(value: str) -> str:
     return value
 
 
+def _tag_text_ok(text: str) -> bool:
+    """AWS's tag character set, `^([\\p{L}\\p{Z}\\p{N}_.:/=+\\-@]*)$` (letters, separators, numbers and
+    _ . : / = + - @), checked by Unicode category: Python's re has no \\p{...}."""
+    return all(c in TAG_PUNCTUATION or unicodedata.category(c)[0] in "LZN" for c in text)
+
+
 def tag(key: str, value: str) -> None:
+    """One tag, by the AWS tagging rules (docs.aws.amazon.com/tag-editor/latest/userguide/tagging.html,
+    "Tag naming limits and requirements"): key 1-128 characters, value 0-256, the character set
+    above, `aws:` reserved. And not `kubernetes.io/cluster/...`: that tag marks a resource as
+    owned by (or shared with) a cluster, and that cluster's controllers act on it: the AWS Load
+    Balancer Controller and the cloud provider pick subnets and security groups by it."""
+    shown = key[:40]
     if key.lower().startswith("aws:"):
-        raise ValueError(f"tag '{key}': the aws: prefix is reserved for AWS; rename it")
+        raise ValueError(f"tag '{shown}': the aws: prefix is reserved for AWS; rename it")
+    if key.startswith(CLUSTER_TAG_PREFIX):
+        raise ValueError(f"tag '{shown}': {CLUSTER_TAG_PREFIX}<name> tags hand resources to that cluster's "
+                         "controllers; the program tags what its own cluster uses, so drop it")
+    if key in PROGRAM_TAG_KEYS:
+        raise ValueError(f"tag '{shown}': the program sets this tag itself; use another key")
     if not key or len(key) > 128 or len(value) > 256:
-        raise ValueError(f"tag '{key[:40]}': keys take 1 to 128 characters and values at most 256")
+        raise ValueError(f"tag '{shown}': keys take 1 to 128 characters and values at most 256")
+    for what, text in (("key", key), ("value", value)):
+        if not _tag_text_ok(text):
+            bad = next(c for c in text if not (c in TAG_PUNCTUATION or unicodedata.category(c)[0] in "LZN"))
+            raise ValueError(f"tag '{shown.encode('unicode_escape').decode()}': its {what} holds {bad!r}; AWS takes "
+                             "letters, digits, spaces and _ . : / = + - @")
+
+
+def tags(values: dict[str, str]) -> dict[str, str]:
+    """The stack's tags: each by `tag`, and at most MAX_STACK_TAGS of them."""
+    if len(values) > MAX_STACK_TAGS:
+        raise ValueError(f"{len(values)} tags; AWS takes at most {MAX_RESOURCE_TAGS} per resource and the program "
+                         f"and EKS add up to {MAX_RESOURCE_TAGS - MAX_STACK_TAGS}, so give at most {MAX_STACK_TAGS}")
+    for key, value in values.items():
+        tag(key, value)
+    return values
+
+
+def region(value: str) -> str:
+    """A region of the AWS partitions the program deploys to (aws, aws-cn, aws-us-gov), from
+    botocore's endpoint data (`AWS_REGIONS`; tests/test_hostile_inputs.py checks the copy against
+    botocore's endpoints.json, so the list moves with the pinned botocore)."""
+    if value not in AWS_REGIONS:
+        close = difflib.get_close_matches(value, AWS_REGIONS, n=1)
+        hint = f"did you mean {close[0]}?" if close else "use e.g. us-east-1"
+        raise ValueError(f"'{value[:40]}' is not an AWS region; {hint}")
+    return value
 
 
 def checkpoint(value: str) -> str:

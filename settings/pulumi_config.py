@@ -5,8 +5,10 @@ import json
 
 import pulumi
 
+from conventions import PROJECT
+
 from .load import REGION_KEY, settings_from_config
-from .schema import ALL_SECRET_KEYS, NAMESPACE, StackSettings
+from .schema import ALL_SECRET_KEYS, StackSettings
 
 
 def settings_from_pulumi() -> StackSettings:
@@ -15,7 +17,7 @@ def settings_from_pulumi() -> StackSettings:
     Secret keys are checked for presence only; their values are read where they are used,
     with `require_secret`, so they never leave Pulumi's secret wrapping.
     """
-    cfg = pulumi.Config(NAMESPACE)
+    cfg = pulumi.Config(PROJECT)
     raw: dict = {}
     region = pulumi.Config("aws").get("region")
     if region is not None:
@@ -32,16 +34,16 @@ def settings_from_pulumi() -> StackSettings:
             value = text
         if name in ("environment", "kubernetesVersion"):
             value = text
-        raw[f"{NAMESPACE}:{name}"] = value
+        raw[f"{PROJECT}:{name}"] = value
     for name in ALL_SECRET_KEYS:
         if cfg.get(name) is not None:
-            raw[f"{NAMESPACE}:{name}"] = {"secure": "(from pulumi config)"}
+            raw[f"{PROJECT}:{name}"] = {"secure": "(from pulumi config)"}
     return settings_from_config(pulumi.get_stack(), raw)
 
 
 def missing_secrets_message(stack: str, missing: list[str]) -> str:
     """One line: which secrets are not set and the command that sets each."""
-    keys = ", ".join(f"{NAMESPACE}:{k}" for k in missing)
+    keys = ", ".join(f"{PROJECT}:{k}" for k in missing)
     return (f"secret config not set: {keys}; set each with `pulumi config set --secret <key> <value> "
             f"--stack {stack}` (e.g. `pulumi config set --secret {missing[0]} ... --stack {stack}`)")
 
@@ -49,7 +51,7 @@ def missing_secrets_message(stack: str, missing: list[str]) -> str:
 def require_secrets(settings: StackSettings) -> None:
     """Fail before anything is registered when a secret the program reads is not set, with one
     line naming the command, instead of Pulumi's multi-line error at the first use."""
-    cfg = pulumi.Config(NAMESPACE)
+    cfg = pulumi.Config(PROJECT)
     missing = [k for k in settings.required_secrets if cfg.get_secret(k) is None]
     if missing:
         raise pulumi.RunError(missing_secrets_message(settings.stack, missing))
@@ -77,4 +79,4 @@ def refuse_example_values(settings: StackSettings) -> None:
 
 
 def secret(name: str) -> pulumi.Output[str]:
-    return pulumi.Config(NAMESPACE).require_secret(name)
+    return pulumi.Config(PROJECT).require_secret(name)

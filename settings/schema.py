@@ -9,10 +9,9 @@ from __future__ import annotations
 import ipaddress
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-import conventions
-from conventions import PROJECT, SERVING_NAMESPACE
+from conventions import SERVING_NAMESPACE
 from sizing.catalog import CatalogError, load_catalog
 from sizing.model import Workload
 from sizing.planner import PlanRequest, Pool
@@ -20,9 +19,9 @@ from sizing.profiles import load_profiles
 
 from .capacity import offering_id, reservation_id
 from .names import RESERVED_NAMESPACES, dns_label, private_cidr, role_arn, secret_key
-from .names import checkpoint as valid_checkpoint, hostname as valid_hostname, system_instance_type, tag
+from .names import acme_server, checkpoint as valid_checkpoint, hostname as valid_hostname, system_instance_type
+from .names import tags as valid_tags
 
-NAMESPACE = PROJECT    # the config namespace (llm-serving:<key>) and the cluster name prefix
 SECRET_KEYS = ("hubToken", "apiKeys", "grafanaAdminPassword")
 # Only with `gateway.certificate: provided`: the certificate chain and key (PEM) the gateway serves.
 TLS_SECRET_KEYS = ("tlsCertificate", "tlsPrivateKey")
@@ -33,7 +32,6 @@ LETS_ENCRYPT = "https://acme-v02.api.letsencrypt.org/directory"
 KUBERNETES_VERSIONS = ("1.34", "1.35")     # 1.34: standard support to 2026-12-02; 1.35: to 2027-03-27
 GATE_KEY_NAME = "accuracy-gate"   # the accuracy gate's own client id at the gateway (not a tenant's)
 MAX_API_KEYS = 16          # Envoy Gateway's BackendTrafficPolicy takes at most 16 local rate-limit rules
-ZONE_LETTERS = conventions.ZONE_LETTERS   # the subnet layout (components/network.py) has a block for each
 # The score each supported accuracy task is judged on (lm-eval 0.4.13 task configs: metric,filter).
 ACCURACY_TASK_METRICS = {
     "gsm8k": "exact_match,strict-match",
@@ -72,16 +70,27 @@ class WorkloadSettings(_Strict):
 
 
 class ModelSettings(_Strict):
-    id: str = "llama-3-70b"
-    weights: Literal["fp8", "bf16", "fp16"] = "fp8"
+    config: str | None = None          # a local config.json to size instead of the catalog's entry
+    id: str = "llama-3-70b"            # a catalog key or HF id; with `config`, the served model's name
+    weights: Literal["fp8", "bf16", "fp16", "fp4"] = "fp8"
     kvCacheDtype: Literal["fp8", "bf16", "fp16"] = "bf16"
-    tensorParallel: int | None = Field(None, ge=1)
+    tensorParallel: int | None = Field(None, ge=1)   # GPUs per replica (with layout dp-ep: the DP size)
+    layout: Literal["tp", "dp-ep"] | None = None     # sizing.parallel; None: the planner picks
     checkpoint: str | None = None      # overrides the catalog's prequantized checkpoint (a hub id or /models/...)
+
+    @field_validator("config")
+    @classmethod
+    def _readable(cls, v: str | None) -> str | None:
+        if v is not None:
+            from sizing.catalog import model_from_config
+            model_from_config(v)         # ConfigError (a ValueError) names the config.json field
+        return v
 
     @field_validator("id")
     @classmethod
-    def _known(cls, v: str) -> str:
-        load_catalog().model(v)
+    def _known(cls, v: str, info: ValidationInfo) -> str:
+        if not info.data.get("config"):  # with a config.json, id is only the served model's name
+            load_catalog().model(v)
         return v
 
     @field_validator("checkpoint")
@@ -155,7 +164,7 @@ class GatewaySettings(_Strict):
     certificate: Literal["acme", "provided"] = "acme"
     hostedZoneId: str | None = Field(None, pattern=r"^Z[A-Z0-9]{1,31}$")
     acmeEmail: str | None = Field(None, pattern=r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
-    acmeServer: str = LETS_ENCRYPT
+    acmeServer: Annotated[str, AfterValidator(acme_server)] = LETS_ENCRYPT
     tlsSecretName: str = Field("llm-gateway-tls", pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
     inferenceExtension: bool = True
     # one rate-limit share per key; values are secrets
@@ -265,7 +274,7 @@ class PlanRequestSettings(_Strict):
                               qps=w.qps, concurrency=w.concurrency, slo_statistic=w.sloStatistic),
             model=self.model.id, weights=self.model.weights, kv_dtype=self.model.kvCacheDtype,
             pools=tuple(Pool(p.zone, p.instanceType, p.nodes, p.name or "") for p in self.gpuPools),
-            tp=self.model.tensorParallel,
+            tp=self.model.tensorParallel, model_config=self.model.config, layout=self.model.layout,
             replicas=None if self.replicas == "auto" else self.replicas,
             profile=self.sizing.profile, gpu_hour_price=self.sizing.gpuHourPrice,
             instance_price=self.sizing.instancePrice,
@@ -280,7 +289,7 @@ REFERENCE_REQUEST = {"region": "us-east-1", "workload": {"qps": 10.0},
 # The settings key (under llm-serving:) each `PlanRequest` field comes from, as plan_request()
 # fills it: a `SizingError(field=...)` names the key the user can change.
 REQUEST_KEYS = {
-    "model": "model.id", "weights": "model.weights", "kv_dtype": "model.kvCacheDtype", "tp": "model.tensorParallel",
+    "model": "model.id", "model_config": "model.config", "layout": "model.layout", "weights": "model.weights", "kv_dtype": "model.kvCacheDtype", "tp": "model.tensorParallel",
     "pools": "gpuPools", "replicas": "replicas", "profile": "sizing.profile",
     "gpu_hour_price": "sizing.gpuHourPrice", "instance_price": "sizing.instancePrice",
     "workload.qps": "workload.qps", "workload.concurrency": "workload.concurrency",
@@ -319,9 +328,7 @@ class StackSettings(PlanRequestSettings):
     @field_validator("tags")
     @classmethod
     def _tags(cls, v: dict[str, str]) -> dict[str, str]:
-        for key, value in v.items():
-            tag(key, value)
-        return v
+        return valid_tags(v)
 
     # -- derived ----------------------------------------------------------------------------
     @property

@@ -26,4 +26,4 @@ def step_cost(model: ReplicaModel) -> StepModel:
 def kv_capacity_tokens(model: ReplicaModel) -> int:
     """Tokens the replica's KV cache holds (vLLM's block pool, counted in tokens)."""
     mem = model.memory
-    return mem.kv_tokens if mem.kv_tokens else int(mem.kv_budget_gb * GB // mem.kv_bytes_per_token)
+    return mem.kv_cache_tokens if mem.kv_cache_tokens else int(mem.kv_budget_gb * GB // mem.kv_bytes_per_token)

@@ -63,5 +63,5 @@ def plot_timeline(result: SimResult, path: Path, title: str) -> None:
     ax_tpot.set_xlabel("arrival time (s); each point is one time bin")
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, format="png")    # exactly `path`: no ".png" appended
     plt.close(fig)

@@ -67,6 +67,12 @@ class WorkloadSpec:
 MAX_DURATION_S = 7 * 86_400         # a week of arrivals
 MAX_REQUESTS = 1_000_000            # about 30 s of simulation on one core (bench/bench_simulate.py)
 MAX_CV = 10.0                       # gamma and lognormal coefficients of variation
+# The same bound as the stack's workload.inputTokens/outputTokens (settings.schema): longer than any
+# context a served model has; a 1e12-token prompt would otherwise be simulated chunk by chunk for hours.
+MAX_TOKENS = 1_000_000
+# Steps at most 10x the plan's (the twin's --slowdown): beyond it every alert fires at once and the
+# run only grows its queue, whose drain the twin's timeline would hold second by second in memory.
+MAX_SLOWDOWN = 10.0
 
 
 class WorkLimitError(ValueError):
@@ -77,11 +83,15 @@ class WorkLimitError(ValueError):
         self.option = option
 
 
-def check_work(qps: float, duration_s: float, burstiness_cv: float = 1.0, length_cv: float = 0.5) -> None:
+def check_work(qps: float, duration_s: float, burstiness_cv: float = 1.0, length_cv: float = 0.5, *,
+               slowdown: float = 1.0, tokens: tuple[float, float] = (1, 1)) -> None:
     """Bound the simulator's work before it starts: every figure finite and positive, the run at
-    most a week and the expected requests at most MAX_REQUESTS, so no input makes it hang."""
+    most a week, the expected requests at most MAX_REQUESTS, the steps at most MAX_SLOWDOWN times
+    the plan's and the lengths at most MAX_TOKENS, so no input makes it hang or fill memory.
+    The one limit `simulate`, `twin` and `calibrate` check their inputs against."""
     for option, value in (("--duration", duration_s), ("--qps", qps), ("--burstiness", burstiness_cv),
-                          ("--length-cv", length_cv)):
+                          ("--length-cv", length_cv), ("--slowdown", slowdown), ("input tokens", tokens[0]),
+                          ("output tokens", tokens[1])):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
             raise WorkLimitError(option, f"must be a finite number greater than 0 (got {value!r})")
     if duration_s > MAX_DURATION_S:
@@ -89,6 +99,12 @@ def check_work(qps: float, duration_s: float, burstiness_cv: float = 1.0, length
     for option, value in (("--burstiness", burstiness_cv), ("--length-cv", length_cv)):
         if value > MAX_CV:
             raise WorkLimitError(option, f"{value:g} is above the limit of {MAX_CV:g}")
+    if slowdown > MAX_SLOWDOWN:
+        raise WorkLimitError("--slowdown", f"{slowdown:g} is above the limit of {MAX_SLOWDOWN:g} (steps that many "
+                                           "times the plan's)")
+    for option, value in (("input tokens", tokens[0]), ("output tokens", tokens[1])):
+        if value > MAX_TOKENS:
+            raise WorkLimitError(option, f"{value:.3g} per request is above the limit of {MAX_TOKENS:,}")
     expected = qps * duration_s
     if expected > MAX_REQUESTS:
         raise WorkLimitError("--qps", f"{qps:g} QPS for {duration_s:g} s is {expected:.3g} requests, above the "

@@ -23,6 +23,8 @@ from dataclasses import dataclass, replace
 
 import yaml
 
+from inputs import safe_yaml
+
 from .catalog import DATA_DIR, Instance, load_catalog
 from .model import ReplicaModel, Shape, Workload
 from .step import build_step
@@ -181,7 +183,7 @@ def fit(base: Profile | None = None) -> tuple[Profile, float]:
 
 
 def write_profile(profile: Profile, rms_log_error: float) -> None:
-    doc = yaml.safe_load(PROFILES_YAML.read_text())
+    doc = safe_yaml.load(PROFILES_YAML.read_text(), str(PROFILES_YAML))     # the same loader as every profile read
     layer_mfu, prefill_rms = fit_prefill_mfu(profile)
     body = doc["profiles"]["calibrated"]
     body.update({

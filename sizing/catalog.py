@@ -5,14 +5,18 @@ choices, so the CLI and the settings can show one clear line.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
 import yaml
 
+from .architecture import Architecture, ConfigError, element_bytes, read_config
+
 DATA_DIR = Path(__file__).parent / "data"
-PRECISIONS = ("fp8", "bf16", "fp16")
+MODELS_DIR = DATA_DIR / "models"
+PRECISIONS = ("fp8", "bf16", "fp16", "fp4")   # weights (fp4: NVFP4 or MXFP4, as the checkpoint has it)
+KV_PRECISIONS = ("fp8", "bf16", "fp16")
 HGX_SUFFIX = "-hgx-8"      # a GPU with no AWS instance in the catalog is sized on an 8-GPU HGX node
 
 
@@ -28,9 +32,13 @@ class Gpu:
     bf16_tflops: float
     memory_gb: float
     hbm_tbps: float
+    fp4_tflops: float | None = None   # FP4 tensor cores (Blackwell); None: no FP4 math
 
     def peak_tflops(self, weights: str) -> float:
-        # FP8 weights on a GPU without FP8 tensor cores run as W8A16: BF16 math, FP8 bytes.
+        # FP8 weights on a GPU without FP8 tensor cores run as W8A16: BF16 math, FP8 bytes. FP4
+        # weights on a GPU without FP4 tensor cores (gpt-oss's MXFP4 on Hopper) run as W4A16.
+        if weights == "fp4" and self.fp4_tflops:
+            return self.fp4_tflops
         if weights == "fp8" and self.fp8_tflops:
             return self.fp8_tflops
         return self.bf16_tflops
@@ -76,12 +84,54 @@ class Model:
     params_b: float
     active_params_b: float
     checkpoints: dict
+    hf_id: str | None = None
+    arch: Architecture | None = None       # None: a legacy entry sized from the figures above
+    source: dict = field(default_factory=dict)   # where its config.json was transcribed from
+    card: dict = field(default_factory=dict)     # the model card's parameter counts, cited
+
+    @classmethod
+    def from_architecture(cls, key: str, name: str, arch: Architecture, checkpoints: dict | None = None,
+                          hf_id: str | None = None, source: dict | None = None, card: dict | None = None) -> "Model":
+        return cls(id=key, name=name, layers=arch.num_hidden_layers, hidden=arch.hidden_size,
+                   heads=arch.num_attention_heads, kv_heads=arch.num_key_value_heads, head_dim=arch.head_dim,
+                   ffn=arch.intermediate_size, vocab=arch.vocab_size, params_b=arch.total_params / 1e9,
+                   active_params_b=arch.active_params / 1e9, checkpoints=dict(checkpoints or {}), hf_id=hf_id,
+                   arch=arch, source=dict(source or {}), card=dict(card or {}))
+
+    @property
+    def is_moe(self) -> bool:
+        return self.arch is not None and self.arch.is_moe
+
+    @property
+    def is_mla(self) -> bool:
+        return self.arch is not None and self.arch.is_mla
 
     def weight_bytes(self, weights: str) -> float:
+        """All weights at `weights` precision for the quantizable layers (the rest as stored)."""
+        if self.arch is not None:
+            return self.arch.weight_bytes(weights)
         return self.params_b * 1e9 * bytes_per_element(weights)
 
-    def kv_bytes_per_token(self, kv_dtype: str) -> float:
+    def kv_bytes_per_token(self, kv_dtype: str, context: float | None = None) -> float:
+        """KV bytes per token of context, all layers, one copy (`context`: sliding layers' share)."""
+        if self.arch is not None:
+            return self.arch.kv_bytes_per_token(bytes_per_element(kv_dtype), context)
         return self.layers * self.kv_heads * self.head_dim * 2 * bytes_per_element(kv_dtype)
+
+    def expert_weight_bytes(self, weights: str) -> float:
+        """The routed experts' bytes, all layers (0 for a dense model)."""
+        return self.arch.bytes_by_group(weights)["experts"] if self.is_moe else 0.0
+
+    def decode_read_bytes(self, weights: str, batch: float) -> float:
+        """Weight bytes one decode step of `batch` sequences reads: everything but the routed
+        experts, plus the distinct experts the batch touches (`Architecture.experts_touched`).
+        The input embedding is a lookup of `batch` rows, not a read of the table."""
+        if not self.is_moe:
+            return self.weight_bytes(weights)
+        a = self.arch
+        by = a.bytes_by_group(weights)
+        touched = a.experts_touched(batch) * a.expert_bytes_per_layer(weights) * a.moe_layer_count
+        return sum(by.values()) - by["embed"] - by["experts"] + touched
 
 
 @dataclass(frozen=True)
@@ -93,8 +143,20 @@ class Catalog:
     gpu_default_instance: dict[str, str | None]
     gpu_default_link: dict[str, str]
 
+    aliases: dict[str, str] = field(default_factory=dict)   # HF repo id (lower case) -> key
+
     def model(self, key: str) -> Model:
-        return _pick(self.models, key, "model")
+        """A model by catalog key or Hugging Face repo id (case-insensitive)."""
+        if key in self.models:
+            return self.models[key]
+        alias = self.aliases.get(key.lower()) if isinstance(key, str) else None
+        if alias:
+            return self.models[alias]
+        raise CatalogError(f"unknown model '{str(key)[:80]}'; choose a key ({', '.join(sorted(self.models))}) "
+                           "or a Hugging Face id (docs/models.md), or give --model-config PATH")
+
+    def knows_model(self, key: str) -> bool:
+        return key in self.models or (isinstance(key, str) and key.lower() in self.aliases)
 
     def gpu(self, key: str) -> Gpu:
         return _pick(self.gpus, key, "GPU")
@@ -116,9 +178,9 @@ class Catalog:
                         price_note="no AWS instance in the catalog: pass --gpu-hour-price")
 
 
-def bytes_per_element(precision: str) -> int:
+def bytes_per_element(precision: str) -> float:
     try:
-        return {"fp8": 1, "bf16": 2, "fp16": 2}[precision]
+        return {"fp8": 1, "bf16": 2, "fp16": 2, "fp4": element_bytes("fp4")}[precision]
     except KeyError:
         raise CatalogError(
             f"unknown precision '{precision}'; choose one of: {', '.join(PRECISIONS)}") from None
@@ -142,6 +204,46 @@ def load_catalog() -> Catalog:
         for k, v in ((k, dict(v)) for k, v in raw["instances"].items())
     }
     models = {k: Model(id=k, **v) for k, v in raw["models"].items()}
+    shipped, aliases = _shipped_models()
+    models.update(shipped)
     return Catalog(gpus=gpus, links=links, instances=instances, models=models,
                    gpu_default_instance=raw["gpu_default_instance"],
-                   gpu_default_link=raw["gpu_default_link"])
+                   gpu_default_link=raw["gpu_default_link"], aliases=aliases)
+
+
+def _shipped_models() -> tuple[dict[str, Model], dict[str, str]]:
+    """The transcribed config.json files under data/models/, by key, and their HF ids."""
+    index = yaml.load((MODELS_DIR / "index.yaml").read_text(), Loader=yaml.CSafeLoader)["models"]
+    models, aliases = {}, {}
+    for key, entry in index.items():
+        arch = read_config(MODELS_DIR / entry["config"])
+        models[key] = Model.from_architecture(key, entry["name"], arch, entry.get("checkpoints"), entry["hf_id"],
+                                              entry.get("source"), entry.get("card"))
+        for hf in [entry["hf_id"], *entry.get("also", [])]:
+            aliases[hf.lower()] = key
+    return models, aliases
+
+
+def model_from_config(path: str, checkpoint: str | None = None) -> Model:
+    """A model from a local config.json (`--model-config`, `model.config`): its key is the path.
+    Raises ConfigError naming the field."""
+    arch = _read_cached(str(path))
+    name = Path(path).parent.name or Path(path).stem
+    quant = {"fp8": "fp8", "mxfp4": "fp4", "nvfp4": "fp4"}.get(arch.quantization.method)
+    checkpoints = {quant or "bf16": checkpoint or f"/models/{name}"}
+    return Model.from_architecture(f"config:{path}", name, arch, checkpoints, source={"path": str(path)})
+
+
+@lru_cache(maxsize=16)
+def _read_cached(path: str) -> Architecture:
+    return read_config(path)
+
+
+def resolve_model(key: str, config_path: str | None = None) -> Model:
+    """The model a request names: a local config.json when given, else the catalog's entry."""
+    if config_path:
+        return model_from_config(config_path)
+    return load_catalog().model(key)
+
+
+__all__ = ["CatalogError", "ConfigError", "Model", "load_catalog", "resolve_model", "model_from_config"]

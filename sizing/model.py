@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from . import parallel
 from .catalog import Instance, Model, bytes_per_element
 from .profiles import Profile
 from .queueing import QUANTILES, STATISTICS, erlang_c_wait, md1_wait_quantile, poisson_quantile_smooth
@@ -89,14 +90,17 @@ def check_finite_workload(w: Workload) -> None:
 
 @dataclass(frozen=True)
 class Shape:
-    """What a replica is: a model at some precision on `tp` GPUs of one node type, or on
-    `nodes` such nodes: TP within each node, pipeline stages across them (vLLM's multi-node
-    layout: `--tensor-parallel-size` GPUs per node, `--pipeline-parallel-size` nodes)."""
+    """What a replica is: a model at some precision on `tp` GPUs of one node type, split by
+    `layout` (`sizing.parallel`: tp, or dp-ep for data-parallel attention with expert parallelism;
+    `tp` is the node's share of the replica's GPUs either way), or on `nodes` such nodes: TP within
+    each node, pipeline stages across them (vLLM's multi-node layout: `--tensor-parallel-size`
+    GPUs per node, `--pipeline-parallel-size` nodes)."""
     model: Model
     instance: Instance
     tp: int
     weights: str = "fp8"
     kv_dtype: str = "bf16"
+    layout: str = "tp"
     nodes: int = 1
 
     @property
@@ -115,7 +119,7 @@ class Memory:
     cuda_graph_gb: float           # per GPU
     kv_budget_gb: float
     kv_bytes_per_token: float
-    kv_tokens: int                 # vLLM's "GPU KV cache size: N tokens"
+    kv_cache_tokens: int           # vLLM's "GPU KV cache size: N tokens"
     max_model_len: int
     max_seqs_kv: int               # sequences whose full context (s_in + s_out) fits in the KV cache
     max_seqs: int                  # that, capped by the engine's max_num_seqs
@@ -124,7 +128,7 @@ class Memory:
     @property
     def max_concurrency(self) -> float:
         """vLLM's "Maximum concurrency for max_model_len tokens per request"."""
-        return self.kv_tokens / self.max_model_len if self.max_model_len else 0.0
+        return self.kv_cache_tokens / self.max_model_len if self.max_model_len else 0.0
 
 
 @dataclass(frozen=True)
@@ -164,7 +168,7 @@ class ReplicaModel:
         self.additive = profile.step_model == "additive"
         s_in, self.s_out = workload.input_tokens, workload.output_tokens
         self.s_in = s_in
-        self.kv_tok = shape.model.kv_bytes_per_token(shape.kv_dtype)
+        self.kv_tok = parallel.kv_bytes_per_token(shape, s_in + self.s_out)
         self.branches = step.decode_branches()
         self.prefill_alone_s = step.prefill_s(s_in)          # one prompt, alone, unchunked
         # Per prompt token beyond the decode step, when a chunk is compute-bound (all of it, additive).
@@ -553,9 +557,9 @@ def memory(shape: Shape, workload: Workload, profile: Profile, batched_tokens: i
     (default: the smallest chunk beside the profile's max_num_seqs)."""
     m, gpu, tp = shape.model, shape.instance.gpu, shape.tp
     batched_tokens = batched_tokens or CHUNK_MIN + profile.max_num_seqs
-    w = m.weight_bytes(shape.weights)
-    kv_tok = m.kv_bytes_per_token(shape.kv_dtype)
+    w = parallel.replica_weight_bytes(shape)
     max_len = workload.input_tokens + workload.output_tokens
+    kv_tok = parallel.kv_bytes_per_token(shape, max_len)
     vllm = profile.kv_accounting == "vllm"
     act = activation_gb(m, tp, batched_tokens, profile.max_num_seqs) if vllm else 0.0
     graphs = profile.cuda_graph_gb if vllm else 0.0
@@ -564,22 +568,42 @@ def memory(shape: Shape, workload: Workload, profile: Profile, batched_tokens: i
     if vllm:
         block = profile.block_tokens
         blocks = max(0, int(budget // (block * kv_tok))) if budget > 0 else 0
-        kv_tokens = blocks * block
+        kv_cache_tokens = blocks * block
         seqs = blocks // math.ceil(max_len / block)
     else:
-        kv_tokens = max(0, int(budget // kv_tok)) if budget > 0 else 0
+        kv_cache_tokens = max(0, int(budget // kv_tok)) if budget > 0 else 0
         seqs = max(0, int(budget // (max_len * kv_tok))) if budget > 0 else 0
     return Memory(
         weights_gb=w / GB, weights_per_gpu_gb=w / shape.gpus / GB, usable_per_gpu_gb=usable, activation_gb=act,
         cuda_graph_gb=graphs, kv_budget_gb=max(budget, 0) / GB, kv_bytes_per_token=kv_tok,
-        kv_tokens=kv_tokens, max_model_len=max_len,
+        kv_cache_tokens=kv_cache_tokens, max_model_len=max_len,
         max_seqs_kv=seqs, max_seqs=min(seqs, profile.max_num_seqs), total_gb=shape.gpus * gpu.memory_gb,
     )
 
 
 def candidate_tps(model: Model, instance: Instance) -> list[int]:
-    """The TP degrees a replica may take: within one node, dividing the attention heads."""
-    return [tp for tp in (1, 2, 4, 8, 16) if tp <= instance.gpus and model.heads % tp == 0]
+    """The TP degrees a replica may take: within one node, splitting the attention heads (and an
+    MoE model's experts, sizing.parallel.fits_tp)."""
+    return [tp for tp in (1, 2, 4, 8, 16) if tp <= instance.gpus and not parallel.fits_tp(model, tp)]
+
+
+def layout_refusal(shape: Shape) -> tuple[str, str] | None:
+    """(why, field) when the layout or precision cannot run this model on this GPU at all."""
+    m, tp = shape.model, shape.tp
+    if shape.layout not in parallel.LAYOUTS:
+        return f"unknown layout '{shape.layout}'; choose one of: {', '.join(parallel.LAYOUTS)}", "layout"
+    if shape.layout == "dp-ep" and not m.is_moe:
+        return f"expert parallelism does not apply to {m.id}: a dense model has no experts", "layout"
+    if shape.layout == "tp" and parallel.fits_tp(m, tp):
+        return (f"{parallel.fits_tp(m, tp)}; use one of {', '.join(map(str, candidate_tps(m, shape.instance)))}",
+                "tp")
+    native_fp4 = m.arch is not None and m.arch.quantization.method == "mxfp4"
+    if shape.weights == "fp4" and "fp4" not in m.checkpoints:
+        return f"no FP4 checkpoint of {m.id} in the catalog (vLLM does not quantize to FP4 at load)", "weights"
+    if native_fp4 and shape.weights != "fp4" and shape.weights not in m.checkpoints:
+        return (f"{m.id} is published in MXFP4 only: serve it with fp4 weights (Hopper runs them "
+                "as W4A16)"), "weights"
+    return None
 
 
 def check_shape(shape: Shape, workload: Workload, profile: Profile) -> None:
@@ -589,19 +613,27 @@ def check_shape(shape: Shape, workload: Workload, profile: Profile) -> None:
         raise SizingError(f"tensor parallel {tp} exceeds the {inst.gpus} GPUs of one {inst.id} node "
                           f"(a TP group never spans nodes); use at most {inst.gpus}", "tp")
     check_nodes(shape)
-    if m.heads % tp:
-        raise SizingError(f"tensor parallel {tp} does not divide the {m.heads} attention heads of {m.id}; "
-                          f"use one of {', '.join(map(str, candidate_tps(m, inst)))}", "tp")
+    refusal = layout_refusal(shape)
+    if refusal:
+        raise SizingError(*refusal)
     mem = memory(shape, workload, profile, CHUNK_MIN + profile.max_num_seqs)
     if mem.weights_per_gpu_gb >= mem.usable_per_gpu_gb:
+        can_tp, can_fp8 = tp < inst.gpus and shape.layout == "tp", shape.weights in ("bf16", "fp16")
+        advice = {(True, True): "raise TP, use fp8 weights or a larger GPU", (True, False): "raise TP or use a larger GPU",
+                  (False, True): "use fp8 weights or a larger GPU",
+                  (False, False): "use a larger GPU or a replica over several nodes"}[(can_tp, can_fp8)]
+        where = layout_words(shape) if shape.layout == "tp" else f"{shape.layout} over {tp} GPUs"
         raise SizingError(
-            f"{shape.weights} weights of {m.id} need {mem.weights_per_gpu_gb:.1f} GB per GPU at {layout_words(shape)}, "
+            f"{shape.weights} weights of {m.id} need {mem.weights_per_gpu_gb:.1f} GB per GPU at {where}, "
             f"more than the {mem.usable_per_gpu_gb:.1f} GB usable on a {inst.gpu.id} "
-            "(raise TP, use fp8 weights or a larger GPU)", "weights")
+            f"({advice})", "weights")
     if mem.max_seqs_kv < 1:
         raise SizingError(
             f"no room for one sequence's KV cache ({workload.input_tokens + workload.output_tokens} tokens) "
             f"beside the weights at TP={tp} on {inst.gpu.id}", "workload.input_tokens")
+
+
+MAX_NODES_PER_REPLICA = 4     # the planner and the sweep try replicas of up to this many nodes (PP=2..4)
 
 
 def layout_words(shape: Shape) -> str:
@@ -616,6 +648,9 @@ def check_nodes(shape: Shape) -> None:
     inst, n = shape.instance, shape.nodes
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise SizingError(f"nodes per replica: must be an integer of at least 1 (got {n!r})")
+    if n > 1 and getattr(shape, "layout", "tp") != "tp":
+        raise SizingError(f"a replica spanning {n} nodes runs tensor parallel within a node and pipeline "
+                          f"stages across nodes; layout {shape.layout} stays within one node", "layout")
     if n > 1 and shape.tp != inst.gpus:
         raise SizingError(f"a replica spanning {n} nodes runs TP={inst.gpus} (every GPU of each {inst.id}) "
                           f"and PP={n} across them; TP={shape.tp} leaves GPUs of each node idle", "tp")

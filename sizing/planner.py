@@ -17,11 +17,12 @@ from functools import cached_property
 
 from conventions import RULE_ZONE_HOLDS_WHOLE_GROUPS
 
-from .catalog import Instance, load_catalog
-from .model import (Capacity, Memory, Point, ReplicaModel, Shape, SizingError, Workload, candidate_tps, check_shape,
-                    layout_words)
+from .catalog import Instance, load_catalog, resolve_model
+from .fit import _unloaded, unloaded_reason  # noqa: F401 (the sweep and the CLI name unloaded_reason here too)
+from .model import (MAX_NODES_PER_REPLICA, Capacity, Memory, Point, ReplicaModel, Shape, SizingError, Workload,
+                    candidate_tps, check_shape, layout_words)
+from .parallel import serving_args
 from .profiles import Profile, get_profile
-from .queueing import QUANTILES
 
 BINDING_WORDS = {
     "tpot": "{stat} TPOT reaches the {tpot:.0f} ms SLO (decode steps slow as the batch grows)",
@@ -62,11 +63,13 @@ class PlanRequest:
     kv_dtype: str = "bf16"
     pools: tuple[Pool, ...] = (Pool("us-east-1a", "p5.48xlarge", 1), Pool("us-east-1b", "p5.48xlarge", 1))
     tp: int | None = None
-    nodes_per_replica: int | None = None  # None: the fewest nodes a replica fits on
     replicas: int | None = None          # overrides the planned count (policies then judge it)
     profile: str = "reference"
     gpu_hour_price: float | None = None  # defaults to the instance price / its GPUs
     instance_price: float | None = None  # overrides the catalog's node price
+    model_config: str | None = None      # a local config.json instead of the catalog's `model`
+    layout: str | None = None            # tp | dp-ep (sizing.parallel); None: the planner picks
+    nodes_per_replica: int | None = None  # None: the fewest nodes a replica fits on
 
 
 @dataclass(frozen=True)
@@ -94,11 +97,12 @@ class Plan:
     gpus_used: int
     gpus_total: int
     gpu_hour_price: float | None
-    node_price: float | None
+    node_price_per_hour: float | None
     binding_constraint: str
     notes: tuple[str, ...] = field(default_factory=tuple)
     fill_idle_gpus: dict | None = None
     fleet: FleetView | None = None       # replicas fixed by the request: the whole fleet at the load
+    layout: str = "tp"                   # how a replica's `tp` GPUs split the model (sizing.parallel)
     nodes_per_replica: int = 1           # > 1: each replica is a group of this many nodes (PP across them)
 
     @property
@@ -143,7 +147,7 @@ class Plan:
 
     @property
     def node_cost_per_hour(self) -> float | None:
-        return None if self.node_price is None else len(self.nodes) * self.node_price
+        return None if self.node_price_per_hour is None else len(self.nodes) * self.node_price_per_hour
 
     def per_million(self, per_hour: float | None) -> float | None:
         tokens = self.output_tokens_per_hour
@@ -171,11 +175,11 @@ def _engine_args(plan: Plan) -> dict:
     max_num_batched_tokens is the replica model's step budget (`ReplicaModel._batched_tokens`):
     the TTFT the plan promises assumes exactly these chunks."""
     req, w = plan.request, plan.request.workload
-    model = load_catalog().model(req.model)
+    model = plan.replica_model.shape.model
     profile = get_profile(req.profile)
     rm = plan.replica_model
     return {
-        "tensor_parallel_size": plan.tp,
+        **serving_args(rm.shape),
         "pipeline_parallel_size": plan.nodes_per_replica,   # vLLM --pipeline-parallel-size (one stage per node)
         "max_model_len": w.input_tokens + w.output_tokens,
         "max_num_seqs": rm.memory.max_seqs,
@@ -184,6 +188,8 @@ def _engine_args(plan: Plan) -> dict:
         "kv_cache_dtype": "fp8" if req.kv_dtype == "fp8" else "auto",
         "weights": req.weights,
         "checkpoint": model.checkpoints.get(req.weights if req.weights in model.checkpoints else "bf16"),
+        # fp8 without a prequantized checkpoint: vLLM quantizes the BF16 weights at load
+        "quantization": "fp8" if req.weights == "fp8" and "fp8" not in model.checkpoints else None,
     }
 
 
@@ -262,83 +268,32 @@ def place_on_nodes(counts: dict[str, int], pools: tuple[Pool, ...], tp: int, gpu
 
 
 # -- planning ----------------------------------------------------------------------------------
-def unloaded_reason(rm: ReplicaModel, w: Workload) -> str:
-    """Why a replica misses the SLOs with no load at all, in plain words."""
-    return _unloaded(rm, w)[1]
-
-
-def _unloaded(rm: ReplicaModel, w: Workload) -> tuple[str | None, str]:
-    """(the SLO field to relax, why) a replica misses the SLOs with no load at all."""
-    if rm.ttft0_s >= w.ttft_slo_s:
-        return "workload.ttft_slo_s", (f"prefill of a {w.input_tokens:,}-token prompt takes {rm.ttft0_s:.2f} s, "
-                                       f"above the {w.ttft_slo_s:g} s TTFT SLO")
-    if rm.step_s(1) >= w.tpot_slo_s:
-        return "workload.tpot_slo_s", (f"one decode step takes {rm.step_s(1) * 1e3:.1f} ms with a single sequence, "
-                                       f"above the {w.tpot_slo_s * 1e3:g} ms TPOT SLO")
-    light = 1e-3 * min(rm.qps_at_batch(rm.memory.max_seqs), 1 / rm.share_per_request_s)
-    ttft, tpot = rm.latencies_at(light, QUANTILES.get(w.slo_statistic))
-    if ttft >= w.ttft_slo_s:
-        return "workload.ttft_slo_s", (
-            f"at the lightest load the {w.slo_statistic} TTFT is {ttft:.2f} s (a {w.input_tokens:,}-token "
-            f"prompt in chunks of up to {rm.batched_tokens:,} tokens, each step shared with the decodes), "
-            f"above the {w.ttft_slo_s:g} s TTFT SLO")
-    if tpot >= w.tpot_slo_s:
-        return "workload.tpot_slo_s", (f"at the lightest load the {w.slo_statistic} TPOT is {tpot * 1e3:.1f} ms, "
-                                       f"above the {w.tpot_slo_s * 1e3:g} ms TPOT SLO")
-    return None, "the KV cache cannot hold the batch the SLOs need"
-
-
-MAX_NODES_PER_REPLICA = 4     # the planner tries replicas of up to this many nodes (PP=2..4)
-
-
-def candidate_layouts(model, instance: Instance, req: PlanRequest, profile: Profile) -> list[tuple[int, int]]:
-    """(TP, nodes per replica) to try: the request's; else every TP on one node, and only when
-    the model does not fit one whole node, whole nodes (TP = its GPUs) in groups of 2 and up."""
-    n = req.nodes_per_replica
-    if n is not None and n > 1:
-        return [(req.tp or instance.gpus, n)]
-    single = [(tp, 1) for tp in ([req.tp] if req.tp else candidate_tps(model, instance))]
-    if n == 1 or req.tp or fits_one_node(model, instance, req, profile):
-        return single
-    return single + [(instance.gpus, k) for k in range(2, MAX_NODES_PER_REPLICA + 1)]
-
-
-def fits_one_node(model, instance: Instance, req: PlanRequest, profile: Profile) -> bool:
-    """Whether the weights and one sequence's KV fit every GPU of one node."""
-    try:
-        check_shape(Shape(model, instance, instance.gpus, req.weights, req.kv_dtype), req.workload, profile)
-    except SizingError:
-        return False
-    return True
-
-
 def plan(req: PlanRequest) -> Plan:
     for name, value in (("gpu_hour_price", req.gpu_hour_price), ("instance_price", req.instance_price)):
         if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
             raise SizingError(f"must be a finite number greater than 0 (got {value!r})", name)
     if req.replicas is not None and not (isinstance(req.replicas, int) and req.replicas >= 1):
         raise SizingError(f"must be an integer of at least 1 (got {req.replicas!r})", "replicas")
-    catalog = load_catalog()
-    model = catalog.model(req.model)
+    model = resolve_model(req.model, req.model_config)
     profile = get_profile(req.profile)
     types = {p.instance_type for p in req.pools}
     if not req.pools:
         raise PlanError("no GPU pools: give at least one (zone, instance type, nodes)")
     if len(types) > 1:
         raise PlanError(f"GPU pools mix instance types ({', '.join(sorted(types))}); use one type")
-    instance = catalog.instance(types.pop())
+    instance = load_catalog().instance(types.pop())
     best, failures = None, []
-    for tp, nodes in candidate_layouts(model, instance, req, profile):
-        if nodes > 1 and best is not None and best[1].survives_failure:
+    for layout, tp, n in _candidates(req, model, instance, profile):
+        if n > 1 and best is not None and best[1].survives_failure:
             break                     # fewer nodes per replica already serve and survive
-        words = layout_words(Shape(model, instance, tp, nodes=nodes))
+        words = layout_words(Shape(model, instance, tp, nodes=n)) if layout == "tp" else f"{layout} over {tp} GPUs"
         try:
-            p = plan_for_tp(req, model, instance, profile, tp, nodes)
+            p = plan_for_tp(req, model, instance, profile, tp, layout, n)
         except PlanError as exc:      # fits, but the pools cannot carry the load
-            failures.append((_capability(1, tp, nodes), str(exc), exc.field, words))
+            failures.append((_capability(1, tp, n), str(exc), exc.field, words))
             continue
         except SizingError as exc:    # does not fit or cannot meet the SLOs at all
-            failures.append((_capability(0, tp, nodes), str(exc), exc.field, words))
+            failures.append((_capability(0, tp, n), str(exc), exc.field, words))
             continue
         # Fewest nodes per replica first: a group loses a whole replica to any of its nodes.
         key = (not p.survives_failure, p.nodes_per_replica, p.gpus_used, -p.capacity_after_zone_loss_qps, p.real.ttft_ms)
@@ -347,6 +302,8 @@ def plan(req: PlanRequest) -> Plan:
     if best is None:
         if not failures:
             raise PlanError("no tensor-parallel degree fits")
+        if req.tp in (None, instance.gpus) and all(f[2] == "weights" for f in failures):
+            raise PlanError(does_not_fit(req, model, instance), "weights")
         # Report the most capable option's failure: the one a user would try to fix.
         _, msg, field_, words = max(failures)
         if req.tp or len(failures) == 1:
@@ -357,6 +314,37 @@ def plan(req: PlanRequest) -> Plan:
     return best[1]
 
 
+def _candidates(req: PlanRequest, model, instance: Instance, profile: Profile) -> list[tuple[str, int, int]]:
+    """(layout, GPUs per node of a replica, nodes per replica) to try: the request's, else TP at
+    every degree that splits the model and, for an MoE model, data-parallel attention with EP over
+    the whole node; and only when no layout fits one node, TP over whole nodes with pipeline
+    stages across 2 to MAX_NODES_PER_REPLICA of them (docs/multi-node.md)."""
+    n = req.nodes_per_replica
+    if n is not None and n > 1:
+        return [("tp", req.tp or instance.gpus, n)]
+    layouts = [req.layout] if req.layout else (["tp", "dp-ep"] if model.is_moe else ["tp"])
+    out = []
+    for layout in layouts:
+        if layout == "dp-ep":
+            out.append((layout, req.tp or instance.gpus, 1))
+        else:
+            out += [(layout, tp, 1) for tp in ([req.tp] if req.tp else candidate_tps(model, instance))]
+    if n == 1 or req.tp or req.layout not in (None, "tp") or fits_one_node(model, instance, req, profile, layouts):
+        return out
+    return out + [("tp", instance.gpus, k) for k in range(2, MAX_NODES_PER_REPLICA + 1)]
+
+
+def fits_one_node(model, instance: Instance, req: PlanRequest, profile: Profile, layouts: list[str]) -> bool:
+    """Whether the weights and one sequence's KV fit every GPU of one node, at some layout."""
+    for layout in layouts:
+        try:
+            check_shape(Shape(model, instance, instance.gpus, req.weights, req.kv_dtype, layout), req.workload, profile)
+            return True
+        except SizingError:
+            continue
+    return False
+
+
 def _capability(kind: int, tp: int, nodes: int) -> tuple:
     """Which failure to report: one that fits but lacks room (kind 1) before one that cannot run
     (0); then, where it lacks room, one node before several and the largest TP (what a user would
@@ -364,6 +352,24 @@ def _capability(kind: int, tp: int, nodes: int) -> tuple:
     if kind == 1:
         return (1, nodes == 1, tp if nodes == 1 else -nodes)
     return (0, nodes > 1, -nodes if nodes > 1 else tp)
+
+
+def does_not_fit(req: PlanRequest, model, instance: Instance) -> str:
+    """A model whose weights do not fit one node at any layout: say so, and name the cheapest
+    option of the sweep (another GPU or precision; a replica over several nodes is issue 19's)."""
+    from .sweep import cheapest_alternative
+    node_gb = instance.gpus * instance.gpu.memory_gb
+    weights_gb = model.weight_bytes(req.weights) / 1e9
+    msg = (f"{model.id} does not fit one {instance.id}: {model.params_b:,.0f} B parameters are "
+           f"{weights_gb:,.0f} GB of {req.weights} weights against {node_gb:,.0f} GB of GPU memory "
+           f"({instance.gpus} x {instance.gpu.memory_gb:g} GB), before any KV cache")
+    zones = len({p.zone for p in req.pools})
+    alt = cheapest_alternative(req.workload, req.model, req.kv_dtype, zones, req.profile, req.model_config)
+    if alt is None:
+        return msg + "; no instance in the catalog holds it on one node (a multi-node replica is needed)"
+    cost = f", ${alt.node_cost_per_hour:,.2f}/h" if alt.node_cost_per_hour is not None else ""
+    return (msg + f"; cheapest alternative: {alt.instance} with {alt.weights} weights, {alt.layout} over "
+            f"{alt.tp} GPUs per replica ({alt.replicas} replicas on {alt.nodes} nodes{cost})")
 
 
 @dataclass(frozen=True)
@@ -388,16 +394,18 @@ class _Loss:
     notes: tuple[str, ...]
 
 
-def plan_for_tp(req: PlanRequest, model, instance: Instance, profile: Profile, tp: int, nodes_per_replica: int = 1) -> Plan:
+def plan_for_tp(req: PlanRequest, model, instance: Instance, profile: Profile, tp: int,
+                layout: str = "tp", nodes_per_replica: int = 1) -> Plan:
     w, n = req.workload, nodes_per_replica
-    shape = Shape(model, instance, tp, req.weights, req.kv_dtype, nodes=n)
+    shape = Shape(model, instance, tp, req.weights, req.kv_dtype, layout, nodes=n)
     check_shape(shape, w, profile)
     real = ReplicaModel(shape, w, profile, real=True)
     ideal = ReplicaModel(shape, w, profile, real=False)
     cap, cap_ideal = real.capacity(), ideal.capacity()
     slots = zone_slots(req.pools, instance.gpus // tp, n)
     need = _demand(real, cap, w)
-    counts = _replica_counts(req, slots, need, layout_words(shape), n)
+    words = layout_words(shape) if layout == "tp" else f"{layout} over {tp} GPUs"
+    counts = _replica_counts(req, slots, need, words, n)
     nodes = (place_on_nodes(counts, req.pools, tp, instance.gpus) if n == 1
              else place_groups(counts, req.pools, tp, instance.gpus, n))
     replicas = sum(counts.values())
@@ -415,6 +423,11 @@ def plan_for_tp(req: PlanRequest, model, instance: Instance, profile: Profile, t
         clients = math.ceil(need.demand / carrying)
         closed = real.closed_loop(clients)
         qps_load = closed["requests_per_s"]
+    if req.weights == "fp4" and not instance.gpu.fp4_tflops:
+        # vLLM 0.29.0 runs FP4 checkpoints without FP4 tensor cores as W4A16 (Marlin):
+        # model_executor/layers/quantization/modelopt.py ModelOptNvFp4Config.get_min_capability 75,
+        # mxfp4.py Mxfp4Config.get_min_capability 80.
+        notes.append(f"no FP4 tensor cores on {instance.gpu.id}: FP4 weights run as W4A16 (4-bit reads, BF16 math)")
     gpu_price, node_price = _prices(req, instance, notes)
     gpus_used, gpus_total = replicas * tp * n, sum(p.nodes for p in req.pools) * instance.gpus
     fill = _fill_idle_gpus(slots, loss, replicas, tp, gpus_used, gpus_total, cap.qps, notes) if n == 1 else None
@@ -427,10 +440,10 @@ def plan_for_tp(req: PlanRequest, model, instance: Instance, profile: Profile, t
         ideal=ideal.closed_point(clients) if w.is_closed_loop else ideal.at(qps_load),
         real=real.closed_point(clients) if w.is_closed_loop else real.at(qps_load),
         closed_loop=closed, max_clients_per_replica=int(need.per_replica) if w.is_closed_loop else None,
-        gpus_used=gpus_used, gpus_total=gpus_total, gpu_hour_price=gpu_price, node_price=node_price,
+        gpus_used=gpus_used, gpus_total=gpus_total, gpu_hour_price=gpu_price, node_price_per_hour=node_price,
         binding_constraint=_binding_words(cap, w, need, loss), notes=tuple(notes), fill_idle_gpus=fill,
         replica_model=real, fleet=fleet_view(real, w, replicas) if req.replicas is not None else None,
-        nodes_per_replica=n,
+        layout=layout, nodes_per_replica=n,
     )
 
 

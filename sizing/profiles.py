@@ -14,9 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-import yaml
+from inputs import safe_yaml
+from inputs.files import read_text
 
 from .catalog import DATA_DIR
+
+MAX_PROFILES_BYTES = 1_000_000
 
 STEP_MODELS = ("additive", "mixed")
 KV_ACCOUNTING = ("fixed", "vllm")
@@ -41,7 +44,8 @@ class Profile:
 
 @lru_cache(maxsize=1)
 def load_profiles() -> dict[str, Profile]:
-    raw = yaml.load((DATA_DIR / "profiles.yaml").read_text(), Loader=yaml.CSafeLoader)
+    path = DATA_DIR / "profiles.yaml"      # `llmserve calibrate` writes fleet profiles into it
+    raw = safe_yaml.load(read_text(path, MAX_PROFILES_BYTES, "profiles file"), str(path))
     return {name: Profile(name=name, **{k: v for k, v in body.items() if k in Profile.__dataclass_fields__})
             for name, body in raw["profiles"].items()}
 

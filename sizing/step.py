@@ -14,6 +14,10 @@ Used by the analytic engine (`sizing.model`), the simulator (`simulator.cost`) a
   times real_factor, max(a1 + b1 n, a2 + b2 n), plus e = prefill seconds per prompt token; a
   step with nothing to decode costs only its prefill (gate(0) = 0).
 
+An MoE model's a1 and b1 are the tangent of the weights a decode step reads (dense and attention
+weights plus the experts the batch touches, `sizing.parallel.decode_read_line`) at the batch the
+replica runs; its KV bytes count the copies its layout keeps (MLA under TP: one per rank).
+
 B = tp x HBM bandwidth (x decode_bw_fraction), F = tp x peak x mfu. Two ring all-reduces per
 layer are added (`comm_terms`): in full when the profile's `comm_baseline_link` is `none`, else
 only what a slower link costs beyond the one the profile was measured on.
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import parallel
 from .catalog import bytes_per_element, load_catalog
 
 GB = 1e9
@@ -73,8 +78,11 @@ class StepModel:
 
 
 def comm_terms(shape, profile, tokens_per_step_bytes: float) -> tuple[float, float]:
-    """(fixed s, s per token) of two ring all-reduces per layer, beyond the profile's baseline link."""
+    """(fixed s, s per token) of two ring all-reduces per layer, beyond the profile's baseline link;
+    with DP attention and EP (`sizing.parallel`), the MoE layers' all-to-alls instead, in full."""
     m, inst, tp = shape.model, shape.instance, shape.tp
+    if parallel.layout_of(shape) == "dp-ep":
+        return parallel.all_to_all_terms(shape)
     if tp <= 1:
         return 0.0, 0.0
     link = inst.link
@@ -108,27 +116,55 @@ def pp_terms(shape) -> tuple[float, float]:
 
 
 def build_step(shape, workload, profile, real: bool = True) -> StepModel:
-    """The step model of one replica for one workload (mean contexts) under one profile."""
+    """The step model of one replica for one workload (mean contexts) under one profile.
+
+    A dense model reads all its weights each decode step. An MoE model reads its dense and
+    attention weights plus the distinct experts the batch touches, a concave function of the
+    batch (`Architecture.experts_touched`): the step uses its tangent at the batch the replica
+    runs (closed loop: its clients; open loop: the batch whose step takes the TPOT SLO, where
+    capacity is decided), exact there and an upper bound elsewhere."""
     m, gpu, tp = shape.model, shape.instance.gpu, shape.tp
     s_in, s_out = workload.input_tokens, workload.output_tokens
     ctx = s_in + s_out / 2                     # a decoding sequence's mean context
     p_active = m.active_params_b * 1e9
-    weight_bytes = m.weight_bytes(shape.weights)
-    kv_tok = m.kv_bytes_per_token(shape.kv_dtype)
+    kv_tok = parallel.kv_bytes_per_token(shape, ctx)
     comm0, comm1 = comm_terms(shape, profile, bytes_per_element("bf16") * m.hidden)
     pp0, pp1 = pp_terms(shape)
     comm0, comm1 = comm0 + pp0, comm1 + pp1
     flops_f = tp * gpu.peak_tflops(shape.weights) * 1e12 * profile.mfu
-    attn_prefill = 2 * m.layers * s_in * m.hidden    # causal attention FLOPs per prompt token (seed)
+    width = parallel.attention_width(m)
+    attn_prefill = 2 * parallel.attention_layers_at(m, s_in / 2) * s_in * width   # causal, per prompt token
+    read0, read1 = _weight_read(shape, workload, profile, real, kv_tok, flops_f, p_active, comm0, comm1)
     if profile.step_model == "additive":
         rf = profile.real_factor if real else 1.0
         bw = tp * gpu.hbm_tbps * 1e12
-        decode_flops = 2 * p_active + 4 * m.layers * m.hidden * ctx
+        decode_flops = 2 * p_active + 4 * parallel.attention_layers_at(m, ctx) * width * ctx
         e = (2 * p_active + attn_prefill) / flops_f + comm1 + comm0 / s_in
-        return StepModel(a1=rf * weight_bytes / bw + comm0, b1=rf * ctx * kv_tok / bw + comm1, g1=0.0,
+        return StepModel(a1=rf * read0 / bw + comm0, b1=rf * (ctx * kv_tok + read1) / bw + comm1, g1=0.0,
                          a2=comm0, b2=rf * decode_flops / flops_f + comm1, g2=0.0, k=0.0, e=e, gated=True)
     frac = profile.decode_bw_fraction if real else 1.0
     bw = tp * gpu.hbm_tbps * 1e12 * frac
     per_token = 2 * p_active / flops_f + comm1
-    return StepModel(a1=weight_bytes / bw + comm0, b1=0.0, g1=0.0, a2=comm0, b2=per_token, g2=per_token,
+    return StepModel(a1=read0 / bw + comm0, b1=read1 / bw, g1=0.0, a2=comm0, b2=per_token, g2=per_token,
                      k=ctx * kv_tok / bw, e=attn_prefill / flops_f, gated=False)
+
+
+def _weight_read(shape, workload, profile, real, kv_tok, flops_f, p_active, comm0, comm1) -> tuple[float, float]:
+    """(bytes, bytes per sequence) a decode step reads in weights: all of them for a dense model;
+    for an MoE model the tangent of the experts-touched curve at the operating batch."""
+    if not shape.model.is_moe:
+        return parallel.decode_read_bytes(shape, 0.0), 0.0
+    gpu, tp = shape.instance.gpu, shape.tp
+    if workload.concurrency is not None:       # closed loop: the batch is the clients (at most max_num_seqs)
+        return parallel.decode_read_line(shape, float(min(workload.concurrency, profile.max_num_seqs)))
+    ctx = workload.input_tokens + workload.output_tokens / 2
+    frac = profile.decode_bw_fraction if real and profile.step_model == "mixed" else 1.0
+    rf = profile.real_factor if real and profile.step_model == "additive" else 1.0
+    bw = tp * gpu.hbm_tbps * 1e12 * frac / rf
+    n = 64.0
+    for _ in range(4):      # the batch whose decode step takes the TPOT SLO, capped by max_num_seqs
+        read0, read1 = parallel.decode_read_line(shape, n)
+        per_seq = (read1 + ctx * kv_tok) / bw + comm1
+        room = workload.tpot_slo_s - read0 / bw - comm0
+        n = min(float(profile.max_num_seqs), max(1.0, room / per_seq if per_seq > 0 else 1.0))
+    return parallel.decode_read_line(shape, n)

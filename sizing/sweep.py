@@ -1,22 +1,25 @@
-"""Rank every feasible (instance, TP, weight precision) for a workload by cost per 1M output tokens.
+"""Rank every (instance, layout, GPUs per replica, weight precision) for a workload by cost per 1M
+output tokens, and say why each refused option is refused (does not fit, no FP4 on this GPU, EP
+not applicable to a dense model, no checkpoint at that precision, ...).
 
 Each option gets the replicas N+1 across the given zones needs, placed evenly, on as many whole
-nodes per zone as those replicas take. Where a model does not fit one node of a type, that type
-is offered as replicas of 2 or more whole nodes (TP within a node, PP across them: `nodes_per_replica`),
-so "2 x p5.48xlarge per replica" is weighed against "1 x p5en.48xlarge" in the same ranking. Evaluation is closed-form (no iteration), so a sweep
+nodes per zone as those replicas take. Evaluation is closed-form (no iteration), so a sweep
 evaluates tens of thousands of configurations per second (`make bench`).
+Where a model does not fit one node of a type at any layout, that type is offered as replicas of
+whole nodes (TP within a node, PP across 2 or more: `nodes_per_replica`), so "2 x p5.48xlarge per
+replica" is weighed against "1 x p5en.48xlarge" in the same ranking.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
-from .catalog import Instance, load_catalog
-from .model import ReplicaModel, Shape, SizingError, Workload, candidate_tps, check_shape
-from .planner import MAX_NODES_PER_REPLICA, unloaded_reason
+from .catalog import Instance, load_catalog, resolve_model
+from .fit import unloaded_reason
+from .model import MAX_NODES_PER_REPLICA, ReplicaModel, Shape, SizingError, Workload, candidate_tps, check_shape
 from .profiles import Profile, get_profile
 
-SWEEP_WEIGHTS = ("fp8", "bf16")
+SWEEP_WEIGHTS = ("fp8", "bf16", "fp4")
 SWEEP_ITERATIONS = 5    # capacity to 1% of its range: enough to count replicas, and 10,000+ configs/s
 USEFUL_SHARE = 0.01     # a replica that carries less than this share of the load is refused, with why
 
@@ -30,6 +33,7 @@ class Option:
     kv_dtype: str
     feasible: bool
     nodes_per_replica: int = 1
+    layout: str = "tp"
     reason: str = ""
     capacity_qps: float = 0.0
     binding: str = ""
@@ -43,11 +47,12 @@ class Option:
 
 
 def evaluate(model, instance: Instance, tp: int, weights: str, kv_dtype: str, workload: Workload,
-             profile: Profile, zones: int, gpu_hour_price: float | None = None, nodes_per_replica: int = 1) -> Option:
+             profile: Profile, zones: int, gpu_hour_price: float | None = None, layout: str = "tp",
+             nodes_per_replica: int = 1) -> Option:
     n = nodes_per_replica
-    ident = dict(instance=instance.id, gpu=instance.gpu.id, tp=tp, weights=weights, kv_dtype=kv_dtype,
+    ident = dict(instance=instance.id, gpu=instance.gpu.id, tp=tp, weights=weights, kv_dtype=kv_dtype, layout=layout,
                  nodes_per_replica=n)
-    shape = Shape(model, instance, tp, weights, kv_dtype, nodes=n)
+    shape = Shape(model, instance, tp, weights, kv_dtype, layout, nodes=n)
     try:
         check_shape(shape, workload, profile)
     except SizingError as exc:
@@ -95,37 +100,56 @@ def evaluate(model, instance: Instance, tp: int, weights: str, kv_dtype: str, wo
         node_cost_per_million=node_cost / mtok_per_hour if node_cost is not None else None, **ident)
 
 
-def layouts(model, instance: Instance, weights: str, kv_dtype: str, workload: Workload,
-            profile: Profile) -> list[tuple[int, int]]:
-    """(TP, nodes per replica): every TP on one node, or, where even all its GPUs do not hold the
-    model, replicas of 2 to MAX_NODES_PER_REPLICA whole nodes (the fewest that fit is enough)."""
-    single = [(tp, 1) for tp in candidate_tps(model, instance)]
-    try:
-        check_shape(Shape(model, instance, instance.gpus, weights, kv_dtype), workload, profile)
-        return single
-    except SizingError:
-        pass
-    for n in range(2, MAX_NODES_PER_REPLICA + 1):
-        try:
-            check_shape(Shape(model, instance, instance.gpus, weights, kv_dtype, nodes=n), workload, profile)
-            return single + [(instance.gpus, n)]
-        except SizingError:
-            continue
-    return single
-
-
 def sweep(workload: Workload, model_id: str, kv_dtype: str, zones: int, profile_name: str = "reference",
-          gpu_hour_price: float | None = None) -> list[Option]:
+          gpu_hour_price: float | None = None, model_config: str | None = None) -> list[Option]:
     catalog = load_catalog()
-    model = catalog.model(model_id)
+    model = resolve_model(model_id, model_config)
     profile = get_profile(profile_name)
     options = [
-        evaluate(model, inst, tp, weights, kv_dtype, workload, profile, zones, gpu_hour_price, n)
+        evaluate(model, inst, tp, weights, kv_dtype, workload, profile, zones, gpu_hour_price, layout)
+        for inst in catalog.instances.values()
+        for layout, tp in layouts(model, inst)
+        for weights in SWEEP_WEIGHTS
+    ]
+    options += [
+        evaluate(model, inst, inst.gpus, weights, kv_dtype, workload, profile, zones, gpu_hour_price, "tp", n)
         for inst in catalog.instances.values()
         for weights in SWEEP_WEIGHTS
-        for tp, n in layouts(model, inst, weights, kv_dtype, workload, profile)
+        for n in node_groups(model, inst, weights, kv_dtype, workload, profile)
     ]
     inf = math.inf
     return sorted(options, key=lambda o: (not o.feasible,
                                           o.node_cost_per_million if o.node_cost_per_million is not None else inf,
                                           o.cost_per_million if o.cost_per_million is not None else inf))
+
+
+def layouts(model, instance: Instance) -> list[tuple[str, int]]:
+    """(layout, GPUs per replica): TP at every degree that splits the model, and data-parallel
+    attention with EP over the whole node (evaluated for a dense model too, to say why not)."""
+    return [("tp", tp) for tp in candidate_tps(model, instance)] + [("dp-ep", instance.gpus)]
+
+
+def node_groups(model, instance: Instance, weights: str, kv_dtype: str, workload: Workload,
+                profile: Profile) -> list[int]:
+    """[the fewest whole nodes (2 to MAX_NODES_PER_REPLICA) whose TP x PP replica holds the model]
+    where no layout of one node of this type holds it at these weights, else []."""
+    for layout in ("tp", "dp-ep"):
+        try:
+            check_shape(Shape(model, instance, instance.gpus, weights, kv_dtype, layout), workload, profile)
+            return []
+        except SizingError:
+            continue
+    for n in range(2, MAX_NODES_PER_REPLICA + 1):
+        try:
+            check_shape(Shape(model, instance, instance.gpus, weights, kv_dtype, nodes=n), workload, profile)
+            return [n]
+        except SizingError:
+            continue
+    return []
+
+
+def cheapest_alternative(workload: Workload, model_id: str, kv_dtype: str, zones: int, profile_name: str,
+                         model_config: str | None = None) -> Option | None:
+    """The cheapest feasible option of the sweep (by node cost, then GPU cost), or None."""
+    best = [o for o in sweep(workload, model_id, kv_dtype, zones, profile_name, None, model_config) if o.feasible]
+    return best[0] if best else None

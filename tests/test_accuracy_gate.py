@@ -9,8 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from conventions import PYTHON_IMAGE
 from components import accuracy_check
-from components.accuracy_gate import GATE_TIMEOUT_S, LM_EVAL, PYTHON_IMAGE, GateJob, gate_spec, rollout_digest
+from components.accuracy_gate import GATE_TIMEOUT_S, LM_EVAL, GateJob, gate_spec, rollout_digest
 from components.api_keys import gate_key
 from components.gateway import gate_rate_limit
 from offline.engine import unwrap
@@ -168,10 +169,15 @@ def test_the_job_runs_pinned_lm_eval_and_ships_the_tested_check(recorded):
     assert data["accuracy_check.py"] == Path(accuracy_check.__file__).read_text()
     assert json.loads(data["gate.json"]) == gate_spec(settings_for("prod").accuracyGate)
     # The install runs in the init container, which sees no secret; the gate installs nothing.
-    assert install["command"][:2] == ["pip", "install"] and LM_EVAL in install["command"]
+    assert install["command"][:3] == ["pip", "install", "--no-cache-dir"] and "--require-hashes" in install["command"]
+    requirements = data[install["command"][-1].removeprefix("/gate/")].splitlines()
+    assert LM_EVAL.replace("-", "_").replace("[api]", "") in {r.split(" ")[0] for r in requirements}
+    assert all(" --hash=sha256:" in r for r in requirements if not r.startswith("#"))
     assert "valueFrom" not in json.dumps(install) and "pip" not in data["run.sh"]
     assert "base_url=https://llm.example.com/v1/completions" in data["run.sh"]
-    assert {e["name"] for e in container["env"]} >= {"OPENAI_API_KEY"}
+    # The key is a mounted file, read into lm_eval's own environment only (not the pod spec's).
+    assert "OPENAI_API_KEY" not in json.dumps(container["env"])
+    assert 'OPENAI_API_KEY="$(cat /var/run/secrets/accuracy-gate/api-key)"' in data["run.sh"]
 
 
 def test_the_key_reaches_kubernetes_only_as_a_secret(recorded):

@@ -7,13 +7,17 @@ import pytest
 from llmserve.cli import main
 from settings import stack_file
 
-# loadtest-report reads its report before the stack (llmserve/loadtest_cmd.py, being moved to a library).
-COMMANDS = [["size"], ["preview"], ["preflight"], ["render", "--out", "{tmp}/out"], ["simulate"]]
+# Every command that reads a stack reads it through offline.stack.load_stack (loadtest-report after
+# its report, check after its URL): one loader, one line.
+COMMANDS = [["size"], ["preview"], ["preflight"], ["render", "--out", "{tmp}/out"], ["simulate"], ["twin"],
+            ["check", "--prometheus", "http://127.0.0.1:9090"], ["calibrate", "--prometheus", "http://127.0.0.1:9090"],
+            ["loadtest-report", "{report}"]]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c[0])
-def test_a_missing_stack_file(capsys, tmp_path, command):
-    args = [a.format(tmp=tmp_path) for a in command] + ["--stack", "nope"]
+def test_a_missing_stack_file(capsys, tmp_path, upstream_file, command):
+    report = upstream_file("samples/guidellm-report-0.8.0.dev18.json") if "{report}" in command else ""
+    args = [a.format(tmp=tmp_path, report=report) for a in command] + ["--stack", "nope"]
     assert main(args) == 2
     captured = capsys.readouterr()
     assert captured.err.splitlines() == [

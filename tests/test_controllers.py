@@ -12,6 +12,7 @@ import pytest
 from components import cert_manager, external_dns, load_balancer_controller as lbc
 from components.cluster import SERVICE_CIDR
 from components.gateway import AIGW_CONTROLLER_LABELS, GATEWAY_CLUSTER_IP
+from conventions import ANNOTATION_AWS_LB_TYPE, ANNOTATION_EXTERNAL_DNS_HOSTNAME
 from policies.controllers import contract_violations
 from offline.policy_run import evaluate, stack_resources
 from tests.conftest import ROOT
@@ -160,8 +161,8 @@ def test_the_gateway_waits_for_its_load_balancer_and_dns_controllers(programs):
     assert depends_on(recording, proxy, charts["aws-load-balancer-controller"])
     assert depends_on(recording, proxy, charts["external-dns"])
     service = proxy.inputs["spec"]["provider"]["kubernetes"]["envoyService"]
-    assert service["annotations"][lbc.LB_TYPE_ANNOTATION] == "external"
-    assert service["annotations"][external_dns.HOSTNAME_ANNOTATION] == "llm.example.com"
+    assert service["annotations"][ANNOTATION_AWS_LB_TYPE] == "external"
+    assert service["annotations"][ANNOTATION_EXTERNAL_DNS_HOSTNAME] == "llm.example.com"
     assert service["loadBalancerSourceRanges"] == ["0.0.0.0/0"]
 
 
@@ -283,8 +284,13 @@ def test_only_pulumi_ciphertext_counts_as_a_secure_value(value, ciphertext):
     assert is_ciphertext(value) is ciphertext
 
 
-def test_a_stack_file_with_real_ciphertext_previews(tmp_path):
-    """What `pulumi stack init --secrets-provider awskms://...` and `pulumi config set --secret` leave in the file."""
+@pytest.mark.parametrize("provider", [
+    {"secretsprovider": "awskms://alias/llm-serving-dev?region=us-east-1",          # pulumi stack init --secrets-provider awskms://...
+     "encryptedkey": "AQICAHhAr5c3Zf0pJm8Ftl0sC6ulyhBBiFuV2F0yqSQe5EwzqgE2XXo="},
+    {"encryptionsalt": "v1:Ab3dZl8aUf0=:v1:mx3YbD4fsN0z2kOA:tNwL6tQm8kVQ0t+5yN1uXr8QYx7qV1o="},   # passphrase
+], ids=["awskms", "passphrase"])
+def test_a_stack_file_with_real_ciphertext_previews(tmp_path, provider):
+    """What `pulumi stack init --secrets-provider ...` and `pulumi config set --secret` leave in the file."""
     import yaml
 
     from llmserve.cli import main
@@ -293,10 +299,9 @@ def test_a_stack_file_with_real_ciphertext_previews(tmp_path):
     config["llm-serving:hubToken"] = {"secure": "v1:Zm9vYmFyYmF6cXV4:Qx1HJx0cF9lQWq1bqkq7uB5f0m0tAQ8d3kJH2Q=="}
     config["llm-serving:apiKeys"] = {"secure": "AAABAJx3n2m8Qn0vYk1Jc2lGd0VZbm9TMnpXeHh6c1FJbWJ4c1dwR0NlS2c9"}
     path = tmp_path / "Pulumi.dev.yaml"
-    path.write_text(yaml.safe_dump({"secretsprovider": "awskms://alias/llm-serving-dev?region=us-east-1",
-                                    "encryptedkey": "AQICAHhAr5c3Zf0pJm8Ftl0sC6ulyhBBiFuV2F0yqSQe5EwzqgE2XXo=",
-                                    "config": config}))
+    path.write_text(yaml.safe_dump({**provider, "config": config}))
     assert main(["preview", "--stack", "dev", "--config", str(path)]) == 0
+    assert main(["preflight", "--stack", "dev", "--config", str(path)]) == 1     # example values, before AWS
 
 
 def test_a_missing_secret_is_one_line_naming_the_command():

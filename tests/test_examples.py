@@ -58,6 +58,17 @@ def test_the_program_refuses_them_on_a_real_engine(monkeypatch):
     pulumi_config.refuse_example_values(real_settings())       # nothing to refuse
 
 
+def test_the_program_itself_stops_on_them_before_registering_anything(monkeypatch):
+    """__main__.py calls the refusal: on a real engine the committed prod stack never reaches AWS."""
+    from offline.engine import run_program
+
+    monkeypatch.setattr(pulumi_config, "on_real_engine", lambda: True)
+    with pytest.raises(pulumi.RunError) as exc:
+        run_program("prod", read_stack_config(stack_file("prod")))
+    assert str(exc.value).startswith("example values in the stack config; replace each before a real deploy:\n"
+                                     "llm-serving:gateway.hostedZoneId: Z0EXAMPLE00000000000 is an example value")
+
+
 def test_under_the_offline_engine_they_are_listed_not_refused(recorded):
     from offline.preview import preview_stack
 

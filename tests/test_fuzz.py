@@ -169,7 +169,7 @@ def option_value():
 
 SIZE_OPTIONS = ["--model", "--gpu", "--instance", "--weights", "--kv-dtype", "--tp", "--qps", "--concurrency",
                 "--input-tokens", "--output-tokens", "--ttft-slo", "--tpot-slo", "--profile", "--gpu-hour-price",
-                "--zones", "--nodes-per-zone", "--stack"]
+                "--zones", "--nodes-per-zone", "--stack", "--model-config", "--layout"]
 
 
 @st.composite
@@ -185,6 +185,54 @@ def size_argv(draw) -> list[str]:
 @given(size_argv())
 def test_size_command_lines(argv):
     check(run_cli(argv, limit_s=10), "size", argv)
+
+
+# -- config.json (sizing.architecture): a shipped config with fields replaced, removed or added ----
+MODEL_CONFIGS = sorted((Path(__file__).parent.parent / "sizing/data/models").glob("*.json"))
+CONFIG_FIELDS = ["hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+                 "intermediate_size", "vocab_size", "tie_word_embeddings", "max_position_embeddings", "model_type",
+                 "n_routed_experts", "num_local_experts", "num_experts", "num_experts_per_tok", "experts_per_token",
+                 "n_shared_experts", "moe_intermediate_size", "first_k_dense_replace", "moe_layer_freq",
+                 "decoder_sparse_step", "mlp_only_layers", "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim",
+                 "qk_nope_head_dim", "v_head_dim", "layer_types", "sliding_window", "quantization_config",
+                 "torch_dtype", "text_config", "attention_bias"]
+
+
+@st.composite
+def mangled_model_configs(draw):
+    config = json.loads(draw(st.sampled_from(MODEL_CONFIGS)).read_text())
+    for _ in range(draw(st.integers(1, 3))):
+        key = draw(st.sampled_from(CONFIG_FIELDS))
+        if draw(st.booleans()):
+            config.pop(key, None)
+        else:
+            config[key] = draw(nasty_values())
+    return config
+
+
+@settings(max_examples=400, **FUZZ)
+@given(mangled_model_configs())
+def test_config_json_is_sized_or_refused_naming_the_field(config):
+    from sizing.architecture import ConfigError, parse_config
+    CASES["config.json"] += 1
+    try:
+        arch = parse_config(config)
+    except ConfigError as exc:
+        assert str(exc).startswith(f"config.json: {exc.field}: ") and exc.field, str(exc)
+        return
+    figures = [arch.total_params, arch.active_params, arch.weight_bytes("fp8"), arch.kv_bytes_per_token(2, 4096),
+               arch.experts_touched(64)]
+    assert all(math.isfinite(f) and f >= 0 for f in figures) and 0 < arch.active_params <= arch.total_params
+
+
+@settings(max_examples=20, **FUZZ)
+@given(st.one_of(mangled_model_configs().map(lambda c: json.dumps(c).encode()),
+                 st.binary(max_size=200), st.sampled_from([b"", b"{", b"[]", b"\xff\xfe", b"{}" * 10])))
+def test_size_reads_a_model_config_file_or_refuses_it_in_one_line(tmp_path_factory, data):
+    path = tmp_path_factory.mktemp("cfg") / "config.json"
+    path.write_bytes(data)
+    argv = ["size", "--model-config", str(path), "--json"]
+    check(run_cli(argv, limit_s=10), "size --model-config", argv)
 
 
 SIM_OPTIONS = {"--duration": st.sampled_from(["1", "30", "60", "0", "-5", "abc", "nan", "inf"]),
@@ -366,3 +414,183 @@ def test_loadtest_report_on_mangled_reports(tmp_path_factory, data):
     path.write_bytes(data)
     argv = ["loadtest-report", str(path), "--stack", "dev"]
     check(run_cli(argv, limit_s=20), "loadtest-report", argv)
+
+
+# -- issue 23: inputs from files and servers we do not control ----------------------------------------
+# YAML tricks inside a real stack file: each must end in one problem naming the file (the loader) or
+# the key (the schema), fast, and a YAML 1.1 number form (1:30, 010, 1_000, yes) never becomes a number.
+def _bomb(levels: int, width: int) -> str:
+    lines = [f"  llm-serving:b0: &b0 [{', '.join(['x'] * width)}]"]
+    lines += [f"  llm-serving:b{i}: &b{i} [{', '.join([f'*b{i - 1}'] * width)}]" for i in range(1, levels)]
+    return "\n".join(lines)
+
+
+YAML_TRICKS = st.one_of(
+    st.builds(_bomb, st.integers(2, 12), st.integers(2, 12)),
+    st.builds(lambda v: f"  llm-serving:workload: {{qps: {v}}}",
+              st.sampled_from(["1:30", "010", "0010", "1_000", "yes", "on", "0b101", "!!float 1:30", "true", "false",
+                               "0x10", "0o10", "1e3", "+.inf", ".nan", "~", "'10'", "2001-12-14"])),
+    st.builds(lambda v: f"  llm-serving:gpuPools: [{{zone: us-east-1a, nodes: {v}}}]",
+              st.sampled_from(["010", "true", "1:00", "yes", "!!int 010", "9" * 40, "9" * 6000])),
+    st.builds(lambda t: f"  llm-serving:tags: {t}",
+              st.sampled_from(["!!set {a, b}", "!!python/object/apply:os.system [id]", "!!binary aGk=",
+                               "!!omap [a: 1]", "!custom x", "!!timestamp 2001-12-14"])),
+    st.builds(lambda d: "  llm-serving:tags: " + "[" * d + "]" * d, st.sampled_from([10, 70, 5000, 100_000])),
+    st.just("  llm-serving:tags: {a: x}\n  llm-serving:tags: {a: y}"),
+)
+
+
+@settings(max_examples=60, **FUZZ)
+@given(YAML_TRICKS)
+def test_yaml_tricks_in_a_stack_file_are_one_problem_and_fast(tmp_path_factory, trick):
+    import time
+    CASES["yaml tricks"] += 1
+    path = tmp_path_factory.mktemp("stack") / "Pulumi.fuzz.yaml"
+    base = yaml.safe_dump({"config": {k: v for k, v in PROD.items() if k != "llm-serving:workload"}})
+    path.write_text(base + trick + "\n")
+    started = time.monotonic()
+    try:
+        settings_from_config("fuzz", read_stack_config(path))
+    except SettingsError as exc:
+        assert exc.problems and all("\n" not in p for p in exc.problems)
+        assert all(p.startswith((str(path), "llm-serving:", "aws:region")) for p in exc.problems), exc.problems
+        assert time.monotonic() - started < 5, trick[:80]
+        return
+    assert time.monotonic() - started < 5, trick[:80]
+    # Accepted: only forms YAML 1.1 and 1.2 read alike.
+    assert not any(form in trick for form in ("1:30", "010", "1_000", "yes", " on}", "0b101", "true}", "1:00")), trick
+
+
+# Special and huge files named by every path option: one line, exit 2, nothing read.
+def _special_path(tmp: Path, kind: str) -> str:
+    import os
+    if kind == "fifo":
+        os.mkfifo(tmp / "fifo")
+        return str(tmp / "fifo")
+    if kind == "sparse":
+        with (tmp / "big").open("wb") as fh:
+            fh.truncate(5 * 2**30)
+        return str(tmp / "big")
+    if kind == "symlink to /dev/zero":
+        (tmp / "link").symlink_to("/dev/zero")
+        return str(tmp / "link")
+    if kind == "long name":
+        return str(tmp / ("n" * 300))
+    if kind == "long path":
+        return "/" + "/".join(["d" * 200] * 25)
+    return kind       # a device or folder as is
+
+
+SPECIAL = st.sampled_from(["fifo", "sparse", "symlink to /dev/zero", "long name", "long path", "/dev/zero",
+                           "/dev/urandom", "/proc/self/mem", "/", "/dev/stdin"])
+
+
+@settings(max_examples=24, **FUZZ)
+@given(st.sampled_from(["config", "results", "profiles"]), SPECIAL)
+def test_special_files_as_path_options_are_one_line(tmp_path_factory, option, kind):
+    path = _special_path(tmp_path_factory.mktemp("special"), kind)
+    argv = {"config": ["preview", "--stack", "prod", "--config", path],
+            "results": ["loadtest-report", path, "--stack", "dev"],
+            "profiles": ["calibrate", "--prometheus", "http://127.0.0.1:1", "--profiles-file", path]}[option]
+    result = run_cli(argv, limit_s=10)
+    check(result, f"special file ({option})", argv)
+    assert result.exit_code == 2
+
+
+# A Prometheus that answers what it likes: never "within its plan", never a traceback or a raw escape.
+class _Answers:
+    body = b"{}"
+
+
+def _prom_handler():
+    import http.server
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(_Answers.body)))
+            self.end_headers()
+            self.wfile.write(_Answers.body)
+    return Handler
+
+
+@pytest.fixture(scope="module")
+def hostile_prometheus():
+    import http.server
+    import threading
+
+    class Quiet(http.server.ThreadingHTTPServer):
+        daemon_threads = True
+
+        def handle_error(self, request, client_address):
+            pass
+
+    server = Quiet(("127.0.0.1", 0), _prom_handler())
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+HOSTILE_TEXT = st.sampled_from(["[/]", "[bold red]x[/]", "\x1b[2J\x1b[H", "\x1b]0;owned\x07", "a\rb", "\x00", "é",
+                                "x" * 5000, "us-east-1a", "vllm-0"])
+BAD_VALUES = st.sampled_from(["NaN", "+Inf", "-Inf", "lots", "", "1e999", None, 7, [], {}, "-3"])
+
+
+@st.composite
+def hostile_answers(draw) -> bytes:
+    kind = draw(st.sampled_from(["vector", "vector", "vector", "shape", "raw"]))
+    if kind == "raw":
+        return draw(st.sampled_from([b"[", b"null", b"[]", b"\xff\xfe", b"{" * 3000, b"<html>", b'"x"', b"1e999"]))
+    if kind == "shape":
+        return json.dumps(draw(st.sampled_from([
+            {"status": "success"}, {"status": "success", "data": None}, {"status": "error", "error": "[/]\x1b[2J"},
+            {"status": "success", "data": {"resultType": "matrix", "result": []}},
+            {"status": "success", "data": {"resultType": "vector", "result": {"a": 1}}},
+            {"status": 1, "data": []}]))).encode()
+    series = draw(st.lists(st.fixed_dictionaries({
+        "metric": st.dictionaries(st.sampled_from(["zone", "pod", "le", "[x]"]), HOSTILE_TEXT, max_size=3),
+        "value": st.tuples(st.sampled_from([1.0, "x", None]), BAD_VALUES)}), min_size=1, max_size=4))
+    return json.dumps({"status": "success", "data": {"resultType": "vector", "result": series}}).encode()
+
+
+@settings(max_examples=30, **FUZZ)
+@given(hostile_answers(), st.sampled_from(["check", "calibrate"]))
+def test_a_hostile_prometheus_never_gets_within_plan(tmp_path_factory, hostile_prometheus, body, command):
+    _Answers.body = body
+    profiles = tmp_path_factory.mktemp("profiles") / "profiles.yaml"
+    profiles.write_text("profiles: {}\n")
+    argv = [command, "--stack", "prod", "--prometheus", hostile_prometheus.replace("//", "//u:hunter2@")]
+    if command == "calibrate":
+        argv += ["--profiles-file", str(profiles)]
+    result = run_cli(argv, limit_s=20)
+    CASES[f"hostile prometheus ({command})"] += 1
+    out = result.stdout + result.stderr
+    assert "Traceback" not in out and "\x1b" not in out and "hunter2" not in out, out[-500:]
+    assert result.exit_code == 1, (result.exit_code, out[-500:])
+    assert "within its plan." not in result.stdout
+    if result.stderr:
+        assert len(result.stderr.splitlines()) == 1 and result.stderr.startswith("error: "), result.stderr
+
+
+# Untrusted report text: markup, escapes and credentials in the report's strings print defused.
+@settings(max_examples=6, **FUZZ)
+@given(st.sampled_from(["target", "model", "guidellm_version"]), HOSTILE_TEXT,
+       st.sampled_from(["", "http://admin:hunter2@h/v1?api_key=hunter2"]))
+def test_report_text_prints_as_plain_characters(tmp_path_factory, field, text, url):
+    assert SAMPLE_DATA, f"{SAMPLE} missing: run scripts/fetch-upstream"
+    data = copy.deepcopy(SAMPLE_DATA)
+    if field == "guidellm_version":
+        data["metadata"]["guidellm_version"] = text + url
+    else:
+        data["config"]["spec"]["backend"][field] = text + url
+    path = tmp_path_factory.mktemp("report") / "report.json"
+    path.write_text(json.dumps(data))
+    argv = ["loadtest-report", str(path), "--stack", "dev"]
+    result = run_cli(argv, limit_s=20)
+    check(result, "loadtest-report (text)", argv)
+    out = result.stdout + result.stderr
+    assert "\x1b" not in out and "hunter2" not in out and "\x00" not in out

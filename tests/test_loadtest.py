@@ -3,13 +3,16 @@ report (the real 0.8.0.dev18 capture, fetched by scripts/fetch-upstream) and jud
 from __future__ import annotations
 
 import json
+import os
 import re
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 from typer.testing import CliRunner
 
-from components.loadtest import GUIDELLM_IMAGE, loadtest_rates
+from conventions import GUIDELLM_IMAGE
+from components.loadtest import loadtest_rates
 from llmserve.cli import app
 from offline.engine import is_secret, unwrap
 from proving.loadtest_report import Benchmark, Report, ReportError, Stat, assess, parse_report, read_report
@@ -191,7 +194,14 @@ def test_json_puts_measured_plan_and_simulation_side_by_side(sample):
 
 
 @pytest.mark.parametrize("make, message", [
-    (lambda tmp: tmp / "missing.json", "error: RESULTS: {tmp}/missing.json: no such file"),
+    (lambda tmp: tmp / "missing.json",
+     "error: RESULTS: {tmp}/missing.json: no such file; check the path (a GuideLLM JSON report)"),
+    (lambda tmp: os.mkfifo(tmp / "fifo.json") or tmp / "fifo.json",
+     "error: RESULTS: {tmp}/fifo.json: is a FIFO (named pipe); give a GuideLLM JSON report (a regular file)"),
+    (lambda tmp: Path("/dev/zero"),
+     "error: RESULTS: /dev/zero: is a character device; give a GuideLLM JSON report (a regular file)"),
+    (lambda tmp: sparse(tmp / "big.json", 5 * 2**30),
+     "error: RESULTS: {tmp}/big.json: 5,368,709,120 bytes; a GuideLLM JSON report is at most 67,108,864"),
     (lambda tmp: (tmp / "x.json").write_text("{oops") and tmp / "x.json",
      "error: RESULTS: {tmp}/x.json: not JSON (Expecting property name enclosed in double quotes at line 1)"),
     (lambda tmp: (tmp / "y.json").write_text("[1]") and tmp / "y.json",
@@ -209,6 +219,21 @@ def test_bad_results_are_one_line_and_exit_code_2(tmp_path, make, message):
     result = run(str(make(tmp_path)))
     assert result.exit_code == 2
     assert result.stderr == message.format(tmp=tmp_path) + "\n"
+
+
+def sparse(path: Path, size: int) -> Path:
+    """A file of `size` bytes that takes no disk (a hole): what a 5 GB report looks like to stat."""
+    with path.open("wb") as fh:
+        fh.truncate(size)
+    return path
+
+
+def test_a_name_over_255_bytes_is_one_line_naming_the_limit(tmp_path):
+    result = run(str(tmp_path / ("r" * 300 + ".json")))
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: RESULTS: ")
+    assert result.stderr.endswith(": a name in it is 305 bytes; a file name is at most 255 bytes (Linux NAME_MAX); "
+                                  "shorten it\n")
 
 
 # -- the Job -------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from conventions import VLLM_IMAGE
 from observability import contract
 from observability.contract import ContractError, check_expr, series_in
 from observability.dashboard import build_dashboard
@@ -114,9 +115,9 @@ def test_the_capture_matches_the_pinned_vllm_version():
 
 
 def test_the_serving_component_deploys_the_pinned_vllm():
-    from components.serving import VLLM_IMAGE
 
-    assert VLLM_IMAGE.rsplit(":", 1)[1] == f"v{contract.VLLM_VERSION}"
+    tag, _, digest = VLLM_IMAGE.partition("@")
+    assert tag.rsplit(":", 1)[1] == f"v{contract.VLLM_VERSION}" and re.fullmatch(r"sha256:[0-9a-f]{64}", digest)
 
 
 @pytest.mark.parametrize("deprecated", sorted(contract.DEPRECATED))

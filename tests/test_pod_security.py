@@ -13,7 +13,7 @@ WORKLOADS = ("Deployment", "Job", "DaemonSet", "StatefulSet")
 # The one pod that calls the API server: the endpoint picker watches pods and its InferencePool.
 API_CLIENTS = {"vllm-epp"}
 # vLLM's compilers (torch inductor, Triton, FlashInfer JIT) write inside the image: its root stays writable.
-WRITABLE_ROOT = {"vllm"}
+WRITABLE_ROOT: set[str] = set()      # vLLM too: its caches are on volumes (components/serving.vllm_env)
 # Consumers that read their key only from the environment (lm-eval's OPENAI_API_KEY, GuideLLM's settings).
 ENV_ONLY_KEYS = {"OPENAI_API_KEY", "GUIDELLM__SPEC__BACKEND__API_KEY"}
 METADATA = "169.254.0.0/16"

@@ -5,11 +5,9 @@ import math
 
 import pytest
 
+from conventions import VLLM_API_PORT, VLLM_METRICS_PORT
 from components.drain import drain_timing, longest_request_s
-from components.serving import (
-    API_PORT, METRICS_PORT, disruption_min_available, startup_budget_s,
-    target_qps, zone_node_slots,
-)
+from components.serving import disruption_min_available, startup_budget_s, target_qps, zone_node_slots
 from offline.engine import is_secret
 from tests.k8s_schema import validate
 from tests.stacks import plan_for
@@ -227,9 +225,9 @@ def test_only_the_gateway_reaches_the_api_and_only_monitoring_the_metrics(record
             sources.setdefault(port, []).extend(peers)
     namespaces = {port: {peer["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
                          for peer in peers if "namespaceSelector" in peer} for port, peers in sources.items()}
-    assert namespaces == {API_PORT: {"envoy-gateway-system"}, METRICS_PORT: {"monitoring"}}
+    assert namespaces == {VLLM_API_PORT: {"envoy-gateway-system"}, VLLM_METRICS_PORT: {"monitoring"}}
     # The one pod-level peer on the API port is the endpoint picker (it reads /metrics there).
-    pods = [peer["podSelector"]["matchLabels"] for peer in sources[API_PORT] if "podSelector" in peer]
+    pods = [peer["podSelector"]["matchLabels"] for peer in sources[VLLM_API_PORT] if "podSelector" in peer]
     assert pods == [{"app.kubernetes.io/name": "endpoint-picker", "llm-serving.io/role": "gateway"}]
 
 

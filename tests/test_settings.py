@@ -65,13 +65,13 @@ INVALID = [
          "use a zone such as us-east-1a"],
         id="zone-outside-the-region"),
     pytest.param(
-        # 405B BF16 fits four p4d nodes (PP=4), but not with an 800k-token context's KV beside it.
-        prod_with(model={"id": "llama-3.1-405b", "weights": "bf16"},
-                  workload={"qps": 1, "inputTokens": 800_000, "outputTokens": 300},
+        # Not even four p4d nodes (PP=4) hold DeepSeek-R1's 1,342 GB of BF16 weights (405B BF16 would fit).
+        prod_with(model={"id": "deepseek-r1", "weights": "bf16"},
                   gpuPools=[{"zone": "us-east-1a", "instanceType": "p4d.24xlarge"},
                             {"zone": "us-east-1b", "instanceType": "p4d.24xlarge"}]),
-        ["llm-serving:gpuPools: llama-3.1-405b with bf16 weights does not fit on p4d.24xlarge even at TP=8 on 4 "
-         "nodes per replica; use a larger instance type or fp8 weights"],
+        ["llm-serving:gpuPools: deepseek-r1 does not fit one p4d.24xlarge: 671 B parameters are 1,342 GB of bf16 "
+         "weights against 320 GB of GPU memory (8 x 40 GB), before any KV cache; cheapest alternative: p5e.48xlarge "
+         "with fp8 weights, tp over 8 GPUs per replica (2 replicas on 2 nodes, $86.52/h)"],
         id="model-does-not-fit-the-instance"),
     pytest.param(
         prod_with(model={"id": "llama-3-70b", "tensorParallel": 16}),
@@ -110,7 +110,7 @@ INVALID = [
     pytest.param(
         prod_with(gpuPools=[{"zone": "us-east-1a", "instanceType": "p9.big"}]),
         ["llm-serving:gpuPools[0].instanceType: unknown instance type 'p9.big'; choose one of: g6e.48xlarge, "
-         "p4d.24xlarge, p5.48xlarge, p5e.48xlarge, p5en.48xlarge"],
+         "p4d.24xlarge, p5.48xlarge, p5e.48xlarge, p5en.48xlarge, p6-b200.48xlarge"],
         id="unknown-instance-type"),
     pytest.param(
         prod_with(gpuPools=[{"zone": "us-east-1a", "instanceType": P5}, {"zone": "us-east-1b", "instanceType": "p5e.48xlarge"}]),

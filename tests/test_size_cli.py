@@ -18,7 +18,7 @@ REQUIRED_KEYS = [
     "prefill_ms", "prefill_share", "prefill_saturation_qps", "ttft_ms", "tpot_ms", "in_flight", "kv_cache_gb",
     "weights_gb", "weights_per_gpu_gb", "memory_used_gb", "memory_total_gb", "capacity_qps", "capacity_per_replica_qps",
     "kv_cache_tokens", "max_concurrency", "utilization",
-    "replicas", "gpus", "cost_per_hour", "cost_per_million_output_tokens", "node_cost_per_hour",
+    "replicas", "gpus_used", "cost_per_hour", "cost_per_million_output_tokens", "node_cost_per_hour",
     "node_cost_per_million_output_tokens", "binding_constraint",
 ]
 
@@ -61,15 +61,15 @@ def test_explicit_option_overrides_the_stack(capsys):
 
 
 BAD_INPUT = [
-    (["--model", "llama-9"], "error: --model: unknown model 'llama-9'; choose one of: llama-3-70b, llama-3-8b, llama-3.1-405b, mixtral-8x7b"),
+    (["--model", "llama-9"], "error: --model: unknown model 'llama-9'; choose a key (deepseek-r1, glm-4.5-air, gpt-oss-120b, gpt-oss-20b, llama-3-70b, llama-3-8b, llama-3.1-405b, llama-3.1-8b, llama-3.3-70b, mixtral-8x7b, qwen3-235b-a22b, qwen3-30b-a3b, qwen3-32b) or a Hugging Face id (docs/models.md), or give --model-config PATH"),
     (["--gpu", "h300"], "error: --gpu: unknown GPU 'h300'; choose one of: a100-40gb, b200, h100-sxm, h200, l40s"),
-    (["--weights", "int3"], "error: --weights: unknown precision 'int3'; choose one of: fp8, bf16, fp16"),
+    (["--weights", "int3"], "error: --weights: unknown precision 'int3'; choose one of: fp8, bf16, fp16, fp4"),
     (["--kv-dtype", "int8"], "error: --kv-dtype: unknown precision 'int8'; choose one of: fp8, bf16, fp16"),
     (["--profile", "fast"], "error: --profile: unknown profile 'fast'; choose one of: reference, calibrated"),
     (["--tp", "16"], "error: --tp: tensor parallel 16 exceeds the 8 GPUs of one p5.48xlarge node (a TP group never spans nodes); use at most 8"),
     (["--tp", "3"], "error: --tp: tensor parallel 3 does not divide the 64 attention heads of llama-3-70b; use one of 1, 2, 4, 8"),
     (["--model", "llama-3.1-405b", "--weights", "bf16", "--tp", "8"],
-     "error: --weights: bf16 weights of llama-3.1-405b need 101.5 GB per GPU at TP=8, more than the 68.0 GB usable on a h100-sxm (raise TP, use fp8 weights or a larger GPU)"),
+     "error: --weights: bf16 weights of llama-3.1-405b need 101.5 GB per GPU at TP=8, more than the 68.0 GB usable on a h100-sxm (use fp8 weights or a larger GPU)"),
     (["--qps", "0"], "error: --qps: must be greater than 0 (got 0)"),
     (["--qps", "nan"], "error: --qps: nan is not a finite number; give a finite value"),
     (["--qps", "inf"], "error: --qps: inf is not a finite number; give a finite value"),
@@ -112,9 +112,9 @@ SAME_MESSAGE = [
     (["--tp", "3"], "model: {tensorParallel: 3}", "model.tensorParallel",
      "tensor parallel 3 does not divide the 64 attention heads of llama-3-70b; use one of 1, 2, 4, 8"),
     (["--weights", "int3"], "model: {weights: int3}", "model.weights",
-     "unknown precision 'int3'; choose one of: fp8, bf16, fp16"),
+     "unknown precision 'int3'; choose one of: fp8, bf16, fp16, fp4"),
     (["--model", "llama-9"], "model: {id: llama-9}", "model.id",
-     "unknown model 'llama-9'; choose one of: llama-3-70b, llama-3-8b, llama-3.1-405b, mixtral-8x7b"),
+     "unknown model 'llama-9'; choose a key (deepseek-r1, glm-4.5-air, gpt-oss-120b, gpt-oss-20b, llama-3-70b, llama-3-8b, llama-3.1-405b, llama-3.1-8b, llama-3.3-70b, mixtral-8x7b, qwen3-235b-a22b, qwen3-30b-a3b, qwen3-32b) or a Hugging Face id (docs/models.md), or give --model-config PATH"),
     (["--profile", "fast"], "sizing: {profile: fast}", "sizing.profile",
      "unknown profile 'fast'; choose one of: reference, calibrated"),
     (["--gpu-hour-price", "0"], "sizing: {gpuHourPrice: 0}", "sizing.gpuHourPrice", "must be greater than 0 (got 0)"),
@@ -175,11 +175,11 @@ def test_size_does_not_import_pulumi_or_matplotlib():
     assert result.returncode == 0, result.stderr
 
 
-def test_a_gpu_without_an_aws_instance_is_sized_on_an_hgx_node(capsys):
+def test_b200_is_sized_on_p6_b200_which_has_no_price_in_the_catalog(capsys):
     code, out, _ = run(capsys, "size", "--gpu", "b200", "--json")
     d = json.loads(out)
-    assert code == 0 and d["instance_type"] == "b200-hgx-8" and d["cost_per_hour"] is None
-    assert "b200-hgx-8 has no price in the catalog: costs need --gpu-hour-price" in d["notes"]
+    assert code == 0 and d["instance_type"] == "p6-b200.48xlarge" and d["cost_per_hour"] is None
+    assert "p6-b200.48xlarge has no price in the catalog: costs need --gpu-hour-price" in d["notes"]
 
 
 def test_ttft_that_no_configuration_meets_names_the_prefill(capsys):

@@ -44,8 +44,8 @@ def test_capacity_is_where_tpot_meets_the_slo():
 
 
 @pytest.mark.parametrize("model,instance,tp,weights,field,message", [
-    ("llama-3-70b", "p5.48xlarge", 1, "fp8", "weights", "fp8 weights of llama-3-70b need 70.6 GB per GPU at TP=1, more than the 68.0 GB usable on a h100-sxm (raise TP, use fp8 weights or a larger GPU)"),
-    ("llama-3.1-405b", "p5.48xlarge", 8, "bf16", "weights", "bf16 weights of llama-3.1-405b need 101.5 GB per GPU at TP=8, more than the 68.0 GB usable on a h100-sxm (raise TP, use fp8 weights or a larger GPU)"),
+    ("llama-3-70b", "p5.48xlarge", 1, "fp8", "weights", "fp8 weights of llama-3-70b need 70.6 GB per GPU at TP=1, more than the 68.0 GB usable on a h100-sxm (raise TP or use a larger GPU)"),
+    ("llama-3.1-405b", "p5.48xlarge", 8, "bf16", "weights", "bf16 weights of llama-3.1-405b need 101.5 GB per GPU at TP=8, more than the 68.0 GB usable on a h100-sxm (use fp8 weights or a larger GPU)"),
     ("llama-3-70b", "p5.48xlarge", 16, "fp8", "tp", "tensor parallel 16 exceeds the 8 GPUs of one p5.48xlarge node (a TP group never spans nodes); use at most 8"),
     ("llama-3-70b", "p5.48xlarge", 3, "fp8", "tp", "tensor parallel 3 does not divide the 64 attention heads of llama-3-70b; use one of 1, 2, 4, 8"),
 ])
@@ -242,7 +242,7 @@ def test_non_finite_sizing_inputs_are_refused_naming_the_field(field, value, mes
 def test_kv_capacity_is_counted_the_way_vllm_counts_it():
     r = rm(profile=get_profile("calibrated"))
     mem = r.memory
-    assert mem.kv_tokens % 16 == 0                                   # whole blocks of 16 tokens
-    assert mem.max_seqs_kv == mem.kv_tokens // 16 // math.ceil(1300 / 16)
+    assert mem.kv_cache_tokens % 16 == 0                                   # whole blocks of 16 tokens
+    assert mem.max_seqs_kv == mem.kv_cache_tokens // 16 // math.ceil(1300 / 16)
     assert mem.activation_gb > 0 and mem.cuda_graph_gb == 1.0
-    assert mem.max_concurrency == pytest.approx(mem.kv_tokens / 1300)
+    assert mem.max_concurrency == pytest.approx(mem.kv_cache_tokens / 1300)

@@ -50,7 +50,7 @@ REFERENCE_TABLE = [
     ("capacity, real (QPS)", "capacity_per_replica_qps.real", 15.9),
     ("utilisation of one replica at 10 QPS", "utilization", 0.63),
     ("replicas for N+1 across two failure domains", "replicas", 2),
-    ("GPUs", "gpus", 8),
+    ("GPUs", "gpus_used", 8),
     ("cost at $2.50 per GPU-hour ($/h)", "cost_per_hour", 20),
     ("cost per 1M output tokens ($)", "cost_per_million_output_tokens", 1.85),
 ]
@@ -66,7 +66,7 @@ def test_reference_binding_constraint_is_tpot(ref):
 
 
 def test_reference_leaves_half_the_gpus_idle(ref):
-    assert ref["gpus_total"] == 16 and ref["gpus"] == 8
+    assert ref["gpus_total"] == 16 and ref["gpus_used"] == 8
     assert [n["gpus_idle"] for n in ref["nodes"]] == [4, 4]
     assert any(note.startswith("8 of 16 GPUs stay idle") for note in ref["notes"])
 

@@ -25,11 +25,14 @@ from pathlib import Path
 
 import yaml
 
+from inputs import InputError, safe_yaml
+from inputs.files import read_text
 from simulator import config_from_plan, replica_model, replica_specs, simulate
 from simulator.cost import step_cost
+from simulator.workload import WorkLimitError, check_work
 from sizing.model import ReplicaModel, Workload
 from sizing.planner import Plan, PlanRequest, plan as make_plan
-from sizing.profiles import Profile, load_profiles
+from sizing.profiles import MAX_PROFILES_BYTES, Profile, load_profiles
 
 from . import efficiency as eff
 from .promapi import FleetLive
@@ -86,6 +89,9 @@ def check_name(name: str) -> str:
 
 
 def observe(live: FleetLive) -> Observed:
+    if live.unreadable:
+        raise CalibrationError(f"could not read {', '.join(live.unreadable[:3])} from Prometheus: a fit to "
+                               "unknown figures would be made up")
     reps = [r for r in live.replicas if r.qps > 0 and r.tpot_mean_s and r.prefill_mean_s]
     if not reps:
         raise CalibrationError(f"no replica finished requests over the last {live.window}: nothing to fit")
@@ -93,6 +99,13 @@ def observe(live: FleetLive) -> Observed:
 
     def weighted(attr: str) -> float:
         return sum(getattr(r, attr) * r.qps for r in reps) / total
+    tokens = (max(1.0, sum(r.prompt_tokens_per_s for r in reps) / total),
+              max(2.0, sum(r.generation_tokens_per_s for r in reps) / total))
+    try:      # the simulator's work limits: a 1e12-token mean prompt is not a fleet, and would not finish
+        check_work(total, SIM_REQUESTS / (total / len(reps)), tokens=tokens)
+    except WorkLimitError as exc:
+        raise CalibrationError(f"the fleet's figures are beyond what can be simulated ({exc}); are the counters "
+                               "this fleet's?") from None
     return Observed(
         qps_per_replica=total / len(reps),
         input_tokens=max(1, round(sum(r.prompt_tokens_per_s for r in reps) / total)),
@@ -184,11 +197,24 @@ def fit(plan: Plan, base: Profile, obs: Observed, name: str, source: str) -> Fit
 
 
 # -- the profile file and the plan under it -----------------------------------------------------
+def read_profiles_file(path: Path) -> tuple[str, dict]:
+    """(leading comments, document) of a profiles YAML file: a regular file of at most
+    MAX_PROFILES_BYTES holding a map whose `profiles` is a map (read before any work is done)."""
+    try:
+        text = read_text(path, MAX_PROFILES_BYTES, "profiles YAML file")
+        doc = safe_yaml.load(text, str(path))
+    except InputError as exc:
+        raise CalibrationError(str(exc)) from None
+    doc = {} if doc is None else doc
+    if not isinstance(doc, dict) or not isinstance(doc.get("profiles", {}), dict):
+        raise CalibrationError(f"{path}: not a profiles file (a YAML map with a `profiles:` map of named profiles)")
+    header = "".join(line for line in text.splitlines(keepends=True) if line.startswith("#"))
+    return header, doc
+
+
 def write_profile(path: Path, profile: Profile) -> None:
     """Add (or replace) the profile in a profiles YAML file, keeping its leading comments."""
-    text = path.read_text()
-    header = "".join(line for line in text.splitlines(keepends=True) if line.startswith("#"))
-    doc = yaml.safe_load(text) or {}
+    header, doc = read_profiles_file(path)
     doc.setdefault("profiles", {})[profile.name] = eff.profile_fields(profile)
     path.write_text(header + yaml.safe_dump(doc, sort_keys=False))
     load_profiles.cache_clear()

@@ -12,7 +12,11 @@ Outside the plan (exit 1) when any of:
   above its SLO while every replica carries no more than its sized capacity;
 - a replica's mean TPOT is more than `tolerance` above the plan's at the load it carries (the
   replicas are slower than the plan's profile: its capacities are too high; `llmserve
-  calibrate` measures by how much).
+  calibrate` measures by how much);
+- a figure the verdict needs could not be read: Prometheus sent it as an infinity, NaN where
+  it cannot be "no requests", or not a number; or the service served requests but has no
+  TTFT/TPOT at an SLO's statistic, a serving replica no mean TPOT, or there is no readiness series. Unknown is never
+  "within the plan": `check` is read during incidents, and a fleet it cannot see is not fine.
 """
 from __future__ import annotations
 
@@ -65,6 +69,7 @@ def check(plan: Plan, live: FleetLive, tolerance: float = DEFAULT_TOLERANCE) -> 
     if not live.replicas:
         out.problems.append(f"no vLLM series over the last {live.window}: is the fleet scraped (job=\"vllm\")?")
         return out
+    out.problems.extend(_unknown(plan, live))
     _service_rows(plan, live, out)
     rm = replica_model(plan)
     cap = plan.capacity_per_replica.qps
@@ -98,6 +103,27 @@ def check(plan: Plan, live: FleetLive, tolerance: float = DEFAULT_TOLERANCE) -> 
                 out.problems.append(f"{_slo_label(alert)} {_ms(value)} is above its {_ms(alert.threshold)} SLO at a "
                                     f"load the plan holds (every replica at or below its sized {_qps(cap)})")
     return out
+
+
+def _unknown(plan: Plan, live: FleetLive) -> list[str]:
+    """What the verdict needs and Prometheus did not give: each is a reason it cannot say "within plan"."""
+    problems = []
+    if live.unreadable:
+        shown = ", ".join(live.unreadable[:5]) + (f" and {len(live.unreadable) - 5} more" if len(live.unreadable) > 5 else "")
+        problems.append(f"could not read {len(live.unreadable)} figure(s) from Prometheus ({shown}): unknown, so "
+                        "not within the plan")
+    if live.served_qps > 0:
+        missing = [_slo_label(a) for a in slo_alerts(plan) if live.slo_latency_s.get(a.name) is None]
+        if missing:
+            problems.append(f"no {' or '.join(missing)} over the last {live.window} although the replicas served "
+                            f"{_qps(live.served_qps)}: the SLOs cannot be judged (are the histograms scraped?)")
+    silent = [f"{r.zone}/{r.pod}" for r in live.replicas if r.qps > 0 and r.tpot_mean_s is None]
+    if silent:
+        problems.append(f"no mean TPOT for {', '.join(silent[:5])} although they served requests: cannot compare "
+                        "them with the plan")
+    if not live.ready_by_zone:
+        problems.append("no readiness series (ready replicas by zone): N+1 headroom cannot be judged")
+    return problems
 
 
 def _slo_label(alert: Alert) -> str:

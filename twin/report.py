@@ -16,7 +16,8 @@ from .servers import LOOKBACK_S, wall
 
 def _console():
     from rich.console import Console
-    return Console(width=max(Console().width, 110))
+    # markup off: label values and server messages print as the characters they hold
+    return Console(width=max(Console().width, 110), markup=False, highlight=False)
 
 
 def _s(x: float | None) -> str:
