@@ -299,3 +299,43 @@ def test_every_rendered_object_of_the_multi_node_stack_validates(tmp_path):
     assert "LeaderWorkerSet" in kinds and unchecked <= {"Certificate", "ClusterIssuer"}   # cert-manager's: optional
     helm = {p.name for p in (tmp_path / "helm").iterdir()}
     assert {"lws-system_lws.yaml", "kube-system_aws-efa-k8s-device-plugin.yaml"} <= helm
+
+
+# -- the done-when: DeepSeek-R1 in FP8 on two p5.48xlarge per zone ---------------------
+DEEPSEEK = "prod-deepseek-r1"
+
+
+def test_deepseek_r1_fp8_spans_two_p5_per_replica_and_survives_a_zone_loss():
+    _, p = plan_for(DEEPSEEK)
+    assert (p.layout, p.tp, p.nodes_per_replica, p.replicas_by_zone) == ("tp", 8, 2, {"us-east-1a": 1, "us-east-1b": 1})
+    assert (p.redundancy, p.survives_failure, p.replicas_after_loss) == ("zone", True, 1)
+    assert p.capacity_after_zone_loss_qps >= p.request.workload.qps
+    assert p.engine_args["pipeline_parallel_size"] == 2 and p.engine_args["checkpoint"] == "deepseek-ai/DeepSeek-R1"
+
+
+def test_deepseek_r1_with_one_p5_per_zone_is_refused_naming_the_rule():
+    with pytest.raises(PlanError) as err:
+        plan_for(DEEPSEEK, {"gpuPools": pools(1)})
+    assert "zone-holds-whole-groups: us-east-1a holds no whole 2-node replica" in str(err.value)
+
+
+def test_deepseek_r1_renders_lws_groups_of_two_after_their_controller_with_efa_and_no_violation(recorded):
+    rec = recorded(DEEPSEEK)
+    sets = rec.of_type(LWS)
+    assert [s.inputs["spec"]["leaderWorkerTemplate"]["size"] for s in sets] == [2, 2]
+    controller = next(r for r in rec.of_type(RELEASE) if r.inputs["chart"] == "oci://registry.k8s.io/lws/charts/lws")
+    assert all(controller.urn in s.dependencies for s in sets)
+    for s in sets:
+        validate({k: s.inputs[k] for k in ("apiVersion", "kind", "metadata", "spec")}, "1.35")
+    templates = [r for r in rec.of_type("aws:ec2/launchTemplate:LaunchTemplate") if r.name.startswith("gpu-")]
+    assert all({i["interfaceType"] for i in lt.inputs["networkInterfaces"]} == {"efa"} for lt in templates)
+    assert evaluate(rec, DEEPSEEK) == []
+
+
+def test_deepseek_r1_simulate_loses_the_whole_group_with_one_node():
+    import json
+
+    result = run_cli(["simulate", "--stack", DEEPSEEK, "--duration", "120", "--fail-node", "us-east-1b-p5/node-0@60",
+                      "--json"], limit_s=180)
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["failure"]["replicas_lost"] == ["us-east-1b-p5/group-0"]
