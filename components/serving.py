@@ -399,7 +399,7 @@ class Serving(pulumi.ComponentResource):
         pod_labels = labels if leader else {**labels, LABEL_ROLE: WORKER_ROLE}
         engine = vllm_container(plan, self.drain, self.startup_s, self.checkpoint)
         rank = "0" if leader else f"$({WORKER_INDEX})"
-        engine["args"] = [*engine["args"], *multi_node_args(plan.nodes_per_replica, rank, leader)]
+        engine["args"] = [*engine["args"], *multi_node_args(plan.engine_args["pipeline_parallel_size"], rank, leader)]
         if efa_devices:
             for part in ("limits", "requests"):
                 engine["resources"][part][EFA_RESOURCE] = str(efa_devices)
