@@ -137,6 +137,7 @@ pulumi.export("plan", {
     "replicas": plan.replicas,
     "replicasByZone": plan.replicas_by_zone,
     "tp": plan.tp,
+    "layout": plan.layout,                                           # tp, or dp-ep (sizing.parallel)
     "nodesPerReplica": plan.nodes_per_replica,
     "capacityQps": round(plan.capacity_qps, 4),                      # all replicas, as in the plan's JSON
     "capacityPerReplicaQps": round(plan.capacity_per_replica.qps, 4),

@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 from sizing.catalog import load_catalog  # noqa: E402
 from sizing.model import ReplicaModel, Shape, Workload  # noqa: E402
 from sizing.profiles import get_profile  # noqa: E402
+from sizing.vllm_engine import batch_defaults  # noqa: E402
 
 FIGURES = ("ttft_ms", "tpot_ms", "output_tok_s")
 
@@ -120,11 +121,9 @@ def read_project_rows() -> list[Row]:
 
 
 def vllm_defaults(gpu) -> tuple[int, int]:
-    """(max_num_batched_tokens, max_num_seqs) a vLLM OpenAI server picks when not told:
-    vllm/engine/arg_utils.py EngineArgs.get_batch_defaults (8192 and 1024 on GPUs of 70 GiB or
-    more other than the A100, else 2048 and 256)."""
-    big = gpu.memory_gb * 1e9 >= 70 * 2**30 and not gpu.id.startswith("a100")
-    return (8192, 1024) if big else (2048, 256)
+    """(max_num_batched_tokens, max_num_seqs) a vLLM 0.29.0 OpenAI server picks when not told
+    (sizing.vllm_engine.batch_defaults, read in vllm/engine/arg_utils.py get_batch_defaults)."""
+    return batch_defaults(gpu)
 
 
 def predict(row: Row, profile_name: str) -> dict:
@@ -136,6 +135,9 @@ def predict(row: Row, profile_name: str) -> dict:
     if "vllm" in row.engine:       # the measured server ran with vLLM's defaults, not our plan's budget
         batched, seqs = vllm_defaults(shape.instance.gpu)
         profile = replace(profile, max_num_seqs=seqs)
+    elif "tensorrt" in row.engine or "trt" in row.engine:
+        # TensorRT-LLM's default capacity scheduler reserves each request's whole KV up front.
+        profile = replace(profile, kv_reservation="whole")
     rm = ReplicaModel(shape, w, profile, real=True, batched_tokens=batched)
     if row.load == "qps":
         p = rm.at(row.load_value)

@@ -41,6 +41,10 @@ from .serving import served_checkpoint
 LM_EVAL = "lm-eval[api]==0.4.13"        # the API client only: no torch in the gate's image
 # LM_EVAL and all it needs, each with its PyPI SHA-256 (how to regenerate: docs/security.md).
 REQUIREMENTS = Path(__file__).resolve().parent / "data" / "lm-eval-requirements.txt"
+# The served model's tokenizer (transformers, in the requirements; AutoTokenizer needs no torch):
+# lm-eval counts each context with it and left-truncates one past max_length - max_gen_toks
+# (lm_eval/models/api_models.py, 0.4.13).
+TRANSFORMERS = "transformers==5.24.0"
 # The gate waits this long at least for lm-eval (the Job's deadline and Pulumi's await); more
 # when its quota needs longer for the tasks' questions (`gate_timeout_s`).
 GATE_TIMEOUT_S = 4 * 3600
@@ -107,8 +111,12 @@ def lm_eval_command(plan: Plan, job: GateJob) -> list[str]:
         f"num_concurrent={concurrency(plan, job)}",
         "max_retries=3",
         f"timeout={REQUEST_TIMEOUT_S}",
-        "tokenized_requests=False",      # the server tokenizes; the gate needs no tokenizer
-        "tokenizer_backend=none",
+        "tokenized_requests=False",      # the server tokenizes the text it is sent
+        # The served model's tokenizer and context: lm-eval truncates an over-long few-shot context
+        # (max_length - max_gen_toks) instead of sending what vLLM would refuse with a 400.
+        "tokenizer_backend=huggingface",
+        f"tokenizer={plan.engine_args['checkpoint']}",
+        f"max_length={plan.engine_args['max_model_len']}",
     ])
     return ["lm_eval", "--model", "local-completions", "--model_args", model_args,
             "--tasks", ",".join(job.gate.tasks), "--output_path", f"{WORK}/results"]

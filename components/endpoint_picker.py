@@ -3,8 +3,9 @@
 Envoy asks the picker (ext_proc, gRPC) which pod should take each request; the picker scrapes
 every vLLM pod's `/metrics` and scores queue depth (`vllm:num_requests_waiting`) and KV-cache
 usage. It runs active-active (no leader election): with only those two scorers it keeps no
-per-replica state (the prefix-cache scorer, which does, is left out), so any replica answers
-alike and a PodDisruptionBudget can keep one up while a node drains.
+per-replica state (the prefix-cache scorer, which does, is added only when the plan counts on
+per-conversation prefix reuse: PREFIX_AWARE_CONFIG), so any replica answers alike and a
+PodDisruptionBudget can keep one up while a node drains.
 
 Fail-closed, stated as it is: Envoy AI Gateway v1.0.0 (the extension server that builds the
 picker's ext_proc filter) sets `FailureModeAllow: false` and never reads the pool's
@@ -53,6 +54,33 @@ schedulingProfiles:
     weight: 1
   - pluginRef: max-score-picker
 """
+# With a prefix hit fraction (multi-turn reuse, a conversation's prefix cached on one replica) the
+# plan counts on requests returning where their prefix is: GAIE v1.5.0's `prefix-cache-scorer`
+# (pkg/epp/framework/plugins/scheduling/scorer/prefix, weights 2/2/3 as its chart's default,
+# config/charts/epplib/templates/_config.yaml). Each picker replica learns its own approximate
+# index, so two replicas route a conversation alike only as often as it lands on the same picker:
+# a soft preference, never a correctness matter. A prefix shared by every request (system prompt)
+# is cached on every replica after its first request and needs no scorer.
+PREFIX_AWARE_CONFIG = """\
+apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: queue-scorer
+- type: kv-cache-utilization-scorer
+- type: prefix-cache-scorer
+- type: max-score-picker
+- type: single-profile-handler
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: queue-scorer
+    weight: 2
+  - pluginRef: kv-cache-utilization-scorer
+    weight: 2
+  - pluginRef: prefix-cache-scorer
+    weight: 3
+  - pluginRef: max-score-picker
+"""
 
 
 def picker_replicas(zones: int) -> int:
@@ -67,6 +95,7 @@ class EndpointPickerArgs:
     namespace: str                  # the serving namespace: a pool selects pods in its own namespace
     gateway_namespace: str          # where the Envoy proxies that call the picker run
     monitoring_namespace: str
+    prefix_aware: bool = False      # the plan counts on per-conversation prefix reuse (see PREFIX_AWARE_CONFIG)
 
 
 def picker_container(pool_name: str, namespace: str) -> dict:
@@ -129,7 +158,8 @@ class EndpointPicker(pulumi.ComponentResource):
 
         account = self._access(name, ns, args, o)
         config = k8s.core.v1.ConfigMap(f"{name}-config", metadata={"name": self.picker_name, "namespace": ns},
-                                       data={CONFIG_FILE: PICKER_CONFIG}, opts=o)
+                                       data={CONFIG_FILE: PREFIX_AWARE_CONFIG if args.prefix_aware else PICKER_CONFIG},
+                                       opts=o)
         self.deployment = self._deployment(name, ns, config, pulumi.ResourceOptions(
             parent=self, provider=args.provider, depends_on=[config, account]))
         self.pdb = k8s.policy.v1.PodDisruptionBudget(

@@ -324,7 +324,8 @@ class Gateway(pulumi.ComponentResource):
         if gw.inferenceExtension:
             self.picker = EndpointPicker(f"{name}-picker", EndpointPickerArgs(
                 zones=len(args.zones), provider=args.provider, namespace=args.namespace,
-                gateway_namespace=GATEWAY_CONTROLLER_NAMESPACE, monitoring_namespace=args.monitoring_namespace),
+                gateway_namespace=GATEWAY_CONTROLLER_NAMESPACE, monitoring_namespace=args.monitoring_namespace,
+                prefix_aware=args.plan.request.workload.prefix_hit_fraction > 0),
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[*crds, *self._after]))
             backend = {"group": POOL_API.split("/")[0], "kind": "InferencePool", "name": self.picker.pool_name}
         else:

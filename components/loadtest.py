@@ -26,6 +26,7 @@ import conventions
 from conventions import GUIDELLM_IMAGE
 from settings import StackSettings
 from settings.schema import LoadTestSettings
+from sizing.model import Workload
 from sizing.planner import Plan
 
 from .api_keys import client_key
@@ -115,13 +116,34 @@ def scenario(plan: Plan, run: LoadTestRun) -> dict:
         "profile": {"kind": lt.arrivals, "rate": loadtest_rates(plan, lt.sweepSteps)},
         "constraints": [{"kind": "max_duration", "seconds": lt.stepSeconds}],
         "tokenizer": {"kind": "huggingface_auto", "model": run.checkpoint},
-        "data": [{"kind": "synthetic_text", "prompt_tokens": w.input_tokens, "output_tokens": w.output_tokens}],
+        "data": [synthetic_data(w)],
         "seed": {"kind": "static", "value": SEED},
     }
     digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
     spec["outputs"] = [{"kind": "json", "path": f"{RESULTS_PATH}/guidellm-{run.stack}-{digest}.json"}]
     labels = {"stack": run.stack, "plan-qps": f"{w.qps:g}", "plan-capacity-qps": f"{plan.capacity_qps:.2f}"}
     return {"metadata": {"labels": labels}, "spec": spec}
+
+
+def synthetic_data(w: Workload) -> dict:
+    """The plan's lengths as GuideLLM 0.8.1's synthetic text options (guidellm/schemas/data/
+    deserializers/synthetic.py SyntheticTextDataArgs): a mean, and for a distribution its standard
+    deviation, min and max per field, which GuideLLM draws as a normal clipped to [min, max]
+    (guidellm/utils/random.py IntegerRangeSampler): the plan's means, spread and range, not its
+    shape. A shared prefix is GuideLLM's own prefix (prefix_tokens, one prefix for all requests),
+    sent before the prompt, so the prompt's part excludes it."""
+    prefix = min(w.shared_prefix_tokens, w.input_tokens - 1)
+    data = {"kind": "synthetic_text", "prompt_tokens": w.input_tokens - prefix, "output_tokens": w.output_tokens}
+    if w.lengths is not None and w.lengths.form != "fixed":
+        for field, name, offset in (("input", "prompt_tokens", prefix), ("output", "output_tokens", 0)):
+            mean, std, low, high = w.lengths.spread(field)
+            data[name] = max(1, round(mean) - offset)
+            if std >= 1:       # GuideLLM takes a standard deviation above 0 only
+                data[f"{name}_stdev"] = round(std)
+            data[f"{name}_min"], data[f"{name}_max"] = max(1, low - offset), max(1, high - offset)
+    if prefix > 0:
+        data["prefix_tokens"], data["prefix_count"] = prefix, 1
+    return data
 
 
 def run_deadline_s(plan: Plan, lt: LoadTestSettings) -> int:

@@ -128,7 +128,7 @@ def vllm_args(plan: Plan, shutdown_timeout_s: int, checkpoint: str | None = None
         "--max-num-batched-tokens", str(a["max_num_batched_tokens"]),
         "--gpu-memory-utilization", str(a["gpu_memory_utilization"]),
         "--shutdown-timeout", str(shutdown_timeout_s),
-    ]
+    ] + (["--enable-prefix-caching"] if a["enable_prefix_caching"] else [])
 
 
 def target_qps(plan: Plan) -> float:

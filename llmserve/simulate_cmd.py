@@ -24,7 +24,7 @@ def simulate(
     router: str = typer.Option("least-outstanding", help="round-robin, least-outstanding or least-pending-tokens."),
     arrivals: str = typer.Option("poisson", help="poisson, or gamma (bursty)."),
     burstiness: float = typer.Option(2.0, help="Coefficient of variation of gamma inter-arrival times (1 = Poisson)."),
-    lengths: str = typer.Option("fixed", help="fixed (the workload's lengths) or lognormal around them."),
+    lengths: str = typer.Option("fixed", help="fixed (the workload's lengths: its distribution when it has one) or lognormal around the means."),
     length_cv: float = typer.Option(0.5, "--length-cv", help="Coefficient of variation of lognormal lengths."),
     max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens",
                                                          help="Token budget per step (default: the plan's)."),

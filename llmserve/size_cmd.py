@@ -27,8 +27,12 @@ def size(
     tp: Optional[int] = typer.Option(None, help="Tensor-parallel degree (default: the planner picks)."),
     qps: Optional[float] = typer.Option(None, help="Open-loop load, requests per second."),
     concurrency: Optional[int] = typer.Option(None, help="Closed-loop load: concurrent clients."),
-    input_tokens: Optional[int] = typer.Option(None, "--input-tokens", help="Prompt tokens per request."),
-    output_tokens: Optional[int] = typer.Option(None, "--output-tokens", help="Output tokens per request."),
+    input_tokens: Optional[str] = typer.Option(None, "--input-tokens", help="Prompt tokens: 1000, or p50=800,p95=3000,max=7000."),
+    output_tokens: Optional[str] = typer.Option(None, "--output-tokens", help="Output tokens: 300, or p50=250,p95=700,max=1000."),
+    lengths: Optional[Path] = typer.Option(None, help="Observed lengths: CSV or JSONL, input_tokens and output_tokens per request."),
+    max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help="Longest request served (default: from the lengths)."),
+    shared_prefix_tokens: Optional[int] = typer.Option(None, "--shared-prefix-tokens", help="Prompt tokens all requests share."),
+    prefix_hit_fraction: Optional[float] = typer.Option(None, "--prefix-hit-fraction", help="Share of prompt tokens cached."),
     ttft_slo: Optional[float] = typer.Option(None, "--ttft-slo", help="TTFT SLO in seconds (at --slo-statistic)."),
     tpot_slo: Optional[float] = typer.Option(None, "--tpot-slo", help="TPOT SLO in seconds (at --slo-statistic)."),
     slo_statistic: Optional[str] = typer.Option(None, "--slo-statistic",
@@ -101,52 +105,5 @@ def _show(result, as_json: bool, plot: Path | None) -> None:
     if as_json:
         print(json.dumps(data, indent=2))
     else:
-        _print_report(data, plot)
-
-
-def _print_report(d: dict, plot: Path | None) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    from sizing.report import layout_label, table_rows
-
-    console = Console(width=110)
-    w = d["workload"]
-    load = f"{w['qps']:g} QPS" if w["qps"] is not None else f"{w['concurrency']} concurrent clients"
-    title = (f"{d['model']} {d['weights']} (KV {d['kv_dtype']}) on {d['instance_type']}, {layout_label(d)}: "
-             f"{load}, {w['input_tokens']:,} in / {w['output_tokens']:,} out, "
-             f"TTFT < {w['ttft_slo_s']:g} s, TPOT <= {w['tpot_slo_s'] * 1e3:g} ms at the {w['slo_statistic']} "
-             f"[profile {d['profile']}]")
-    table = Table(title=title, title_justify="left")
-    table.add_column("figure")
-    table.add_column("ideal", justify="right")
-    table.add_column("real", justify="right")
-    for row in table_rows(d):
-        table.add_row(*row)
-    console.print(table)
-    console.print(f"Binding constraint: {d['binding_constraint']}.")
-    nodes = ", ".join(f"{n['pool']}/node-{n['node']}: "
-                      + (f"group {n['group']}" if "group" in n else f"{n['replicas']} replica(s)")
-                      + f", {n['gpus_idle']} GPUs idle" for n in d["nodes"])
-    console.print(f"Plan: {d['replicas']} x {layout_label(d)} replicas {d['replicas_by_zone']}; {nodes}.")
-    if d.get("unstable_reason"):
-        console.print(f"Unstable at {d['load_per_replica_qps']:.3g} QPS per replica: {d['unstable_reason']}.")
-    if "fleet" in d:
-        console.print(_fleet_line(d))
-    for note in d["notes"]:
-        console.print(f"Note: {note}.")
-    if plot is not None:
-        console.print(f"Plot written to {plot}.")
-
-
-def _fleet_line(d: dict) -> str:
-    """`--replicas N`: that fleet, every replica up, at the load given."""
-    f = d["fleet"]
-    share = (f"{f['clients_per_replica']:g} clients ({f['load_per_replica_qps']:.3g} QPS) per replica"
-             if f["clients_per_replica"] is not None else f"{f['load_per_replica_qps']:.3g} QPS per replica")
-    if not f["stable"]:
-        return f"Fleet of {f['replicas']} replicas, all up: {share}: unstable ({f['unstable_reason']})."
-    stat = d["workload"]["slo_statistic"]
-    return (f"Fleet of {f['replicas']} replicas, all up: {share}, {100 * (f['utilization'] or 0):.0f}% of capacity; "
-            f"TTFT {stat} {f['ttft_ms']['at_statistic']:,.0f} ms, TPOT {stat} {f['tpot_ms']['at_statistic']:.1f} ms "
-            f"(means {f['ttft_ms']['mean']:,.0f} / {f['tpot_ms']['mean']:.1f} ms).")
+        from .size_view import print_report
+        print_report(data, plot)

@@ -63,6 +63,27 @@ def _zones(body: dict, key: str, value: str) -> None:
     body["gpuPools"] = [{"zone": z, "instanceType": itype, "nodes": per_zone.get(z, 1)} for z in names]
 
 
+def _length(body: dict, key: str, value: str) -> None:
+    """`1000` (every request alike) or `p50=800,p95=3000,max=7000` (percentiles), as the stack
+    key's number or map: the settings judge the values, with the stack's messages."""
+    text = value.strip()
+    if re.fullmatch(r"-?\d+", text):
+        _set(body, key, int(text))
+        return
+    parts = dict(p.partition("=")[::2] for p in text.split(","))
+    if set(parts) != {"p50", "p95", "max"} or not all(re.fullmatch(r"-?\d+", v.strip()) for v in parts.values()):
+        raise ValueError(f"expected a number of tokens (1000) or p50=N,p95=N,max=N (got {text[:60]!r})")
+    _set(body, key, {k: int(v) for k, v in parts.items()})
+
+
+def _lengths_file(body: dict, key: str, value) -> None:
+    """Observed lengths replace the stack's numbers; the path is the user's, from where they are."""
+    from pathlib import Path
+    for field in ("inputTokens", "outputTokens"):
+        body.get("workload", {}).pop(field, None)
+    _set(body, key, str(Path(value).resolve()))
+
+
 @dataclass(frozen=True)
 class Flag:
     key: str                                      # the llm-serving: key (gpuPools.x: every pool's x)
@@ -81,8 +102,12 @@ FLAGS: dict[str, Flag] = {
     "--tp": Flag("model.tensorParallel"),
     "--qps": Flag("workload.qps", replaces=LOAD),
     "--concurrency": Flag("workload.concurrency", replaces=LOAD),
-    "--input-tokens": Flag("workload.inputTokens"),
-    "--output-tokens": Flag("workload.outputTokens"),
+    "--lengths": Flag("workload.lengthsFile", _lengths_file),
+    "--input-tokens": Flag("workload.inputTokens", _length, replaces=("workload.lengthsFile",)),
+    "--output-tokens": Flag("workload.outputTokens", _length, replaces=("workload.lengthsFile",)),
+    "--max-model-len": Flag("workload.maxModelLen"),
+    "--shared-prefix-tokens": Flag("workload.sharedPrefixTokens"),
+    "--prefix-hit-fraction": Flag("workload.prefixHitFraction"),
     "--ttft-slo": Flag("workload.ttftSeconds"),
     "--tpot-slo": Flag("workload.tpotSeconds"),
     "--slo-statistic": Flag("workload.sloStatistic"),

@@ -20,6 +20,7 @@ from sizing.catalog import CatalogError, load_catalog, resolve_model
 from sizing.model import MAX_NODES_PER_REPLICA, Shape, SizingError, candidate_tps, check_shape
 from sizing.profiles import get_profile
 
+from .accuracy_fit import gate_fit_problems
 from .names import AWS_REGIONS, region as valid_region
 from .schema import ALL_SECRET_KEYS, MAX_API_KEYS, REQUEST_KEYS, PlanRequestSettings, StackSettings, _Strict
 
@@ -194,6 +195,9 @@ def semantic_problems(s: StackSettings) -> list[str]:
         problems.append(f"{PROJECT}:gateway.rateLimitShare: {s.gateway.rateLimitShare:g} leaves the accuracy gate's "
                         f"own key less than {1 - MAX_TENANT_SHARE_WITH_GATE:.0%} of the capacity; use at most "
                         f"{MAX_TENANT_SHARE_WITH_GATE:g}, or set accuracyGate.enabled: false")
+    if s.accuracy_gate_enabled:
+        problems += gate_fit_problems(s.accuracyGate.tasks, s.workload.sizing_workload().served_max_len,
+                                      f"{PROJECT}:accuracyGate.tasks")
     if s.loadTest.enabled and s.workload.qps is None:
         problems.append(f"{PROJECT}:loadTest.enabled: the workload is closed-loop (concurrency); the rate "
                         "sweep needs workload.qps, or set loadTest.enabled: false")
@@ -271,6 +275,8 @@ def _fit_problems(r: PlanRequestSettings, instance_type: str) -> list[str]:
             errors.append(exc)
     if tp is not None:
         return [sizing_problem(exc) for exc in errors]
+    if errors and (errors[-1].field or "").startswith("workload."):
+        return [sizing_problem(errors[-1])]     # a served length no TP helps: the most capable TP's reason
     if layout == "tp" and _fits_on_nodes(model, instance, r, workload, profile):
         return []       # the planner spans nodes (docs/multi-node.md)
     if all(exc.field == "weights" for exc in errors):     # no layout holds the weights: say so, and what does

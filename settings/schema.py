@@ -9,13 +9,19 @@ from __future__ import annotations
 import ipaddress
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pathlib import Path
+
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo,
+                      field_validator, model_validator)
 
 from conventions import SERVING_NAMESPACE
 from sizing.catalog import CatalogError, load_catalog
 from sizing.model import Workload
 from sizing.planner import PlanRequest, Pool
 from sizing.profiles import load_profiles
+from sizing.traffic import LengthDistribution, LengthsError, Percentiles, from_percentiles, parse_lengths_text
+
+from .files import FileInputError, read_text
 
 from .capacity import offering_id, reservation_id
 from .names import RESERVED_NAMESPACES, dns_label, private_cidr, role_arn, secret_key
@@ -53,20 +59,136 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False)
 
 
+Tokens = Annotated[int, Field(gt=0, le=1_000_000)]
+
+
+class PercentileLengths(_Strict):
+    """A length by its percentiles: the median, the 95th percentile and the longest."""
+    p50: Tokens
+    p95: Tokens
+    max: Tokens
+
+    @model_validator(mode="after")
+    def _ordered(self):
+        try:
+            Percentiles(self.p50, self.p95, self.max).check("")
+        except LengthsError as exc:
+            raise ValueError(str(exc)) from None
+        return self
+
+
 class WorkloadSettings(_Strict):
     qps: float | None = Field(None, gt=0)
     concurrency: int | None = Field(None, gt=0)
-    inputTokens: int = Field(1000, gt=0, le=1_000_000)
-    outputTokens: int = Field(300, gt=0, le=1_000_000)
+    # A length is a number (every request alike) or {p50, p95, max}; or lengthsFile holds the
+    # observed (input_tokens, output_tokens) of each request (CSV or JSONL, sizing/traffic.py).
+    inputTokens: Tokens | PercentileLengths = 1000
+    outputTokens: Tokens | PercentileLengths = 300
+    lengthsFile: str | None = Field(None, min_length=1, max_length=4096)
+    # The longest request served (prompt + output): vLLM's max_model_len. Default: the longest
+    # the lengths allow (fixed: in + out; percentiles: max + max; a file: its longest, rounded up).
+    maxModelLen: int | None = Field(None, gt=0, le=10_000_000)
+    # Prefix caching the plan counts on: prompt tokens every request shares (system prompt,
+    # template), or the share of prompt tokens found in the cache (multi-turn). vLLM 0.29.0 caches
+    # prefixes by default; with either set, the serving args say --enable-prefix-caching and the
+    # plan shows TTFT and capacity with and without it.
+    sharedPrefixTokens: int = Field(0, ge=0, le=1_000_000)
+    prefixHitFraction: float = Field(0.0, ge=0, lt=1)
     ttftSeconds: float = Field(1.0, gt=0)
     tpotSeconds: float = Field(0.040, gt=0)
     sloStatistic: Literal["mean", "p50", "p90", "p95", "p99"] = "p95"   # the SLOs hold at this statistic
+    _lengths: LengthDistribution | None = PrivateAttr(None)
 
     @model_validator(mode="after")
     def _one_load(self):
         if (self.qps is None) == (self.concurrency is None):
             raise ValueError("give exactly one of qps (open loop) or concurrency (closed loop)")
         return self
+
+    @field_validator("inputTokens", "outputTokens", mode="before")
+    @classmethod
+    def _one_form(cls, v):
+        """One error for a length in either form (the union would report both forms' errors)."""
+        if isinstance(v, dict):
+            try:
+                return PercentileLengths.model_validate(v)
+            except ValidationError as exc:
+                err = exc.errors()[0]
+                where = ".".join(str(p) for p in err["loc"])
+                msg = err["msg"].removeprefix("Value error, ")
+                raise ValueError(msg if msg.startswith(f"{where}:") or not where else f"{where}: {msg}") from None
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 < v <= 1_000_000:
+            raise ValueError(f"expected a whole number of tokens from 1 to 1,000,000, or {{p50: N, p95: N, max: N}} "
+                             f"(got {str(v)[:40]!r})")
+        return v
+
+    @field_validator("lengthsFile")
+    @classmethod
+    def _readable(cls, v: str | None) -> str | None:
+        """The file read and parsed here, so a problem names this key (and the CLI, --lengths)."""
+        if v is not None:
+            read_lengths_file(v)
+        return v
+
+    @model_validator(mode="after")
+    def _read_lengths(self):
+        given = {"inputTokens", "outputTokens"} & self.model_fields_set
+        if self.lengthsFile is not None:
+            if given:
+                raise ValueError(f"lengthsFile and {' and '.join(sorted(given))}: give the lengths one way "
+                                 "(a file of observed lengths, or numbers/percentiles), not both")
+            self._lengths = read_lengths_file(self.lengthsFile)
+        elif isinstance(self.inputTokens, PercentileLengths) or isinstance(self.outputTokens, PercentileLengths):
+            self._lengths = from_percentiles(_as_percentiles(self.inputTokens), _as_percentiles(self.outputTokens))
+        elif self.sharedPrefixTokens >= self.inputTokens:
+            raise ValueError(f"sharedPrefixTokens: {self.sharedPrefixTokens} is not below inputTokens "
+                             f"{self.inputTokens}; the shared prefix is part of each prompt")
+        return self
+
+    @property
+    def lengths(self) -> LengthDistribution | None:
+        """The distribution the lengths describe; None when every request is the same."""
+        return self._lengths
+
+    def sizing_workload(self) -> Workload:
+        common = dict(ttft_slo_s=self.ttftSeconds, tpot_slo_s=self.tpotSeconds, qps=self.qps,
+                      concurrency=self.concurrency, slo_statistic=self.sloStatistic, max_model_len=self.maxModelLen,
+                      shared_prefix_tokens=self.sharedPrefixTokens, prefix_hit_fraction=self.prefixHitFraction)
+        if self._lengths is not None:
+            return Workload.with_lengths(self._lengths, **common)
+        return Workload(input_tokens=self.inputTokens, output_tokens=self.outputTokens, **common)
+
+
+def _as_percentiles(v: int | PercentileLengths) -> Percentiles:
+    """A fixed length among percentile ones: every request that long."""
+    return Percentiles(v, v, v) if isinstance(v, int) else Percentiles(v.p50, v.p95, v.max)
+
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def read_lengths_file(path: str) -> LengthDistribution:
+    """A lengths file named by a stack key (relative to the project folder) or a flag (made
+    absolute by the CLI). Parsed once per version of the file (the settings validate twice)."""
+    full = Path(path) if Path(path).is_absolute() else PROJECT_ROOT / path
+    try:
+        info = full.stat()
+        key = (str(full), info.st_mtime_ns, info.st_size)
+    except OSError:
+        key = None
+    if key is not None and key in _PARSED:
+        return _PARSED[key]
+    try:
+        dist = parse_lengths_text(read_text(full, "lengths file (CSV or JSONL)"), path)
+    except (FileInputError, LengthsError) as exc:
+        raise ValueError(str(exc)) from None
+    if key is not None:
+        _PARSED.clear()          # keep one: a stack names one file
+        _PARSED[key] = dist
+    return dist
+
+
+_PARSED: dict[tuple, LengthDistribution] = {}
 
 
 class ModelSettings(_Strict):
@@ -264,14 +386,13 @@ class PlanRequestSettings(_Strict):
 
     def request_body(self) -> dict:
         """This request as settings keys again (what `llmserve size` applies its flags to)."""
-        return self.model_dump(include=set(PlanRequestSettings.model_fields))
+        # exclude_unset: a key the stack left to its default stays unset (lengthsFile refuses an
+        # inputTokens given beside it, and a dump would otherwise give every default).
+        return self.model_dump(include=set(PlanRequestSettings.model_fields), exclude_unset=True)
 
     def plan_request(self) -> PlanRequest:
-        w = self.workload
         return PlanRequest(
-            workload=Workload(input_tokens=w.inputTokens, output_tokens=w.outputTokens,
-                              ttft_slo_s=w.ttftSeconds, tpot_slo_s=w.tpotSeconds,
-                              qps=w.qps, concurrency=w.concurrency, slo_statistic=w.sloStatistic),
+            workload=self.workload.sizing_workload(),
             model=self.model.id, weights=self.model.weights, kv_dtype=self.model.kvCacheDtype,
             pools=tuple(Pool(p.zone, p.instanceType, p.nodes, p.name or "") for p in self.gpuPools),
             tp=self.model.tensorParallel, model_config=self.model.config, layout=self.model.layout,
@@ -295,7 +416,9 @@ REQUEST_KEYS = {
     "workload.qps": "workload.qps", "workload.concurrency": "workload.concurrency",
     "workload.input_tokens": "workload.inputTokens", "workload.output_tokens": "workload.outputTokens",
     "workload.ttft_slo_s": "workload.ttftSeconds", "workload.tpot_slo_s": "workload.tpotSeconds",
-    "workload.slo_statistic": "workload.sloStatistic",
+    "workload.slo_statistic": "workload.sloStatistic", "workload.max_model_len": "workload.maxModelLen",
+    "workload.shared_prefix_tokens": "workload.sharedPrefixTokens",
+    "workload.prefix_hit_fraction": "workload.prefixHitFraction",
 }
 
 

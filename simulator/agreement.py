@@ -2,13 +2,14 @@
 tests/test_agreement.py asserts on and bench/bench_agreement.py prints for the README, defined once
 so the published numbers are the tested ones.
 
-Four cases (the reference, its TP=2 and 1,000-output-token follow-ups, 5,000-token prompts), the
-calibrated profile, SLOs at p95; one replica, Poisson arrivals, fixed seeds.
+Five cases (the reference, its TP=2 and 1,000-output-token follow-ups, 5,000-token prompts, lengths
+as percentiles), the calibrated profile, SLOs at p95; one replica, Poisson arrivals, fixed seeds.
 """
 from __future__ import annotations
 
 from sizing.model import Point, Workload
 from sizing.planner import Plan, PlanRequest, plan
+from sizing.traffic import Percentiles, from_percentiles
 
 from .plan import config_from_plan, simulated_capacity_qps
 from .loop import simulate
@@ -20,6 +21,10 @@ CASES = {
     "tp2": ("TP=2", Workload(qps=10), 2),
     "outputs-1000": ("1,000-token outputs", Workload(qps=10, output_tokens=1000), 4),
     "prompts-5000": ("5,000-token prompts", Workload(qps=2, input_tokens=5000, output_tokens=500), 4),
+    # lengths as a distribution: the simulator draws from the same one (sizing.traffic)
+    "lengths-mix": ("lengths p50/p95/max 700/3,000/6,000 in, 200/700/1,000 out",
+                    Workload.with_lengths(from_percentiles(Percentiles(700, 3000, 6000), Percentiles(200, 700, 1000)),
+                                          qps=2), 4),
 }
 LOADS = (0.2, 0.4, 0.6, 0.8, 0.95)      # shares of the analytic capacity
 MIN_REQUESTS = 4000                     # per simulated point: enough for a stable p95

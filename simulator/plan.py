@@ -84,8 +84,10 @@ def config_from_plan(plan: Plan, duration_s: float, qps: float | None = None, *,
     return SimConfig(
         workload=WorkloadSpec(qps=rate, duration_s=duration_s, input_tokens=w.input_tokens,
                               output_tokens=w.output_tokens, max_model_len=args["max_model_len"],
-                              arrivals=arrivals, burstiness_cv=burstiness_cv, lengths=lengths,
-                              length_cv=length_cv, seed=seed),
+                              arrivals=arrivals, burstiness_cv=burstiness_cv,
+                              # the plan's own lengths when it has a distribution (one everywhere)
+                              lengths="distribution" if w.lengths is not None and lengths == "fixed" else lengths,
+                              length_cv=length_cv, seed=seed, distribution=w.lengths),
         replicas=specs, cost=step_cost(model),
         max_num_batched_tokens=max_num_batched_tokens or args["max_num_batched_tokens"],
         max_num_seqs=max_num_seqs or args["max_num_seqs"],

@@ -9,8 +9,10 @@ import math
 import random
 from dataclasses import dataclass
 
+from sizing.traffic import LengthDistribution
+
 ARRIVALS = ("poisson", "gamma")
-LENGTHS = ("fixed", "lognormal")
+LENGTHS = ("fixed", "lognormal", "distribution")
 
 
 class Request:
@@ -62,6 +64,9 @@ class WorkloadSpec:
     lengths: str = "fixed"
     length_cv: float = 0.5         # lognormal lengths: coefficient of variation around the means
     seed: int = 0
+    # lengths "distribution": drawn from the plan's own (sizing.traffic): observed pairs together,
+    # percentile quantiles each on its own
+    distribution: LengthDistribution | None = None
 
 
 MAX_DURATION_S = 7 * 86_400         # a week of arrivals
@@ -132,6 +137,8 @@ def generate(spec: WorkloadSpec) -> list[Request]:
     if spec.lengths == "fixed":
         def draw() -> tuple[int, int]:
             return spec.input_tokens, spec.output_tokens
+    elif spec.lengths == "distribution":
+        draw = _distribution_draw(spec, lens)
     else:
         sigma = math.sqrt(math.log(1 + spec.length_cv ** 2))
 
@@ -149,3 +156,22 @@ def generate(spec: WorkloadSpec) -> list[Request]:
         out.append(Request(len(out), t, p, o))
         t += gap()
     return out
+
+
+def _distribution_draw(spec: WorkloadSpec, lens: random.Random):
+    """Draws from the plan's length distribution (one stream, so arrivals never move)."""
+    d = spec.distribution
+    if d is None:
+        raise ValueError("lengths 'distribution': the workload's lengths are fixed; use fixed or lognormal")
+    ins, outs, n_in, n_out = d.inputs, d.outputs, len(d.inputs), len(d.outputs)
+    cap = spec.max_model_len
+
+    def draw() -> tuple[int, int]:
+        i = lens.randrange(n_in)
+        p = ins[i]
+        o = outs[i] if d.paired else outs[lens.randrange(n_out)]
+        # vLLM refuses a request beyond max_model_len (a 400); the plan's limit holds the
+        # distribution's longest, so this clip only matters for a stated maximum below it.
+        p = min(p, cap - 1)
+        return p, min(o, cap - p)
+    return draw

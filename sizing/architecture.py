@@ -139,7 +139,7 @@ class Architecture:
         """Parameter counts per tensor group, the whole model (MTP layers excluded)."""
         h, layers = self.hidden_size, self.num_hidden_layers
         moe, dense = self.moe_layer_count, self.dense_layer_count
-        router = h * self.num_experts + (self.num_experts if self.model_type in ("gpt_oss", "deepseek_v3", "glm4_moe")
+        router = h * self.num_experts + (self.num_experts if self.model_type in ("gpt_oss", "deepseek_v3", "kimi_k2", "glm4_moe")
                                          else 0)       # gate bias / e_score_correction_bias
         return {
             "embed": self.vocab_size * h,

@@ -76,7 +76,9 @@ def predict(m: Measurement, profile: Profile) -> float:
     shape = Shape(catalog.model(m.model), _node(m.gpu), m.tp, m.weights, m.kv_dtype)
     w = Workload(input_tokens=m.input_tokens, output_tokens=m.output_tokens, qps=None, concurrency=1,
                  slo_statistic="mean")
-    rm = ReplicaModel(shape, w, profile, real=True)
+    # The rows ran TensorRT-LLM, whose default capacity scheduler (GUARANTEED_NO_EVICT,
+    # tensorrt_llm/llmapi/llm_args.py SchedulerConfig) reserves each request's whole KV up front.
+    rm = ReplicaModel(shape, w, replace(profile, kv_reservation="whole"), real=True)
     n = rm.memory.max_seqs
     if n < 1:
         return 0.0

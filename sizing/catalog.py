@@ -88,6 +88,8 @@ class Model:
     arch: Architecture | None = None       # None: a legacy entry sized from the figures above
     source: dict = field(default_factory=dict)   # where its config.json was transcribed from
     card: dict = field(default_factory=dict)     # the model card's parameter counts, cited
+    # config.json's max_position_embeddings of the checkpoint served: the longest context it takes
+    max_position_embeddings: int | None = None
 
     @classmethod
     def from_architecture(cls, key: str, name: str, arch: Architecture, checkpoints: dict | None = None,
@@ -97,6 +99,11 @@ class Model:
                    ffn=arch.intermediate_size, vocab=arch.vocab_size, params_b=arch.total_params / 1e9,
                    active_params_b=arch.active_params / 1e9, checkpoints=dict(checkpoints or {}), hf_id=hf_id,
                    arch=arch, source=dict(source or {}), card=dict(card or {}))
+
+    @property
+    def context_tokens(self) -> int | None:
+        """The longest context the served checkpoint takes (config.json's max_position_embeddings)."""
+        return self.arch.max_position_embeddings if self.arch is not None else self.max_position_embeddings
 
     @property
     def is_moe(self) -> bool:

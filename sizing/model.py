@@ -26,16 +26,19 @@ the `reference` profile, whose step model is the seed's.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from . import parallel
 from .catalog import Instance, Model, bytes_per_element
 from .profiles import Profile
 from .queueing import QUANTILES, STATISTICS, erlang_c_wait, md1_wait_quantile, poisson_quantile_smooth
 from .step import build_step, comm_terms, pp_terms
+from .traffic import LengthDistribution, fixed as fixed_lengths
+from .vllm_engine import BLOCK_TOKENS, NULL_BLOCKS, batch_defaults, blocks_for, reported_memory_bytes
 
 GB = 1e9
 CHUNK_MIN, CHUNK_MAX, CHUNK_ALIGN = 512, 8192, 256
+PROMPT_POINTS = 16          # prompt-length quantiles a varying prompt's own prefill is averaged over
 
 
 class SizingError(ValueError):
@@ -61,13 +64,63 @@ class Workload:
     qps: float | None = 10.0
     concurrency: int | None = None     # closed loop: this many clients, each waits for its answer
     slo_statistic: str = "p95"         # mean | p50 | p90 | p95 | p99: the SLOs hold at this statistic
+    # The lengths as a distribution (sizing.traffic); None: every request is input/output_tokens.
+    # With one, input_tokens and output_tokens are its means (`with_lengths`).
+    lengths: LengthDistribution | None = None
+    max_model_len: int | None = None   # the served limit, stated; None: the longest the lengths allow
+    # Prefix caching (vLLM's automatic prefix caching, on by default in 0.29.0): the prompt tokens
+    # every request shares (a system prompt or template), or the share of prompt tokens found in
+    # the cache (multi-turn chats). 0: the plan does not count on it.
+    shared_prefix_tokens: int = 0
+    prefix_hit_fraction: float = 0.0
 
     def __post_init__(self):
         check_finite_workload(self)
 
+    @classmethod
+    def with_lengths(cls, lengths: LengthDistribution, **kwargs) -> "Workload":
+        """A workload whose mean lengths come from `lengths`."""
+        return cls(input_tokens=max(1, round(lengths.mean_input)), output_tokens=max(1, round(lengths.mean_output)),
+                   lengths=lengths, **kwargs)
+
     @property
     def is_closed_loop(self) -> bool:
         return self.concurrency is not None
+
+    @property
+    def distribution(self) -> LengthDistribution:
+        return self.lengths or fixed_lengths(self.input_tokens, self.output_tokens)
+
+    @property
+    def cached_prompt_tokens(self) -> int:
+        """Prompt tokens per request served from the prefix cache: whole 16-token blocks only (vLLM
+        caches full blocks), and never the last prompt token (it is recomputed for its logits)."""
+        cached = max(self.shared_prefix_tokens, self.prefix_hit_fraction * self.input_tokens)
+        return max(0, min(int(cached), self.input_tokens - 1) // BLOCK_TOKENS * BLOCK_TOKENS)
+
+    @property
+    def counts_on_prefix_cache(self) -> bool:
+        return self.cached_prompt_tokens > 0
+
+    def without_prefix_cache(self) -> "Workload":
+        return replace(self, shared_prefix_tokens=0, prefix_hit_fraction=0.0)
+
+    @property
+    def served_max_len(self) -> int:
+        """vLLM's max_model_len: the stated maximum, else the longest request the traffic holds."""
+        return self.max_model_len or self.distribution.max_request_tokens
+
+    @property
+    def prompt_attention_tokens(self) -> float:
+        """The prompt length one prompt token's causal attention sees, on average over tokens."""
+        return self.input_tokens if self.lengths is None else self.lengths.prompt_attention_tokens
+
+    @property
+    def decode_context_tokens(self) -> float:
+        """A decoding sequence's context, averaged over decode steps (its KV read per step)."""
+        if self.lengths is None:
+            return self.input_tokens + self.output_tokens / 2
+        return self.lengths.decode_context_tokens
 
 
 WORKLOAD_FIGURES = ("input_tokens", "output_tokens", "ttft_slo_s", "tpot_slo_s", "qps", "concurrency")
@@ -83,6 +136,15 @@ def check_finite_workload(w: Workload) -> None:
             raise SizingError(f"expected a number (got {value!r})", f"workload.{name}")
         if not math.isfinite(value) or value <= 0:
             raise SizingError(f"must be a finite number greater than 0 (got {value!r})", f"workload.{name}")
+    if isinstance(w.shared_prefix_tokens, bool) or not isinstance(w.shared_prefix_tokens, int) or w.shared_prefix_tokens < 0:
+        raise SizingError(f"must be a whole number of tokens, 0 or more (got {w.shared_prefix_tokens!r})",
+                          "workload.shared_prefix_tokens")
+    if not (isinstance(w.prefix_hit_fraction, (int, float)) and 0 <= w.prefix_hit_fraction < 1):
+        raise SizingError(f"must be from 0 to below 1 (got {w.prefix_hit_fraction!r})", "workload.prefix_hit_fraction")
+    if w.max_model_len is not None and (isinstance(w.max_model_len, bool) or not isinstance(w.max_model_len, int)
+                                        or w.max_model_len <= 0):
+        raise SizingError(f"must be a whole number of tokens above 0 (got {w.max_model_len!r})",
+                          "workload.max_model_len")
     if w.slo_statistic not in STATISTICS:
         raise SizingError(f"unknown statistic '{w.slo_statistic}'; choose one of: {', '.join(STATISTICS)}",
                           "workload.slo_statistic")
@@ -121,7 +183,7 @@ class Memory:
     kv_bytes_per_token: float
     kv_cache_tokens: int           # vLLM's "GPU KV cache size: N tokens"
     max_model_len: int
-    max_seqs_kv: int               # sequences whose full context (s_in + s_out) fits in the KV cache
+    max_seqs_kv: int               # running sequences the KV cache holds at saturation (see memory())
     max_seqs: int                  # that, capped by the engine's max_num_seqs
     total_gb: float
 
@@ -166,9 +228,17 @@ class ReplicaModel:
         self.shape, self.workload, self.profile, self.real = shape, workload, profile, real
         self.step = step = build_step(shape, workload, profile, real)
         self.additive = profile.step_model == "additive"
-        s_in, self.s_out = workload.input_tokens, workload.output_tokens
+        # The prompt tokens each request computes: a prefix found in the cache is not recomputed.
+        self.cached = cached = workload.cached_prompt_tokens
+        s_in, self.s_out = workload.input_tokens - cached, workload.output_tokens
         self.s_in = s_in
-        self.kv_tok = parallel.kv_bytes_per_token(shape, s_in + self.s_out)
+        # Prompt lengths: E[s^2] / E[s] (the M/G/1 work ahead) and PROMPT_POINTS quantiles (own service).
+        self.s_work = workload.prompt_attention_tokens - cached
+        d = workload.lengths
+        self.prompt_points = ((s_in,) if d is None else
+                              tuple(max(1, d.input_quantile((i + 0.5) / PROMPT_POINTS) - cached)
+                                    for i in range(PROMPT_POINTS)))
+        self.kv_tok = parallel.kv_bytes_per_token(shape, workload.input_tokens + self.s_out)
         self.branches = step.decode_branches()
         self.prefill_alone_s = step.prefill_s(s_in)          # one prompt, alone, unchunked
         # Per prompt token beyond the decode step, when a chunk is compute-bound (all of it, additive).
@@ -200,7 +270,13 @@ class ReplicaModel:
         n = self.in_flight(lam, w.tpot_slo_s) if math.isfinite(lam) and lam > 0 else 1.0
         room = w.tpot_slo_s - self.step.decode_s(n)
         chunk = int(room / per_token) // CHUNK_ALIGN * CHUNK_ALIGN if per_token > 0 and room > 0 else 0
-        return min(max(CHUNK_MIN, chunk), CHUNK_MAX) + self.memory.max_seqs
+        # vLLM refuses a budget below max_num_seqs (SchedulerConfig): at least the engine's cap.
+        cap = engine_max_num_seqs(self.shape, self.profile)
+        return max(min(max(CHUNK_MIN, chunk), CHUNK_MAX) + self.memory.max_seqs, cap)
+
+    def prompt_quantile(self, q: float) -> float:
+        d = self.workload.lengths
+        return self.s_in if d is None else max(1, d.input_quantile(q) - self.cached)
 
     # -- TPOT ---------------------------------------------------------------------------------
     def step_s(self, n: float) -> float:
@@ -268,14 +344,25 @@ class ReplicaModel:
     # -- TTFT ---------------------------------------------------------------------------------
     def _prefill_queue(self, qps: float, n: float) -> tuple[float, float, float, float, float]:
         """(rho, prompt work D, own service S, full-chunk step, own last step) in s, of the
-        chunked-prefill queue at batch n. rho is also the share of time in full-chunk steps."""
+        chunked-prefill queue at batch n. rho is also the share of time in full-chunk steps.
+
+        Prompt lengths that vary make it M/G/1: the work a waiting prompt finds ahead scales with
+        E[s_in^2] / E[s_in] (a long prompt is more likely the one in the way), and its own service
+        is the mean over the prompt lengths (`prompt_points`)."""
         chunk = max(self.batched_tokens - n, 1.0)
-        step = self.step
-        full = step.step_s(n, chunk)
+        full = self.step.step_s(n, chunk)
         rho = qps * self.s_in * full / chunk                  # chunks drain chunk / full tokens per second
-        k = math.ceil(self.s_in / chunk)
-        last = step.step_s(n, self.s_in - (k - 1) * chunk)
-        return rho, self.s_in * full / chunk, (k - 1) * full + last, full, last
+        service, last = self._own_service(n, self.s_in)
+        if len(self.prompt_points) > 1:
+            service = sum(self._own_service(n, s)[0] for s in self.prompt_points) / len(self.prompt_points)
+        return rho, self.s_work * full / chunk, service, full, last
+
+    def _own_service(self, n: float, s_in: float) -> tuple[float, float]:
+        """(all its steps, its last step) for a prompt of s_in tokens in chunks beside n decodes."""
+        chunk = max(self.batched_tokens - n, 1.0)
+        k = math.ceil(s_in / chunk)
+        last = self.step.step_s(n, s_in - (k - 1) * chunk)
+        return (k - 1) * self.step.step_s(n, chunk) + last, last
 
     def _ttft_prefill(self, qps: float, n: float, tpot: float, q: float | None) -> float:
         """TTFT before any KV-admission wait, at a statistic (q None: the mean).
@@ -302,8 +389,11 @@ class ReplicaModel:
         res_q = _residual_quantile(tail, f, full, busy - f, dec)
         wait_q = md1_wait_quantile(rho, work, q)
         last_q = extra if shared > tail else 0.0
+        # Its own steps at the quantile: a long prompt (the lengths' q-quantile) beside a batch at
+        # its q-quantile (a larger batch leaves smaller chunks, so more steps).
+        own_q = self._own_service(poisson_quantile_smooth(n, q), self.prompt_quantile(q))[0]
         spread = math.sqrt(max(res_q - residual, 0.0) ** 2 + max(wait_q - mean_wait, 0.0) ** 2
-                           + max(last_q - shared * extra, 0.0) ** 2)
+                           + max(last_q - shared * extra, 0.0) ** 2 + max(own_q - service, 0.0) ** 2)
         return residual + mean_wait + shared * extra + spread + service
 
     # -- one load -------------------------------------------------------------------------------
@@ -554,31 +644,61 @@ def activation_gb(model: Model, tp: int, batched_tokens: int, max_seqs: int) -> 
 
 def memory(shape: Shape, workload: Workload, profile: Profile, batched_tokens: int | None = None) -> Memory:
     """The replica's memory; `batched_tokens` (max_num_batched_tokens) sets the activation peak
-    (default: the smallest chunk beside the profile's max_num_seqs)."""
+    (default: the smallest chunk beside the profile's max_num_seqs).
+
+    `kv_accounting: vllm` follows vLLM 0.29.0 (`sizing.vllm_engine`): gpu_memory_utilization x the
+    memory the driver reports, less weights, activation peak, CUDA graphs and runtime memory, in
+    blocks of 16 tokens, one held back; a running sequence holds the blocks of the tokens it has
+    so far, so at saturation the batch is the blocks over a sequence's average resident blocks.
+    `fixed` (the seed) reserves each sequence's whole mean request."""
     m, gpu, tp = shape.model, shape.instance.gpu, shape.tp
     batched_tokens = batched_tokens or CHUNK_MIN + profile.max_num_seqs
     w = parallel.replica_weight_bytes(shape)
-    max_len = workload.input_tokens + workload.output_tokens
-    kv_tok = parallel.kv_bytes_per_token(shape, max_len)
+    # KV bytes per token at the mean request's context (sliding-window layers hold at most their window)
+    kv_tok = parallel.kv_bytes_per_token(shape, workload.input_tokens + workload.output_tokens)
     vllm = profile.kv_accounting == "vllm"
-    act = activation_gb(m, tp, batched_tokens, profile.max_num_seqs) if vllm else 0.0
+    seqs_cap = engine_max_num_seqs(shape, profile)
+    act = activation_gb(m, tp, batched_tokens, seqs_cap) if vllm else 0.0
     graphs = profile.cuda_graph_gb if vllm else 0.0
-    usable = gpu.memory_gb * profile.gpu_memory_utilization - profile.runtime_overhead_gb - act - graphs
+    total_gb = reported_memory_bytes(gpu) / GB if vllm else gpu.memory_gb
+    usable = total_gb * profile.gpu_memory_utilization - profile.runtime_overhead_gb - act - graphs
     budget = shape.gpus * usable * GB - w      # weights and KV spread over every stage's GPUs
     if vllm:
         block = profile.block_tokens
         blocks = max(0, int(budget // (block * kv_tok))) if budget > 0 else 0
         kv_cache_tokens = blocks * block
-        seqs = blocks // math.ceil(max_len / block)
+        per_seq = (resident_blocks(workload, block) if profile.kv_reservation == "grow"
+                   else blocks_for(workload.input_tokens + workload.output_tokens, block))
+        seqs = int(max(0, blocks - NULL_BLOCKS) // per_seq)
     else:
         kv_cache_tokens = max(0, int(budget // kv_tok)) if budget > 0 else 0
-        seqs = max(0, int(budget // (max_len * kv_tok))) if budget > 0 else 0
+        seqs = max(0, int(budget // ((workload.input_tokens + workload.output_tokens) * kv_tok))) if budget > 0 else 0
     return Memory(
         weights_gb=w / GB, weights_per_gpu_gb=w / shape.gpus / GB, usable_per_gpu_gb=usable, activation_gb=act,
         cuda_graph_gb=graphs, kv_budget_gb=max(budget, 0) / GB, kv_bytes_per_token=kv_tok,
-        kv_cache_tokens=kv_cache_tokens, max_model_len=max_len,
-        max_seqs_kv=seqs, max_seqs=min(seqs, profile.max_num_seqs), total_gb=shape.gpus * gpu.memory_gb,
+        kv_cache_tokens=kv_cache_tokens, max_model_len=workload.served_max_len,
+        max_seqs_kv=seqs, max_seqs=min(seqs, seqs_cap), total_gb=shape.gpus * gpu.memory_gb,
     )
+
+
+def engine_max_num_seqs(shape: Shape, profile: Profile) -> int:
+    """The engine's cap on running sequences: vLLM 0.29.0's default for the GPU class under vLLM
+    accounting (the plan sets no other, `sizing.vllm_engine.batch_defaults`); the seed's figure
+    under the reference profile."""
+    return batch_defaults(shape.instance.gpu)[1] if profile.kv_accounting == "vllm" else profile.max_num_seqs
+
+
+def resident_blocks(workload: Workload, block: int = BLOCK_TOKENS) -> float:
+    """Blocks a running sequence holds on average over its life: its context averaged over its
+    decode steps, plus half a block (the last block is partly filled), less the blocks of a
+    prefix found in the cache: those are shared, held once for all the batch (not counted)."""
+    return (workload.decode_context_tokens - workload.cached_prompt_tokens) / block + 0.5
+
+
+def kv_blocks_needed(tokens: int, block: int = BLOCK_TOKENS) -> int:
+    """vLLM's start-up check (check_enough_kv_cache_memory): blocks for one max_model_len request
+    plus the null block."""
+    return blocks_for(tokens, block) + NULL_BLOCKS
 
 
 def candidate_tps(model: Model, instance: Instance) -> list[int]:
@@ -627,10 +747,25 @@ def check_shape(shape: Shape, workload: Workload, profile: Profile) -> None:
             f"{shape.weights} weights of {m.id} need {mem.weights_per_gpu_gb:.1f} GB per GPU at {where}, "
             f"more than the {mem.usable_per_gpu_gb:.1f} GB usable on a {inst.gpu.id} "
             f"({advice})", "weights")
-    if mem.max_seqs_kv < 1:
+    check_served_length(shape, workload, profile, mem)
+
+
+def check_served_length(shape: Shape, workload: Workload, profile: Profile, mem: Memory) -> None:
+    """max_model_len within the model's context, and one request of it in the KV cache: vLLM
+    0.29.0 refuses to start otherwise (kv_cache_utils.check_enough_kv_cache_memory)."""
+    m, served = shape.model, workload.served_max_len
+    limit = m.context_tokens
+    if limit and served > limit:
         raise SizingError(
-            f"no room for one sequence's KV cache ({workload.input_tokens + workload.output_tokens} tokens) "
-            f"beside the weights at TP={tp} on {inst.gpu.id}", "workload.input_tokens")
+            f"max_model_len {served:,} is above the {limit:,}-token context of {m.id} (max_position_embeddings); "
+            f"state a maximum of at most {limit:,} (longer requests are refused)", "workload.max_model_len")
+    block = profile.block_tokens
+    have = mem.kv_cache_tokens // block
+    if have < kv_blocks_needed(served, block):
+        raise SizingError(
+            f"no room for one request of max_model_len {served:,} tokens: the KV cache beside the weights "
+            f"holds {max(have - NULL_BLOCKS, 0) * block:,} tokens at {layout_words(shape)} on {shape.instance.gpu.id}, and "
+            "vLLM refuses to start (raise TP, use fp8 KV, or lower the stated maximum)", "workload.max_model_len")
 
 
 MAX_NODES_PER_REPLICA = 4     # the planner and the sweep try replicas of up to this many nodes (PP=2..4)

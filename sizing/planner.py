@@ -20,7 +20,7 @@ from conventions import RULE_ZONE_HOLDS_WHOLE_GROUPS
 from .catalog import Instance, load_catalog, resolve_model
 from .fit import _unloaded, unloaded_reason  # noqa: F401 (the sweep and the CLI name unloaded_reason here too)
 from .model import (MAX_NODES_PER_REPLICA, Capacity, Memory, Point, ReplicaModel, Shape, SizingError, Workload,
-                    candidate_tps, check_shape, layout_words)
+                    candidate_tps, check_shape, engine_max_num_seqs, layout_words)
 from .parallel import serving_args
 from .profiles import Profile, get_profile
 
@@ -103,6 +103,7 @@ class Plan:
     fill_idle_gpus: dict | None = None
     fleet: FleetView | None = None       # replicas fixed by the request: the whole fleet at the load
     layout: str = "tp"                   # how a replica's `tp` GPUs split the model (sizing.parallel)
+    prefix_caching: dict | None = None   # the plan counts on the prefix cache: the figures with and without
     nodes_per_replica: int = 1           # > 1: each replica is a group of this many nodes (PP across them)
 
     @property
@@ -181,11 +182,16 @@ def _engine_args(plan: Plan) -> dict:
     return {
         **serving_args(rm.shape),
         "pipeline_parallel_size": plan.nodes_per_replica,   # vLLM --pipeline-parallel-size (one stage per node)
-        "max_model_len": w.input_tokens + w.output_tokens,
-        "max_num_seqs": rm.memory.max_seqs,
+        "max_model_len": w.served_max_len,
+        # vLLM 0.29.0's own default for the GPU class (sizing.vllm_engine): its paged KV cache
+        # admits what fits and preempts the newest when blocks run out, so no tighter cap is
+        # needed. The reference profile keeps the seed's 512 (model.engine_max_num_seqs).
+        "max_num_seqs": engine_max_num_seqs(rm.shape, profile),
         "max_num_batched_tokens": rm.batched_tokens,
         "gpu_memory_utilization": profile.gpu_memory_utilization,
         "kv_cache_dtype": "fp8" if req.kv_dtype == "fp8" else "auto",
+        # vLLM 0.29.0 caches prefixes by default; a plan that counts on it says so explicitly.
+        "enable_prefix_caching": w.counts_on_prefix_cache,
         "weights": req.weights,
         "checkpoint": model.checkpoints.get(req.weights if req.weights in model.checkpoints else "bf16"),
         # fp8 without a prequantized checkpoint: vLLM quantizes the BF16 weights at load
@@ -358,11 +364,13 @@ def does_not_fit(req: PlanRequest, model, instance: Instance) -> str:
     """A model whose weights do not fit one node at any layout: say so, and name the cheapest
     option of the sweep (another GPU or precision; a replica over several nodes is issue 19's)."""
     from .sweep import cheapest_alternative
+    profile = get_profile(req.profile)
     node_gb = instance.gpus * instance.gpu.memory_gb
+    usable_gb = instance.gpus * (instance.gpu.memory_gb * profile.gpu_memory_utilization - profile.runtime_overhead_gb)
     weights_gb = model.weight_bytes(req.weights) / 1e9
     msg = (f"{model.id} does not fit one {instance.id}: {model.params_b:,.0f} B parameters are "
            f"{weights_gb:,.0f} GB of {req.weights} weights against {node_gb:,.0f} GB of GPU memory "
-           f"({instance.gpus} x {instance.gpu.memory_gb:g} GB), before any KV cache")
+           f"({instance.gpus} x {instance.gpu.memory_gb:g} GB, {usable_gb:,.0f} GB of it usable), before any KV cache")
     zones = len({p.zone for p in req.pools})
     alt = cheapest_alternative(req.workload, req.model, req.kv_dtype, zones, req.profile, req.model_config)
     if alt is None:
@@ -444,6 +452,7 @@ def plan_for_tp(req: PlanRequest, model, instance: Instance, profile: Profile, t
         binding_constraint=_binding_words(cap, w, need, loss), notes=tuple(notes), fill_idle_gpus=fill,
         replica_model=real, fleet=fleet_view(real, w, replicas) if req.replicas is not None else None,
         layout=layout, nodes_per_replica=n,
+        prefix_caching=_prefix_view(shape, w, profile, real, cap, clients, qps_load),
     )
 
 
@@ -459,6 +468,22 @@ def group_notes(pools: tuple[Pool, ...], n: int, loss: _Loss) -> list[str]:
             notes.append(f"pool {p.label}: {p.nodes % n} of its {p.nodes} node(s) hold no whole {n}-node group "
                          "and stay idle (pools hold whole groups)")
     return notes
+
+
+def _prefix_view(shape: Shape, w: Workload, profile: Profile, real: ReplicaModel, cap: Capacity,
+                 clients: int, qps_load: float) -> dict | None:
+    """TTFT and capacity per replica with the prefix cache the workload states, and without it
+    (the same replica, every prompt token computed), at the same load."""
+    if not w.counts_on_prefix_cache:
+        return None
+    bare = ReplicaModel(shape, w.without_prefix_cache(), profile, real=True)
+
+    def figures(rm: ReplicaModel, capacity: Capacity) -> dict:
+        point = rm.closed_point(clients) if w.is_closed_loop else rm.at(qps_load)
+        return {"ttft_ms": point.ttft_ms, "ttft_p95_ms": point.ttft_p95_ms, "tpot_ms": point.tpot_ms,
+                "capacity_per_replica_qps": capacity.qps, "binding": capacity.binding}
+    return {"cached_prompt_tokens": w.cached_prompt_tokens, "with": figures(real, cap),
+            "without": figures(bare, bare.capacity())}
 
 
 def _demand(real: ReplicaModel, cap: Capacity, w: Workload) -> _Demand:

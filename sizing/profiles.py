@@ -40,6 +40,10 @@ class Profile:
     kv_accounting: str = "fixed"    # fixed: runtime_overhead_gb covers all; vllm: + activations + graphs
     cuda_graph_gb: float = 0.0      # vllm accounting: per GPU, CUDA-graph capture memory
     block_tokens: int = 16          # vllm accounting: KV blocks hold this many tokens
+    # vllm accounting: "grow" (vLLM's paged cache: a sequence holds the blocks of its tokens so
+    # far, preempted when they run out) or "whole" (a request reserves prompt + output up front:
+    # TensorRT-LLM's default GUARANTEED_NO_EVICT capacity scheduler, which the calibration rows ran).
+    kv_reservation: str = "grow"
 
 
 @lru_cache(maxsize=1)

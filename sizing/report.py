@@ -25,8 +25,20 @@ def _request_fields(plan: Plan) -> dict:
         "weights": req.weights, "kv_dtype": req.kv_dtype, "profile": req.profile, "tp": plan.tp, "layout": plan.layout,
         "workload": {"qps": w.qps, "concurrency": w.concurrency, "input_tokens": w.input_tokens,
                      "output_tokens": w.output_tokens, "ttft_slo_s": w.ttft_slo_s, "tpot_slo_s": w.tpot_slo_s,
-                     "slo_statistic": w.slo_statistic},
+                     "slo_statistic": w.slo_statistic,
+                     # the lengths' form and the percentiles sized for; the served limit they give
+                     "lengths": w.distribution.summary(), "max_model_len": w.served_max_len,
+                     "shared_prefix_tokens": w.shared_prefix_tokens, "prefix_hit_fraction": w.prefix_hit_fraction},
+        # with the prefix cache the workload states and without it (absent when it states none)
+        "prefix_caching": _num_tree(plan.prefix_caching),
     }
+
+
+def _num_tree(d):
+    """A nested dict of figures with non-finite numbers as None (JSON has no infinity)."""
+    if d is None:
+        return None
+    return {k: _num_tree(v) if isinstance(v, dict) else (_num(v) if isinstance(v, float) else v) for k, v in d.items()}
 
 
 def _latency_fields(plan: Plan) -> dict:
@@ -179,6 +191,7 @@ def _binding_key(d: dict) -> str:
 
 
 def layout_label(d: dict) -> str:
-    """"TP=8", or "TP=8 x PP=2 (2 nodes)" for replicas that span nodes (the plan's JSON)."""
+    """"TP=8", "DP+EP=8", or "TP=8 x PP=2 (2 nodes)" for replicas that span nodes (the plan's JSON)."""
     n = d.get("nodes_per_replica", 1)
-    return f"TP={d['tp']}" if n == 1 else f"TP={d['tp']} x PP={n} ({n} nodes)"
+    one = f"{'TP' if d.get('layout', 'tp') == 'tp' else 'DP+EP'}={d['tp']}"
+    return one if n == 1 else f"{one} x PP={n} ({n} nodes)"

@@ -124,8 +124,11 @@ def build_step(shape, workload, profile, real: bool = True) -> StepModel:
     runs (closed loop: its clients; open loop: the batch whose step takes the TPOT SLO, where
     capacity is decided), exact there and an upper bound elsewhere."""
     m, gpu, tp = shape.model, shape.instance.gpu, shape.tp
-    s_in, s_out = workload.input_tokens, workload.output_tokens
-    ctx = s_in + s_out / 2                     # a decoding sequence's mean context
+    # A decoding sequence's context averaged over its decode steps (s_in + s_out / 2 for fixed
+    # lengths; longer when long prompts also decode long: sizing.traffic), and the prompt length
+    # a prompt token's attention sees on average over tokens (s_in for fixed lengths).
+    ctx = workload.decode_context_tokens
+    s_in = workload.prompt_attention_tokens
     p_active = m.active_params_b * 1e9
     kv_tok = parallel.kv_bytes_per_token(shape, ctx)
     comm0, comm1 = comm_terms(shape, profile, bytes_per_element("bf16") * m.hidden)
@@ -139,7 +142,7 @@ def build_step(shape, workload, profile, real: bool = True) -> StepModel:
         rf = profile.real_factor if real else 1.0
         bw = tp * gpu.hbm_tbps * 1e12
         decode_flops = 2 * p_active + 4 * parallel.attention_layers_at(m, ctx) * width * ctx
-        e = (2 * p_active + attn_prefill) / flops_f + comm1 + comm0 / s_in
+        e = (2 * p_active + attn_prefill) / flops_f + comm1 + comm0 / workload.input_tokens
         return StepModel(a1=rf * read0 / bw + comm0, b1=rf * (ctx * kv_tok + read1) / bw + comm1, g1=0.0,
                          a2=comm0, b2=rf * decode_flops / flops_f + comm1, g2=0.0, k=0.0, e=e, gated=True)
     frac = profile.decode_bw_fraction if real else 1.0

@@ -11,7 +11,8 @@ import pytest
 
 from conventions import PYTHON_IMAGE
 from components import accuracy_check
-from components.accuracy_gate import GATE_TIMEOUT_S, LM_EVAL, GateJob, gate_spec, rollout_digest
+from components.accuracy_gate import (GATE_TIMEOUT_S, LM_EVAL, REQUIREMENTS, TRANSFORMERS, GateJob, gate_spec,
+                                     rollout_digest)
 from components.api_keys import gate_key
 from components.gateway import gate_rate_limit
 from offline.engine import unwrap
@@ -107,7 +108,8 @@ def test_the_gate_judges_the_configured_tasks_baselines_and_margin():
 
 
 @pytest.mark.parametrize("overrides", [
-    {"workload": {"qps": 6, "inputTokens": 2000, "outputTokens": 300, "ttftSeconds": 1.0, "tpotSeconds": 0.040}},
+    {"workload": {"qps": 6, "inputTokens": 2000, "outputTokens": 300, "maxModelLen": 8192, "ttftSeconds": 1.0,
+                  "tpotSeconds": 0.040}},
     {"accuracyGate": {"baseline": {"gsm8k": 0.94, "mmlu_pro": 0.69}}},
     {"model": {"id": "llama-3-70b", "weights": "fp8", "kvCacheDtype": "fp8"}},
 ])
@@ -128,7 +130,9 @@ def gate_resources(recording) -> dict:
     ("prod", None, True),
     ("staging", None, True),
     ("dev", None, False),
-    ("dev", {"accuracyGate": {"enabled": True}}, True),
+    # dev's 8B serves 8,192 tokens at most: the gate's mmlu_pro (7,048) fits only when stated
+    ("dev", {"accuracyGate": {"enabled": True},
+             "workload": {"qps": 2, "inputTokens": 1000, "outputTokens": 300, "maxModelLen": 8192}}, True),
     ("prod", {"accuracyGate": {"enabled": False}}, False),
 ])
 def test_on_by_default_in_staging_and_prod(recorded, stack, overrides, present):
@@ -178,6 +182,10 @@ def test_the_job_runs_pinned_lm_eval_and_ships_the_tested_check(recorded):
     # The key is a mounted file, read into lm_eval's own environment only (not the pod spec's).
     assert "OPENAI_API_KEY" not in json.dumps(container["env"])
     assert 'OPENAI_API_KEY="$(cat /var/run/secrets/accuracy-gate/api-key)"' in data["run.sh"]
+    # The served model's tokenizer and context: lm-eval truncates an over-long context instead of a 400.
+    assert f"{TRANSFORMERS} --hash=sha256:" in REQUIREMENTS.read_text()
+    assert ("tokenizer_backend=huggingface,tokenizer=nvidia/Llama-3.3-70B-Instruct-FP8,max_length=8192"
+            in data["run.sh"])
 
 
 def test_the_key_reaches_kubernetes_only_as_a_secret(recorded):
@@ -198,3 +206,29 @@ def test_the_rendered_objects_are_valid_kubernetes(recorded):
     assert len(objects) == 4        # Secret, ConfigMap, egress NetworkPolicy, Job
     for obj in objects:
         validate(obj, "1.33")
+
+
+@pytest.mark.parametrize("max_model_len, tasks, problems", [
+    (8192, ["gsm8k", "mmlu_pro"], []),
+    (4096, ["gsm8k"], []),
+    (4096, ["gsm8k", "mmlu_pro"], [
+        "llm-serving:accuracyGate.tasks: mmlu_pro asks for 2,048 generated tokens after prompts of up to 5,000 "
+        "(7,048 in all, lm-eval 0.4.13), above the served max_model_len of 4,096; raise workload.maxModelLen to at "
+        "least 7,048 or drop the task"]),
+    (1300, ["gsm8k"], [
+        "llm-serving:accuracyGate.tasks: gsm8k asks for 256 generated tokens after prompts of up to 1,500 "
+        "(1,756 in all, lm-eval 0.4.13), above the served max_model_len of 1,300; raise workload.maxModelLen to at "
+        "least 1,756 or drop the task"]),
+])
+def test_a_gate_task_must_fit_the_served_context(max_model_len, tasks, problems):
+    """lm-eval 0.4.13's generated tokens plus the task's longest few-shot prompt fit max_model_len, or the
+    settings refuse the task, naming both numbers (vLLM would refuse its requests with a 400)."""
+    from settings.load import SettingsError
+    overrides = {"workload": {"qps": 10, "inputTokens": 1000, "outputTokens": 300, "maxModelLen": max_model_len},
+                 "accuracyGate": {"tasks": tasks, "baseline": {t: 0.5 for t in tasks}}}
+    if problems:
+        with pytest.raises(SettingsError) as exc:
+            settings_for("prod", overrides)
+        assert [p for p in exc.value.problems if "accuracyGate" in p] == problems
+    else:
+        assert settings_for("prod", overrides).accuracyGate.tasks == tuple(tasks)

@@ -38,6 +38,8 @@ CARDS = [
     ("deepseek-r1", 671, 37, "no-input-embedding", None),
     ("glm-4.5-air", 106, 12, "no-embeddings", None),
     ("mixtral-8x7b", 46.7, 12.9, "all", None),
+    # Kimi K2's card says "1 trillion" total: ours is 1.026 T, within the card's one significant figure.
+    ("kimi-k2", 1000, 32, "no-input-embedding", 0.03),
 ]
 
 
@@ -160,7 +162,7 @@ def test_deepseek_r1_on_h100_does_not_fit_one_p5_and_names_the_cheapest_alternat
                          nodes_per_replica=1))
     msg = str(exc.value)
     assert msg.startswith("deepseek-r1 does not fit one p5.48xlarge: 671 B parameters are 673 GB of fp8 weights "
-                          "against 640 GB of GPU memory (8 x 80 GB), before any KV cache; cheapest alternative: ")
+                          "against 640 GB of GPU memory (8 x 80 GB, 544 GB of it usable), before any KV cache; cheapest alternative: ")
     assert exc.value.field == "weights"
 
 

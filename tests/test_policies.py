@@ -33,7 +33,8 @@ def messages(violations: list[dict], policy: str) -> list[str]:
 
 
 # -- program-built layouts ------------------------------------------------------------------
-WORKLOAD_40_QPS = {"qps": 40, "inputTokens": 1000, "outputTokens": 300, "ttftSeconds": 1.0, "tpotSeconds": 0.040}
+WORKLOAD_40_QPS = {"qps": 40, "inputTokens": 1000, "outputTokens": 300, "maxModelLen": 8192, "ttftSeconds": 1.0,
+                   "tpotSeconds": 0.040}
 ONE_ZONE_TWO_POOLS = [{"zone": "us-east-1a", "instanceType": "p5.48xlarge", "nodes": 1},
                       {"zone": "us-east-1a", "name": "second", "instanceType": "p5.48xlarge", "nodes": 1}]
 ONE_POOL_TWO_NODES = [{"zone": "us-east-1a", "instanceType": "p5.48xlarge", "nodes": 2}]

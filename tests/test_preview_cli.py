@@ -156,7 +156,8 @@ def test_invalid_config_exits_2_with_the_settings_message(capsys, tmp_path):
 
 
 def test_config_that_cannot_be_planned_exits_2(capsys, tmp_path):
-    path = write_stack(tmp_path, "heavy", workload={"qps": 400, "inputTokens": 1000, "outputTokens": 300})
+    path = write_stack(tmp_path, "heavy", workload={"qps": 400, "inputTokens": 1000, "outputTokens": 300,
+                                                    "maxModelLen": 8192})
     code, out, err = run(capsys, "--stack", "heavy", "--config", path)
     assert code == 2 and out == ""
     assert len(err.splitlines()) == 1 and err.startswith(f"error: --config {path}: llm-serving:workload.qps: no TP degree works; ")

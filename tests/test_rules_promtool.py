@@ -31,11 +31,12 @@ PLANS = {
     "staging": ("staging", {}),
     "dev": ("dev", {}),
     "prod-tighter-slos": ("prod", {"llm-serving:workload": {
-        "qps": 10, "inputTokens": 1000, "outputTokens": 300, "ttftSeconds": 0.5, "tpotSeconds": 0.030}}),
+        "qps": 10, "inputTokens": 1000, "outputTokens": 300, "maxModelLen": 8192, "ttftSeconds": 0.5,
+        "tpotSeconds": 0.030}}),
     # Prod states its SLOs at the mean; the same fleet with p95 and p99 SLOs (p99: a quantile the
     # recording rules do not record, read from the buckets).
-    "prod-p95": ("prod", {"llm-serving:workload": {"qps": 10, "sloStatistic": "p95"}}),
-    "prod-p99": ("prod", {"llm-serving:workload": {"qps": 4, "sloStatistic": "p99"}}),
+    "prod-p95": ("prod", {"llm-serving:workload": {"qps": 10, "sloStatistic": "p95", "maxModelLen": 8192}}),
+    "prod-p99": ("prod", {"llm-serving:workload": {"qps": 4, "sloStatistic": "p99", "maxModelLen": 8192}}),
 }
 
 

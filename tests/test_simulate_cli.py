@@ -82,7 +82,7 @@ def test_the_text_report_names_the_windows_and_the_analytic_figures():
     (["--fail-zone", "us-east-1a"],
      "error: --fail-zone: 'us-east-1a': expected ZONE@T or ZONE@T:T2 in seconds, e.g. us-east-1b@600:1200"),
     (["--stack", "prod", "--max-num-batched-tokens", "100"],
-     "error: --max-num-batched-tokens: 100 is below max_num_seqs 472 (vLLM refuses this too)"),
+     "error: --max-num-batched-tokens: 100 is below max_num_seqs 512 (vLLM refuses this too)"),
     (["--stack", "nosuch"], "error: --stack nosuch: "),
 ])
 def test_bad_input_is_one_line_and_exit_code_2(args, message):

@@ -61,7 +61,7 @@ def test_explicit_option_overrides_the_stack(capsys):
 
 
 BAD_INPUT = [
-    (["--model", "llama-9"], "error: --model: unknown model 'llama-9'; choose a key (deepseek-r1, glm-4.5-air, gpt-oss-120b, gpt-oss-20b, llama-3-70b, llama-3-8b, llama-3.1-405b, llama-3.1-8b, llama-3.3-70b, mixtral-8x7b, qwen3-235b-a22b, qwen3-30b-a3b, qwen3-32b) or a Hugging Face id (docs/models.md), or give --model-config PATH"),
+    (["--model", "llama-9"], "error: --model: unknown model 'llama-9'; choose a key (deepseek-r1, glm-4.5-air, gpt-oss-120b, gpt-oss-20b, kimi-k2, llama-3-70b, llama-3-8b, llama-3.1-405b, llama-3.1-8b, llama-3.3-70b, mixtral-8x7b, qwen3-235b-a22b, qwen3-30b-a3b, qwen3-32b) or a Hugging Face id (docs/models.md), or give --model-config PATH"),
     (["--gpu", "h300"], "error: --gpu: unknown GPU 'h300'; choose one of: a100-40gb, b200, h100-sxm, h200, l40s"),
     (["--weights", "int3"], "error: --weights: unknown precision 'int3'; choose one of: fp8, bf16, fp16, fp4"),
     (["--kv-dtype", "int8"], "error: --kv-dtype: unknown precision 'int8'; choose one of: fp8, bf16, fp16"),
@@ -114,7 +114,7 @@ SAME_MESSAGE = [
     (["--weights", "int3"], "model: {weights: int3}", "model.weights",
      "unknown precision 'int3'; choose one of: fp8, bf16, fp16, fp4"),
     (["--model", "llama-9"], "model: {id: llama-9}", "model.id",
-     "unknown model 'llama-9'; choose a key (deepseek-r1, glm-4.5-air, gpt-oss-120b, gpt-oss-20b, llama-3-70b, llama-3-8b, llama-3.1-405b, llama-3.1-8b, llama-3.3-70b, mixtral-8x7b, qwen3-235b-a22b, qwen3-30b-a3b, qwen3-32b) or a Hugging Face id (docs/models.md), or give --model-config PATH"),
+     "unknown model 'llama-9'; choose a key (deepseek-r1, glm-4.5-air, gpt-oss-120b, gpt-oss-20b, kimi-k2, llama-3-70b, llama-3-8b, llama-3.1-405b, llama-3.1-8b, llama-3.3-70b, mixtral-8x7b, qwen3-235b-a22b, qwen3-30b-a3b, qwen3-32b) or a Hugging Face id (docs/models.md), or give --model-config PATH"),
     (["--profile", "fast"], "sizing: {profile: fast}", "sizing.profile",
      "unknown profile 'fast'; choose one of: reference, calibrated"),
     (["--gpu-hour-price", "0"], "sizing: {gpuHourPrice: 0}", "sizing.gpuHourPrice", "must be greater than 0 (got 0)"),
@@ -123,11 +123,20 @@ SAME_MESSAGE = [
      "must be at most 64 (got 65)"),
     (["--zones", "us-east-1a,eu-west-1b"], "gpuPools: [{zone: us-east-1a}, {zone: eu-west-1b}]", "gpuPools[1].zone",
      "'eu-west-1b' is not a zone of the region us-east-1; use a zone such as us-east-1a"),
+    (["--input-tokens", "p50=800,p95=300,max=9000"], "workload: {qps: 10, inputTokens: {p50: 800, p95: 300, max: 9000}}",
+     "workload.inputTokens", "p95: 300 is below p50 800; a p95 is at least the median"),
+    (["--output-tokens", "p50=200,p95=700,max=500"], "workload: {qps: 10, outputTokens: {p50: 200, p95: 700, max: 500}}",
+     "workload.outputTokens", "max: 500 is below p95 700; the longest is at least the p95"),
+    (["--input-tokens", "0"], "workload: {qps: 10, inputTokens: 0}", "workload.inputTokens",
+     "expected a whole number of tokens from 1 to 1,000,000, or {p50: N, p95: N, max: N} (got '0')"),
+    (["--max-model-len", "200000"], "workload: {qps: 10, maxModelLen: 200000}", "workload.maxModelLen",
+     "max_model_len 200,000 is above the 131,072-token context of llama-3-70b (max_position_embeddings); state a "
+     "maximum of at most 131,072 (longer requests are refused)"),
     # refused by the plan, not the settings: named by the field the sizing gives (SizingError.field)
-    (["--qps", "40", "--tp", "4", "--slo-statistic", "mean"], "{workload: {qps: 40, sloStatistic: mean}, "
+    (["--qps", "40", "--tp", "4", "--slo-statistic", "mean"], "{workload: {qps: 40, sloStatistic: mean, maxModelLen: 8192}, "
      "model: {tensorParallel: 4}}", "workload.qps", "after losing us-east-1a, 2 TP=4 replica slots remain, "
      "carrying 31.9 QPS; 40 QPS needs 3 replicas of 15.9 QPS each (add nodes or zones, or lower the load)"),
-    (["--tpot-slo", "0.004"], "workload: {qps: 10, tpotSeconds: 0.004}", "workload.tpotSeconds",
+    (["--tpot-slo", "0.004"], "workload: {qps: 10, tpotSeconds: 0.004, maxModelLen: 8192}", "workload.tpotSeconds",
      "no TP degree works; at TP=8, the most capable: one replica cannot meet the SLOs even unloaded: one decode "
      "step takes 4.2 ms with a single sequence, above the 4 ms TPOT SLO"),
 ]
@@ -249,11 +258,14 @@ def test_closed_loop_ttft_past_the_kv_cache_is_finite_and_grows_with_the_clients
 
 
 def test_a_ttft_slo_below_the_idle_chunked_prefill_names_the_chunks(capsys):
-    code, _, err = run(capsys, "size", "--profile", "calibrated", "--ttft-slo", "0.05", "--tp", "4")
+    # The step budget is at least vLLM's max_num_seqs (1,024 on an H100): a 20,000-token prompt takes
+    # 20 chunks, slower than its 0.92 s prefill alone.
+    code, _, err = run(capsys, "size", "--profile", "calibrated", "--ttft-slo", "0.95", "--tp", "4",
+                       "--input-tokens", "20000")
     assert code == 2
     assert err.strip() == ("error: --ttft-slo: one replica cannot meet the SLOs even unloaded: at the lightest load the p95 "
-                           "TTFT is 0.06 s (a 1,000-token prompt in chunks of up to 997 tokens, each step shared "
-                           "with the decodes), above the 0.05 s TTFT SLO")
+                           "TTFT is 0.98 s (a 20,000-token prompt in chunks of up to 1,024 tokens, each step shared "
+                           "with the decodes), above the 0.95 s TTFT SLO")
 
 
 def test_a_load_without_a_steady_state_says_unstable_and_why(capsys):

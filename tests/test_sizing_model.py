@@ -243,6 +243,10 @@ def test_kv_capacity_is_counted_the_way_vllm_counts_it():
     r = rm(profile=get_profile("calibrated"))
     mem = r.memory
     assert mem.kv_cache_tokens % 16 == 0                                   # whole blocks of 16 tokens
-    assert mem.max_seqs_kv == mem.kv_cache_tokens // 16 // math.ceil(1300 / 16)
+    # Paged: a running sequence holds the blocks of its tokens so far, on average its context
+    # over the decode steps (1,000 + 300 / 2) plus half a block; one block is vLLM's null block.
+    assert mem.max_seqs_kv == int((mem.kv_cache_tokens // 16 - 1) // (1150 / 16 + 0.5))
+    # vLLM sees the H100's 79.11 GiB, not 80 GB, and takes 0.9 of it (request_memory).
+    assert mem.usable_per_gpu_gb == pytest.approx(79.11 * 2**30 * 0.9 / 1e9 - 1.0 - mem.activation_gb - 1.0)
     assert mem.activation_gb > 0 and mem.cuda_graph_gb == 1.0
     assert mem.max_concurrency == pytest.approx(mem.kv_cache_tokens / 1300)

@@ -1,0 +1,59 @@
+"""`llmserve size`'s report: the table, the binding constraint, the lengths and the plan."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .lengths_opts import lengths_line, prefix_line
+
+
+def print_report(d: dict, plot: Path | None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from sizing.report import layout_label
+
+    console = Console(width=110)
+    w = d["workload"]
+    load = f"{w['qps']:g} QPS" if w["qps"] is not None else f"{w['concurrency']} concurrent clients"
+    title = (f"{d['model']} {d['weights']} (KV {d['kv_dtype']}) on {d['instance_type']}, {layout_label(d)}: "
+             f"{load}, {w['input_tokens']:,} in / {w['output_tokens']:,} out, "
+             f"TTFT < {w['ttft_slo_s']:g} s, TPOT <= {w['tpot_slo_s'] * 1e3:g} ms at the {w['slo_statistic']} "
+             f"[profile {d['profile']}]")
+    table = Table(title=title, title_justify="left")
+    table.add_column("figure")
+    table.add_column("ideal", justify="right")
+    table.add_column("real", justify="right")
+    from sizing.report import table_rows
+    for row in table_rows(d):
+        table.add_row(*row)
+    console.print(table)
+    console.print(f"Binding constraint: {d['binding_constraint']}.")
+    for line in (lengths_line(w), prefix_line(d)):
+        if line:
+            console.print(line)
+    nodes = ", ".join(f"{n['pool']}/node-{n['node']}: "
+                      + (f"group {n['group']}" if "group" in n else f"{n['replicas']} replica(s)")
+                      + f", {n['gpus_idle']} GPUs idle"
+                      for n in d["nodes"])
+    console.print(f"Plan: {d['replicas']} x {layout_label(d)} replicas {d['replicas_by_zone']}; {nodes}.")
+    if d.get("unstable_reason"):
+        console.print(f"Unstable at {d['load_per_replica_qps']:.3g} QPS per replica: {d['unstable_reason']}.")
+    if "fleet" in d:
+        console.print(fleet_line(d))
+    for note in d["notes"]:
+        console.print(f"Note: {note}.")
+    if plot is not None:
+        console.print(f"Plot written to {plot}.")
+
+
+def fleet_line(d: dict) -> str:
+    """`--replicas N`: that fleet, every replica up, at the load given."""
+    f = d["fleet"]
+    share = (f"{f['clients_per_replica']:g} clients ({f['load_per_replica_qps']:.3g} QPS) per replica"
+             if f["clients_per_replica"] is not None else f"{f['load_per_replica_qps']:.3g} QPS per replica")
+    if not f["stable"]:
+        return f"Fleet of {f['replicas']} replicas, all up: {share}: unstable ({f['unstable_reason']})."
+    stat = d["workload"]["slo_statistic"]
+    return (f"Fleet of {f['replicas']} replicas, all up: {share}, {100 * (f['utilization'] or 0):.0f}% of capacity; "
+            f"TTFT {stat} {f['ttft_ms']['at_statistic']:,.0f} ms, TPOT {stat} {f['tpot_ms']['at_statistic']:.1f} ms "
+            f"(means {f['ttft_ms']['mean']:,.0f} / {f['tpot_ms']['mean']:.1f} ms).")
