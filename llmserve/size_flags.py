@@ -29,8 +29,8 @@ def _pools_by_zone(body: dict) -> list[dict]:
     nodes: dict[str, int] = {}
     for p in body["gpuPools"]:
         nodes[p["zone"]] = nodes.get(p["zone"], 0) + p.get("nodes", 1)
-    itype = body["gpuPools"][0].get("instanceType", "p5.48xlarge")
-    body["gpuPools"] = [{"zone": z, "instanceType": itype, "nodes": n} for z, n in nodes.items()]
+    kind = {k: v for k, v in body["gpuPools"][0].items() if k == "instanceType"}   # absent: the default
+    body["gpuPools"] = [{"zone": z, "nodes": n, **kind} for z, n in nodes.items()]
     return body["gpuPools"]
 
 
@@ -45,8 +45,7 @@ def _gpu(body: dict, key: str, value: str) -> None:
 
 
 def _zones(body: dict, key: str, value: str) -> None:
-    """A count (that many zones of the region) or zone names; a stackless request takes the
-    region of the zones named."""
+    """A count (that many zones of the request's region) or zone names."""
     region = body["region"]
     if value.isdigit():
         if not 1 <= int(value) <= MAX_ZONE_COUNT:
@@ -56,11 +55,10 @@ def _zones(body: dict, key: str, value: str) -> None:
         names = [z.strip() for z in value.split(",") if z.strip()]
         if not names:
             raise ValueError("give a count (2) or zone names (us-east-1a,us-east-1b)")
-        if body.get("_reference") and ZONE_NAME.fullmatch(names[0]):
-            body["region"] = names[0][:-1]
-    per_zone = {p["zone"]: p["nodes"] for p in _pools_by_zone(body)}
-    itype = body["gpuPools"][0]["instanceType"]
-    body["gpuPools"] = [{"zone": z, "instanceType": itype, "nodes": per_zone.get(z, 1)} for z in names]
+    pools = _pools_by_zone(body)
+    per_zone = {p["zone"]: p["nodes"] for p in pools}
+    kind = {k: v for k, v in pools[0].items() if k == "instanceType"}
+    body["gpuPools"] = [{"zone": z, "nodes": per_zone.get(z, 1), **kind} for z in names]
 
 
 def _length(body: dict, key: str, value: str) -> None:
@@ -124,7 +122,7 @@ FLAGS: dict[str, Flag] = {
 def request_body(base: dict, given: dict[str, Any], reference: bool) -> tuple[dict, list[str]]:
     """The base request's settings keys with the given flags applied, and the problems of flags
     that do not parse (each naming its flag)."""
-    body = copy.deepcopy(base) | ({"_reference": True} if reference else {})
+    body = copy.deepcopy(base)
     for flag in given:
         for key in FLAGS[flag].replaces:
             _set(body, key, None)
@@ -135,7 +133,9 @@ def request_body(base: dict, given: dict[str, Any], reference: bool) -> tuple[di
                 spec.apply(body, spec.key, given[flag])
             except ValueError as exc:       # CatalogError included
                 problems.append(f"{flag}: {exc}")
-    body.pop("_reference", None)
+    zone = body["gpuPools"][0]["zone"]
+    if reference and "--zones" in given and ZONE_NAME.fullmatch(zone):
+        body["region"] = zone[:-1]          # no stack: the zones named say the region
     return body, problems
 
 

@@ -109,6 +109,8 @@ def load_stack(stack: str | None, config: Path | None = None, raw: dict | None =
 
     if stack is None and config is None:
         return LoadedStack(None, None, {}, None)
+    if stack is None:       # `--config PATH` alone (size takes it so): the stack is the file's name
+        stack = config.name.removeprefix("Pulumi.").removesuffix(".yaml")
     raw = _read_config(stack, config) if raw is None else raw
     try:
         settings = settings_from_config(stack, raw)

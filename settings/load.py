@@ -315,6 +315,8 @@ LENGTH_FIXES = {
 
 # A number out of its range and a word not among the choices read the same whether the value came
 # from a stack key or from `llmserve size`'s flag for it (pydantic's own words name neither the value nor the fix).
+# pydantic 2.14.3's error types and their `ctx` (docs.pydantic.dev/latest/errors/validation_errors/):
+# greater_than {gt}, greater_than_equal {ge}, less_than {lt}, less_than_equal {le}, literal_error {expected}.
 BOUND_WORDS = {"greater_than": ("greater than", "gt"), "greater_than_equal": ("at least", "ge"),
                "less_than": ("less than", "lt"), "less_than_equal": ("at most", "le")}
 CHOICE_NOUNS = {"weights": "precision", "kvCacheDtype": "precision", "sloStatistic": "statistic", "layout": "layout",
@@ -332,8 +334,10 @@ def _bound_or_choice(err: dict, field: str) -> str:
 
 def _shown(value) -> str:
     """A value as the user wrote it, whichever way it came (a flag parses 0 as 0.0, YAML as 0)."""
-    if isinstance(value, float) and value.is_integer():
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
         return str(int(value))
+    if isinstance(value, float):
+        return f"{value:g}"          # 1e+300, not its 301 digits
     return str(value)[:40]
 
 

@@ -119,10 +119,15 @@ def acme_server(value: str) -> str:
         parts.port
     except ValueError:
         parts = None
-    if parts is None or parts.scheme != "https" or not parts.hostname or "@" in parts.netloc or " " in value:
-        raise ValueError(f"'{value[:80]}' is not an https URL of an ACME directory (RFC 8555 requires HTTPS); "
-                         "e.g. https://acme-v02.api.letsencrypt.org/directory")
-    hostname(parts.hostname)
+    example = "e.g. https://acme-v02.api.letsencrypt.org/directory"
+    if parts is None or parts.scheme != "https" or not parts.hostname or " " in value:
+        raise ValueError(f"'{value[:80]}' is not an https URL of an ACME directory (RFC 8555 requires HTTPS); {example}")
+    if "@" in parts.netloc:
+        raise ValueError(f"the ACME directory URL holds credentials; ACME authenticates with the account key, so "
+                         f"give the URL alone, {example}")
+    if _is_ip(parts.hostname):
+        raise ValueError(f"'{value[:80]}' names an IP address; cert-manager checks the directory's certificate "
+                         f"against its name, so give its DNS name, {example}")
     return value
 
 

@@ -21,7 +21,8 @@ from sizing.planner import PlanRequest, Pool
 from sizing.profiles import load_profiles
 from sizing.traffic import LengthDistribution, LengthsError, Percentiles, from_percentiles, parse_lengths_text
 
-from .files import FileInputError, read_text
+from inputs import InputError
+from inputs.files import read_text
 
 from .capacity import offering_id, reservation_id
 from .names import RESERVED_NAMESPACES, dns_label, private_cidr, role_arn, secret_key
@@ -94,8 +95,10 @@ class WorkloadSettings(_Strict):
     # plan shows TTFT and capacity with and without it.
     sharedPrefixTokens: int = Field(0, ge=0, le=1_000_000)
     prefixHitFraction: float = Field(0.0, ge=0, lt=1)
-    ttftSeconds: float = Field(1.0, gt=0)
-    tpotSeconds: float = Field(0.040, gt=0)
+    # Bounded above so a typo (1e300) is refused, not planned: a first token after an hour, or an
+    # output token a minute apart, is no latency objective an interactive service states.
+    ttftSeconds: float = Field(1.0, gt=0, le=3600)
+    tpotSeconds: float = Field(0.040, gt=0, le=60)
     sloStatistic: Literal["mean", "p50", "p90", "p95", "p99"] = "p95"   # the SLOs hold at this statistic
     _lengths: LengthDistribution | None = PrivateAttr(None)
 
@@ -167,6 +170,9 @@ def _as_percentiles(v: int | PercentileLengths) -> Percentiles:
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
+MAX_LENGTHS_FILE_BYTES = 64 * 2**20     # 64 MiB: about a million rows of two lengths
+
+
 def read_lengths_file(path: str) -> LengthDistribution:
     """A lengths file named by a stack key (relative to the project folder) or a flag (made
     absolute by the CLI). Parsed once per version of the file (the settings validate twice)."""
@@ -179,8 +185,8 @@ def read_lengths_file(path: str) -> LengthDistribution:
     if key is not None and key in _PARSED:
         return _PARSED[key]
     try:
-        dist = parse_lengths_text(read_text(full, "lengths file (CSV or JSONL)"), path)
-    except (FileInputError, LengthsError) as exc:
+        dist = parse_lengths_text(read_text(full, MAX_LENGTHS_FILE_BYTES, "lengths file (CSV or JSONL)"), path)
+    except (InputError, LengthsError) as exc:
         raise ValueError(str(exc)) from None
     if key is not None:
         _PARSED.clear()          # keep one: a stack names one file
@@ -247,8 +253,10 @@ class GpuPoolSettings(_Strict):
 
 class SizingSettings(_Strict):
     profile: str = "reference"
-    gpuHourPrice: float | None = Field(None, gt=0)
-    instancePrice: float | None = Field(None, gt=0)
+    # On-demand p5/p5en list prices are $55-64 per instance-hour, $7-8 per GPU-hour
+    # (../shared/reference/hardware.md, 2026): over 100x that is a typo, not a price.
+    gpuHourPrice: float | None = Field(None, gt=0, le=1000)
+    instancePrice: float | None = Field(None, gt=0, le=10_000)
 
     @field_validator("profile")
     @classmethod

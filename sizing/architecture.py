@@ -29,9 +29,10 @@ from __future__ import annotations
 import json
 import math
 import os
-import stat
 from dataclasses import dataclass
-from pathlib import Path
+
+from inputs import InputError
+from inputs.files import read_regular_file
 
 MAX_CONFIG_BYTES = 1 << 20          # a config.json is a few KB; refuse anything past 1 MiB
 MAX_DIM = 1 << 20                   # no hidden size, FFN, vocab or rank in any model is near this
@@ -223,18 +224,10 @@ def element_bytes(weights: str, arch: Architecture | None = None) -> float:
 # -- parsing --------------------------------------------------------------------------------------
 def read_config(path: str | os.PathLike) -> Architecture:
     """Read and parse a local config.json: a regular file of at most MAX_CONFIG_BYTES."""
-    p = Path(path)
-    try:
-        st = os.stat(p)
-    except OSError as exc:
-        raise ConfigError("path", f"cannot read {str(p)[:200]!r}: {exc.strerror}") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise ConfigError("path", f"{str(p)[:200]!r} is not a regular file")
-    if st.st_size > MAX_CONFIG_BYTES:
-        raise ConfigError("path", f"{str(p)[:200]!r} is {st.st_size:,} bytes; a config.json is at most "
-                                  f"{MAX_CONFIG_BYTES:,}")
-    with open(p, "rb") as fh:
-        raw = fh.read(MAX_CONFIG_BYTES + 1)
+    try:        # the shared reader: stat before open, O_NONBLOCK, a bounded read, long names refused
+        raw = read_regular_file(path, MAX_CONFIG_BYTES, "config.json")
+    except InputError as exc:
+        raise ConfigError("path", str(exc)) from None
     try:
         data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:

@@ -485,12 +485,13 @@ SPECIAL = st.sampled_from(["fifo", "sparse", "symlink to /dev/zero", "long name"
                            "/dev/urandom", "/proc/self/mem", "/", "/dev/stdin"])
 
 
-@settings(max_examples=24, **FUZZ)
-@given(st.sampled_from(["config", "results", "profiles"]), SPECIAL)
+@settings(max_examples=30, **FUZZ)
+@given(st.sampled_from(["config", "results", "profiles", "lengths", "model-config"]), SPECIAL)
 def test_special_files_as_path_options_are_one_line(tmp_path_factory, option, kind):
     path = _special_path(tmp_path_factory.mktemp("special"), kind)
     argv = {"config": ["preview", "--stack", "prod", "--config", path],
             "results": ["loadtest-report", path, "--stack", "dev"],
+            "lengths": ["size", "--lengths", path], "model-config": ["size", "--model-config", path],
             "profiles": ["calibrate", "--prometheus", "http://127.0.0.1:1", "--profiles-file", path]}[option]
     result = run_cli(argv, limit_s=10)
     check(result, f"special file ({option})", argv)

@@ -169,9 +169,10 @@ class _Hostile(http.server.BaseHTTPRequestHandler):
     def do_POST(self):
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
         mode = type(self).mode
-        if mode == "trickle":
+        if mode in ("trickle", "drip"):      # drip: no Content-Length, the body ends when the server closes
             self.send_response(200)
-            self.send_header("Content-Length", "1000")
+            if mode == "trickle":
+                self.send_header("Content-Length", "1000")
             self.end_headers()
             try:
                 for _ in range(100):
@@ -239,6 +240,7 @@ def test_check_never_calls_an_unreadable_fleet_within_plan(hostile, mode):
 
 @pytest.mark.parametrize("mode, message", [
     ("trickle", "no full answer within 1 s"),
+    ("drip", "no full answer within 1 s"),
     ("endless", "an answer over 8,388,608 bytes; at most that is read"),
 ])
 def test_a_slow_or_endless_answer_is_cut_off(hostile, monkeypatch, mode, message):
@@ -389,3 +391,16 @@ def test_the_region_list_is_botocores():
     data = create_loader().load_data("endpoints")
     regions = {r for p in data["partitions"] if p["partition"] in ("aws", "aws-cn", "aws-us-gov") for r in p["regions"]}
     assert set(AWS_REGIONS) == regions
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"sizing": {"gpuHourPrice": 1e300}}, f"{NS}:sizing.gpuHourPrice: must be at most 1000 (got 1e+300)"),
+    ({"workload": {"qps": 10, "ttftSeconds": 1e300}}, f"{NS}:workload.ttftSeconds: must be at most 3600 (got 1e+300)"),
+    ({"gateway": {**GW, "acmeServer": "https://u:p@acme.example.com/dir"}}, f"{NS}:gateway.acmeServer: the ACME "
+     "directory URL holds credentials; ACME authenticates with the account key, so give the URL alone, e.g. "
+     "https://acme-v02.api.letsencrypt.org/directory"),
+])
+def test_absurd_figures_are_refused_not_planned(overrides, message):
+    with pytest.raises(SettingsError) as err:
+        settings_from_config("prod", with_overrides(stack_config("prod"), overrides))
+    assert message in err.value.problems, err.value.problems

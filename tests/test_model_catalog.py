@@ -219,8 +219,11 @@ def test_a_shipped_config_read_from_a_path_sizes_like_its_catalog_entry(tmp_path
 
 @pytest.mark.parametrize("argv,message", [
     (["--model-config", "/nonexistent/config.json"],
-     "error: --model-config: config.json: path: cannot read '/nonexistent/config.json': No such file or directory"),
-    (["--model-config", "/tmp"], "error: --model-config: config.json: path: '/tmp' is not a regular file"),
+     "error: --model-config: config.json: path: /nonexistent/config.json: no such file; check the path (a config.json)"),
+    (["--model-config", "/tmp"], "error: --model-config: config.json: path: /tmp: is a folder; give a config.json (a "
+                                 "regular file)"),
+    (["--model-config", "/dev/zero"], "error: --model-config: config.json: path: /dev/zero: is a character device; "
+                                      "give a config.json (a regular file)"),
     (["--layout", "pp"], "error: --layout: unknown layout 'pp'; choose one of: tp, dp-ep"),
 ])
 def test_model_config_errors_are_one_line_and_exit_2(capsys, argv, message):

@@ -117,6 +117,8 @@ def _read_body(resp: http.client.HTTPResponse, started: float) -> bytes:
     while True:
         chunk = resp.read1(65536)       # at most one read of the socket: the deadline is checked between
         if not chunk:
+            if time.monotonic() - started >= DEADLINE_S:    # the timer shut the socket: a cut-off answer
+                raise TimeoutError
             return b"".join(chunks)
         total += len(chunk)
         if total > MAX_RESPONSE_BYTES:
