@@ -21,6 +21,13 @@ replica runs; its KV bytes count the copies its layout keeps (MLA under TP: one 
 B = tp x HBM bandwidth (x decode_bw_fraction), F = tp x peak x mfu. Two ring all-reduces per
 layer are added (`comm_terms`): in full when the profile's `comm_baseline_link` is `none`, else
 only what a slower link costs beyond the one the profile was measured on.
+
+A replica over `nodes` nodes (pipeline parallel, one stage per node): a step's tokens pass the
+stages one after another, so B and F stay one node's (each stage reads its share of the weights
+and KV at its node's bandwidth, in turn: the sum is the whole model's at one node's), and each of
+the nodes - 1 hops between stages sends the step's activations over the instance's EFA
+(`pp_terms`). This is one batch in flight through the pipeline: vLLM can keep several (one per
+stage), which raises throughput but not a sequence's TPOT; the capacity here is the lower bound.
 """
 from __future__ import annotations
 
@@ -90,6 +97,24 @@ def comm_terms(shape, profile, tokens_per_step_bytes: float) -> tuple[float, flo
     return calls * ring * d_lat, calls * (ring / tp) * tokens_per_step_bytes * d_inv_bw
 
 
+# vLLM 0.29.0 passes `hidden_states` and `residual` between pipeline stages (IntermediateTensors of
+# vllm/model_executor/models/llama.py at v0.29.0): two BF16 vectors of `hidden` per token per hop.
+PP_TENSORS_PER_TOKEN = 2
+
+
+def pp_terms(shape) -> tuple[float, float]:
+    """(fixed s, s per token) of the hops between a multi-node replica's pipeline stages: the
+    activations cross the instance's EFA (catalog `network_gbps`: p5.48xlarge 3,200 Gbps,
+    ../shared/reference/hardware.md from AWS's instance page). Per-hop latency is not modelled
+    (no cited EFA figure): only bandwidth, so this is a floor on the hop's cost."""
+    hops = getattr(shape, "nodes", 1) - 1
+    if hops <= 0:
+        return 0.0, 0.0
+    bytes_per_token = PP_TENSORS_PER_TOKEN * bytes_per_element("bf16") * shape.model.hidden
+    efa_bytes_per_s = shape.instance.network_gbps * 1e9 / 8
+    return 0.0, hops * bytes_per_token / efa_bytes_per_s
+
+
 def build_step(shape, workload, profile, real: bool = True) -> StepModel:
     """The step model of one replica for one workload (mean contexts) under one profile.
 
@@ -107,6 +132,8 @@ def build_step(shape, workload, profile, real: bool = True) -> StepModel:
     p_active = m.active_params_b * 1e9
     kv_tok = parallel.kv_bytes_per_token(shape, ctx)
     comm0, comm1 = comm_terms(shape, profile, bytes_per_element("bf16") * m.hidden)
+    pp0, pp1 = pp_terms(shape)
+    comm0, comm1 = comm0 + pp0, comm1 + pp1
     flops_f = tp * gpu.peak_tflops(shape.weights) * 1e12 * profile.mfu
     width = parallel.attention_width(m)
     attn_prefill = 2 * parallel.attention_layers_at(m, s_in / 2) * s_in * width   # causal, per prompt token
