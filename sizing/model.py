@@ -29,10 +29,10 @@ import math
 from dataclasses import dataclass, replace
 
 from . import parallel
-from .catalog import Instance, Model, bytes_per_element
+from .catalog import Instance, Model
 from .profiles import Profile
 from .queueing import QUANTILES, STATISTICS, erlang_c_wait, md1_wait_quantile, poisson_quantile_smooth
-from .step import build_step, comm_terms
+from .step import build_step, step_comm
 from .traffic import LengthDistribution, fixed as fixed_lengths
 from .vllm_engine import BLOCK_TOKENS, NULL_BLOCKS, batch_defaults, blocks_for, reported_memory_bytes
 
@@ -155,13 +155,21 @@ def check_finite_workload(w: Workload) -> None:
 class Shape:
     """What a replica is: a model at some precision on `tp` GPUs of one node type, split by
     `layout` (`sizing.parallel`: tp, or dp-ep for data-parallel attention with expert parallelism;
-    `tp` is the replica's GPU count either way)."""
+    `tp` is the node's share of the replica's GPUs either way), or on `nodes` such nodes: TP within
+    each node, pipeline stages across them (vLLM's multi-node layout: `--tensor-parallel-size`
+    GPUs per node, `--pipeline-parallel-size` nodes)."""
     model: Model
     instance: Instance
     tp: int
     weights: str = "fp8"
     kv_dtype: str = "bf16"
     layout: str = "tp"
+    nodes: int = 1
+
+    @property
+    def gpus(self) -> int:
+        """GPUs one replica holds: tp on each of its nodes."""
+        return self.tp * self.nodes
 
 
 @dataclass(frozen=True)
@@ -221,8 +229,8 @@ class ReplicaModel:
         """`checked`: what `check_shape` returned for this shape and workload (the memory at the
         smallest step budget), so that it is not computed again."""
         self.shape, self.workload, self.profile, self.real = shape, workload, profile, real
-        # The all-reduces of one prompt token's activations: the step and the prefill's comm part read them.
-        comm = comm_terms(shape, profile, bytes_per_element("bf16") * shape.model.hidden)
+        # The step's communication: the step and the prefill's comm part both read it.
+        comm = step_comm(shape, profile)
         self.step = step = build_step(shape, workload, profile, real, comm)
         self.additive = profile.step_model == "additive"
         # The prompt tokens each request computes: a prefix found in the cache is not recomputed.
@@ -666,7 +674,7 @@ def memory(shape: Shape, workload: Workload, profile: Profile, batched_tokens: i
     graphs = profile.cuda_graph_gb if vllm else 0.0
     total_gb = reported_memory_bytes(gpu) / GB if vllm else gpu.memory_gb
     usable = total_gb * profile.gpu_memory_utilization - profile.runtime_overhead_gb - act - graphs
-    budget = tp * usable * GB - w
+    budget = shape.gpus * usable * GB - w      # weights and KV spread over every stage's GPUs
     if vllm:
         block = profile.block_tokens
         blocks = max(0, int(budget // (block * kv_tok))) if budget > 0 else 0
@@ -678,10 +686,10 @@ def memory(shape: Shape, workload: Workload, profile: Profile, batched_tokens: i
         kv_cache_tokens = max(0, int(budget // kv_tok)) if budget > 0 else 0
         seqs = max(0, int(budget // ((workload.input_tokens + workload.output_tokens) * kv_tok))) if budget > 0 else 0
     return Memory(
-        weights_gb=w / GB, weights_per_gpu_gb=w / tp / GB, usable_per_gpu_gb=usable, activation_gb=act,
+        weights_gb=w / GB, weights_per_gpu_gb=w / shape.gpus / GB, usable_per_gpu_gb=usable, activation_gb=act,
         cuda_graph_gb=graphs, kv_budget_gb=max(budget, 0) / GB, kv_bytes_per_token=kv_tok,
         kv_cache_tokens=kv_cache_tokens, max_model_len=workload.served_max_len,
-        max_seqs_kv=seqs, max_seqs=min(seqs, seqs_cap), total_gb=tp * gpu.memory_gb,
+        max_seqs_kv=seqs, max_seqs=min(seqs, seqs_cap), total_gb=shape.gpus * gpu.memory_gb,
     )
 
 
@@ -737,6 +745,7 @@ def check_shape(shape: Shape, workload: Workload, profile: Profile) -> Memory:
     if tp < 1 or tp > inst.gpus:
         raise SizingError(f"tensor parallel {tp} exceeds the {inst.gpus} GPUs of one {inst.id} node "
                           f"(a TP group never spans nodes); use at most {inst.gpus}", "tp")
+    check_nodes(shape)
     refusal = layout_refusal(shape)
     if refusal:
         raise SizingError(*refusal)
@@ -746,7 +755,7 @@ def check_shape(shape: Shape, workload: Workload, profile: Profile) -> Memory:
         advice = {(True, True): "raise TP, use fp8 weights or a larger GPU", (True, False): "raise TP or use a larger GPU",
                   (False, True): "use fp8 weights or a larger GPU",
                   (False, False): "use a larger GPU or a replica over several nodes"}[(can_tp, can_fp8)]
-        where = f"TP={tp}" if shape.layout == "tp" else f"{shape.layout} over {tp} GPUs"
+        where = layout_words(shape) if shape.layout == "tp" else f"{shape.layout} over {tp} GPUs"
         raise SizingError(
             f"{shape.weights} weights of {m.id} need {mem.weights_per_gpu_gb:.1f} GB per GPU at {where}, "
             f"more than the {mem.usable_per_gpu_gb:.1f} GB usable on a {inst.gpu.id} "
@@ -769,5 +778,31 @@ def check_served_length(shape: Shape, workload: Workload, profile: Profile, mem:
     if have < kv_blocks_needed(served, block):
         raise SizingError(
             f"no room for one request of max_model_len {served:,} tokens: the KV cache beside the weights "
-            f"holds {max(have - NULL_BLOCKS, 0) * block:,} tokens at TP={shape.tp} on {shape.instance.gpu.id}, and "
+            f"holds {max(have - NULL_BLOCKS, 0) * block:,} tokens at {layout_words(shape)} on {shape.instance.gpu.id}, and "
             "vLLM refuses to start (raise TP, use fp8 KV, or lower the stated maximum)", "workload.max_model_len")
+
+
+MAX_NODES_PER_REPLICA = 4     # the planner and the sweep try replicas of up to this many nodes (PP=2..4)
+
+
+def layout_words(shape: Shape) -> str:
+    """"TP=8", or "TP=8 x PP=2 (2 nodes)" for a replica that spans nodes."""
+    return f"TP={shape.tp}" if shape.nodes == 1 else f"TP={shape.tp} x PP={shape.nodes} ({shape.nodes} nodes)"
+
+
+def check_nodes(shape: Shape) -> None:
+    """A replica spans nodes only as vLLM 0.29.0 lays it out across nodes: TP fills each node,
+    PP = the node count (docs/serving/parallelism_scaling.md at v0.29.0: "set tensor_parallel_size
+    to the number of GPUs per node and pipeline_parallel_size to the number of nodes")."""
+    inst, n = shape.instance, shape.nodes
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise SizingError(f"nodes per replica: must be an integer of at least 1 (got {n!r})")
+    if n > 1 and getattr(shape, "layout", "tp") != "tp":
+        raise SizingError(f"a replica spanning {n} nodes runs tensor parallel within a node and pipeline "
+                          f"stages across nodes; layout {shape.layout} stays within one node", "layout")
+    if n > 1 and shape.tp != inst.gpus:
+        raise SizingError(f"a replica spanning {n} nodes runs TP={inst.gpus} (every GPU of each {inst.id}) "
+                          f"and PP={n} across them; TP={shape.tp} leaves GPUs of each node idle", "tp")
+    if n > shape.model.layers:
+        raise SizingError(f"{n} pipeline stages exceed the {shape.model.layers} layers of {shape.model.id}",
+                          "pools")
