@@ -3,8 +3,10 @@ output tokens, and say why each refused option is refused (does not fit, no FP4 
 not applicable to a dense model, no checkpoint at that precision, ...).
 
 Each option gets the replicas N+1 across the given zones needs, placed evenly, on as many whole
-nodes per zone as those replicas take. Evaluation is closed-form (no iteration), so a sweep
-evaluates tens of thousands of configurations per second (`make bench`).
+nodes per zone as those replicas take. What a shape can do (its refusal, or its replica model,
+capacity and what one replica carries) does not depend on the load, so a sweep finds it once per
+shape and reuses it at every load (`_verdict`); a sweep evaluates tens of thousands of
+configurations per second (`make bench`, docs/benchmarks.md).
 Where a model does not fit one node of a type at any layout, that type is offered as replicas of
 whole nodes (TP within a node, PP across 2 or more: `nodes_per_replica`), so "2 x p5.48xlarge per
 replica" is weighed against "1 x p5en.48xlarge" in the same ranking.
