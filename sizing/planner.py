@@ -312,6 +312,9 @@ def plan(req: PlanRequest) -> Plan:
             raise PlanError(does_not_fit(req, model, instance), "weights")
         # Report the most capable option's failure: the one a user would try to fix.
         _, msg, field_, words = max(failures)
+        if "PP=" in words and all(f[2] == "weights" for f in failures if "PP=" not in f[3]):
+            # Only replicas over several nodes hold the weights: say that first, and what else would.
+            raise PlanError(f"{does_not_fit(req, model, instance)}. As replicas of {words}: {msg}", field_)
         if req.tp or len(failures) == 1:
             raise PlanError(msg, field_)
         # A TP the planner chose is not the user's to fix: the failure then names no TP field.

@@ -43,8 +43,11 @@ def test_405b_bf16_spans_two_p5_nodes_per_replica_and_survives_a_zone_loss():
 def test_one_p5_per_zone_is_refused_naming_the_rule():
     with pytest.raises(PlanError) as err:
         plan_for(STACK, {"gpuPools": pools(1)})
-    assert str(err.value) == (
-        "no layout works; at TP=8 x PP=2 (2 nodes), the most capable: zone-holds-whole-groups: us-east-1a holds no "
+    first, rule = str(err.value).split(". As replicas of ")
+    assert first.startswith("llama-3.1-405b does not fit one p5.48xlarge: 406 B parameters are 812 GB of bf16 weights "
+                            "against 640 GB of GPU memory") and "; cheapest alternative: " in first
+    assert rule == (
+        "TP=8 x PP=2 (2 nodes): zone-holds-whole-groups: us-east-1a holds no "
         "whole 2-node replica (nodes per pool: us-east-1a-p5: 1); a replica spans 2 nodes of one pool, so give each "
         "zone's pool at least 2 nodes")
 
