@@ -318,12 +318,9 @@ class ReplicaModel:
     def _tpot_and_share(self, qps: float) -> tuple[float, float]:
         p = self.prefill_token_s
         tpot = self._tpot_fixed_p(qps, p)
-        if not self.additive:
-            for _ in range(1):      # p moves little with n: one refinement settles it
-                if not math.isfinite(tpot):
-                    break
-                p = self.prefill_token_cost_s(self.in_flight(qps, tpot))
-                tpot = self._tpot_fixed_p(qps, p)
+        if not self.additive and math.isfinite(tpot):    # p moves little with n: one refinement settles it
+            p = self.prefill_token_cost_s(self.in_flight(qps, tpot))
+            tpot = self._tpot_fixed_p(qps, p)
         return tpot, qps * self.s_in * p
 
     def in_flight(self, qps: float, tpot_s: float) -> float:
@@ -360,7 +357,9 @@ class ReplicaModel:
         chunk = 1.0 if 1.0 > chunk else chunk                 # max(chunk, 1.0), without the call
         full = self.step.step_s(n, chunk)
         rho = qps * self.s_in * full / chunk                  # chunks drain chunk / full tokens per second
-        service, last = self._own_service(n, self.s_in, chunk, full)
+        k = math.ceil(self.s_in / chunk)                      # its own steps (`_own_service`, inline:
+        last = self.step.step_s(n, self.s_in - (k - 1) * chunk)   # the capacity search's inner loop)
+        service = (k - 1) * full + last
         if len(self.prompt_points) > 1:
             service = sum(self._own_service(n, s, chunk, full)[0] for s in self.prompt_points) / len(self.prompt_points)
         return rho, self.s_work * full / chunk, service, full, last
@@ -476,8 +475,9 @@ class ReplicaModel:
                 if not math.isfinite(tpot):
                     return False
                 n = self.in_flight(lam, tpot)
-                return (self._tpot_at(n, u, q) <= w.tpot_slo_s
-                        and self._ttft_prefill(lam, n, tpot, q) <= w.ttft_slo_s)
+                # `_tpot_at` at the mean, inline (the search's inner loop)
+                tpot_q = (self.step_s(n) / (1 - u) if u < 1 else math.inf) if q is None else self._tpot_at(n, u, q)
+                return tpot_q <= w.tpot_slo_s and self._ttft_prefill(lam, n, tpot, q) <= w.ttft_slo_s
             # TPOT at any statistic is at least the mean: the mean's closed form bounds the search.
             lam = _largest(both, min(top, self.tpot_capacity_qps(w.tpot_slo_s)), iterations)
             ttft, tpot = self.latencies_at(lam * (1 + 1e-3), q) if lam < top else (0.0, 0.0)
