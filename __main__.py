@@ -9,7 +9,9 @@ from components.accuracy_gate import AccuracyGate, AccuracyGateArgs, GateJob
 from components.cert_manager import CertManager, CertManagerArgs, GatewayCertificate, GatewayCertificateArgs
 from components.cluster import Cluster, ClusterArgs
 from components.external_dns import ExternalDns, ExternalDnsArgs
-from components.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
+from components.efa import EfaPlugin, EfaPluginArgs, EfaSecurityGroup, EfaSecurityGroupArgs
+from components.gpu_node_pool import GpuNodePool, GpuNodePoolArgs, efa_enabled
+from components.leader_worker_set import LwsController, LwsControllerArgs
 from components.gateway import Gateway, GatewayArgs
 from components.gpu_plugin import GpuPlugin, GpuPluginArgs
 from components.load_balancer_controller import LoadBalancerController, LoadBalancerControllerArgs
@@ -45,10 +47,13 @@ cluster = Cluster("llm", ClusterArgs(
     kubernetes_version=settings.kubernetesVersion, api_allowed_cidrs=settings.apiAllowedCidrs,
     admin_role_arns=settings.adminRoleArns, view_role_arns=settings.previewRoleArns, system_nodes=settings.systemNodes, tags=settings.tags,
     network=network))
+efa = any(efa_enabled(plan, ps) for ps in settings.gpuPools)    # on wherever a replica spans nodes
+efa_sg = EfaSecurityGroup("efa", EfaSecurityGroupArgs(vpc_id=network.vpc.id, tags=settings.tags)) if efa else None
 gpu_pools: list[GpuNodePool] = []
 for pool, pool_settings in zip(plan.request.pools, settings.gpuPools):     # each updates after the one before
     gpu_pools.append(GpuNodePool(f"gpu-{pool.label}", GpuNodePoolArgs(
-        tags=settings.tags, plan=plan, pool=pool, pool_settings=pool_settings, cluster=cluster, network=network),
+        tags=settings.tags, plan=plan, pool=pool, pool_settings=pool_settings, cluster=cluster, network=network,
+        efa_security_group_id=efa_sg.security_group.id if efa_sg else None),
         opts=pulumi.ResourceOptions(depends_on=[p.node_group for p in gpu_pools[-1:]])))
 
 # -- controllers the gateway needs: load balancer, certificate, DNS (each through Pod Identity) ---
@@ -71,11 +76,22 @@ if gw_settings.manages_dns:
 # -- Kubernetes: GPU plugin -> vLLM replicas (per zone) -> gateway (auth, quotas, routing) --------
 gpu_plugin = GpuPlugin("gpu-plugin", GpuPluginArgs(provider=cluster.k8s_provider),
                        opts=pulumi.ResourceOptions(depends_on=gpu_pools))
+serving_after: list[pulumi.Resource] = [gpu_plugin]
+lws = None
+if efa:
+    serving_after.append(EfaPlugin("efa-plugin", EfaPluginArgs(provider=cluster.k8s_provider),
+                                   opts=pulumi.ResourceOptions(depends_on=gpu_pools)).release)
+if plan.nodes_per_replica > 1:     # replicas that span nodes: one LeaderWorkerSet each, after its controller
+    lws = LwsController("lws", LwsControllerArgs(provider=cluster.k8s_provider),
+                        opts=pulumi.ResourceOptions(depends_on=[cluster.system_node_group]))
+    serving_after.append(lws.release)
 serving = Serving("serving", ServingArgs(
     plan=plan, namespace=settings.serving.namespace, environment=settings.environment,
     burst_scaling=settings.serving.burstScaling, checkpoint=served_checkpoint(plan, settings),
-    provider=cluster.k8s_provider, hub_token=secret("hubToken"), gateway_namespace=GATEWAY_CONTROLLER_NAMESPACE),
-    opts=pulumi.ResourceOptions(depends_on=[gpu_plugin]))
+    provider=cluster.k8s_provider, hub_token=secret("hubToken"), gateway_namespace=GATEWAY_CONTROLLER_NAMESPACE,
+    group_controller=lws.release if lws else None,
+    efa_devices=min(p.efa_interfaces for p in gpu_pools) if plan.nodes_per_replica > 1 else 0),
+    opts=pulumi.ResourceOptions(depends_on=serving_after))
 certificate = GatewayCertificate("gateway-certificate", GatewayCertificateArgs(
     hostname=gw_settings.hostname, namespace=serving.namespace_name, secret_name=gw_settings.tlsSecretName,
     provider=cluster.k8s_provider,
@@ -122,6 +138,7 @@ pulumi.export("plan", {
     "replicasByZone": plan.replicas_by_zone,
     "tp": plan.tp,
     "layout": plan.layout,                                           # tp, or dp-ep (sizing.parallel)
+    "nodesPerReplica": plan.nodes_per_replica,
     "capacityQps": round(plan.capacity_qps, 4),                      # all replicas, as in the plan's JSON
     "capacityPerReplicaQps": round(plan.capacity_per_replica.qps, 4),
     "capacityAfterZoneLossQps": round(plan.capacity_after_zone_loss_qps, 4),

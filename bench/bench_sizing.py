@@ -42,7 +42,7 @@ def sweep_rate(seconds: float = 2.0, profile_name: str = "reference", statistic:
     from sizing.model import Workload
     from sizing.model import candidate_tps
     from sizing.profiles import get_profile
-    from sizing.sweep import SWEEP_WEIGHTS, evaluate
+    from sizing.sweep import SWEEP_WEIGHTS, clear_cache, evaluate
 
     catalog, profile = load_catalog(), get_profile(profile_name)
     model = catalog.model("llama-3-70b")
@@ -52,6 +52,7 @@ def sweep_rate(seconds: float = 2.0, profile_name: str = "reference", statistic:
     count, start = 0, time.perf_counter()
     cpu_start = time.process_time()
     while time.perf_counter() - start < seconds:
+        clear_cache()       # each pass a fresh sweep over five loads: every shape's verdict found once
         for wl in workloads:
             for inst, tp, w in configs:
                 evaluate(model, inst, tp, w, "bf16", wl, profile, 2)

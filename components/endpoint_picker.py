@@ -37,23 +37,19 @@ MIN_PICKER_REPLICAS = 2
 FAILURE_MODE = "FailClose"      # what the proxy does (AI Gateway v1.0.0): see the module docstring
 PICKER_LABELS = {"app.kubernetes.io/name": "endpoint-picker", "llm-serving.io/role": "gateway"}
 CONFIG_FILE = "scorers.yaml"
-PICKER_CONFIG = """\
-apiVersion: inference.networking.x-k8s.io/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: queue-scorer
-- type: kv-cache-utilization-scorer
-- type: max-score-picker
-- type: single-profile-handler
-schedulingProfiles:
-- name: default
-  plugins:
-  - pluginRef: queue-scorer
-    weight: 1
-  - pluginRef: kv-cache-utilization-scorer
-    weight: 1
-  - pluginRef: max-score-picker
-"""
+
+
+def picker_config(scorers: tuple[tuple[str, int], ...]) -> str:
+    """GAIE's EndpointPickerConfig: the scorers with their weights, then the max-score picker."""
+    plugins = [name for name, _ in scorers] + ["max-score-picker", "single-profile-handler"]
+    refs = [f"  - pluginRef: {name}\n    weight: {weight}\n" for name, weight in scorers]
+    return ("apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n"
+            + "".join(f"- type: {name}\n" for name in plugins)
+            + "schedulingProfiles:\n- name: default\n  plugins:\n" + "".join(refs)
+            + "  - pluginRef: max-score-picker\n")
+
+
+PICKER_CONFIG = picker_config((("queue-scorer", 1), ("kv-cache-utilization-scorer", 1)))
 # With a prefix hit fraction (multi-turn reuse, a conversation's prefix cached on one replica) the
 # plan counts on requests returning where their prefix is: GAIE v1.5.0's `prefix-cache-scorer`
 # (pkg/epp/framework/plugins/scheduling/scorer/prefix, weights 2/2/3 as its chart's default,
@@ -61,26 +57,7 @@ schedulingProfiles:
 # index, so two replicas route a conversation alike only as often as it lands on the same picker:
 # a soft preference, never a correctness matter. A prefix shared by every request (system prompt)
 # is cached on every replica after its first request and needs no scorer.
-PREFIX_AWARE_CONFIG = """\
-apiVersion: inference.networking.x-k8s.io/v1alpha1
-kind: EndpointPickerConfig
-plugins:
-- type: queue-scorer
-- type: kv-cache-utilization-scorer
-- type: prefix-cache-scorer
-- type: max-score-picker
-- type: single-profile-handler
-schedulingProfiles:
-- name: default
-  plugins:
-  - pluginRef: queue-scorer
-    weight: 2
-  - pluginRef: kv-cache-utilization-scorer
-    weight: 2
-  - pluginRef: prefix-cache-scorer
-    weight: 3
-  - pluginRef: max-score-picker
-"""
+PREFIX_AWARE_CONFIG = picker_config((("queue-scorer", 2), ("kv-cache-utilization-scorer", 2), ("prefix-cache-scorer", 3)))
 
 
 def picker_replicas(zones: int) -> int:

@@ -112,6 +112,13 @@ class GpuNodePoolArgs:
     pool_settings: GpuPoolSettings   # capacity reservation / block, EFA
     cluster: Cluster
     network: Network
+    efa_security_group_id: pulumi.Input[str] | None = None   # components/efa.py: all traffic within itself
+
+
+def efa_enabled(plan: Plan, pool_settings: GpuPoolSettings) -> bool:
+    """EFA on when the pool asks for it, and always when a replica spans nodes: its pipeline
+    stages talk over the network (the plan's inter-node cost is the instance's EFA bandwidth)."""
+    return pool_settings.efa or plan.nodes_per_replica > 1
 
 
 # `opts.depends_on` names the node groups updated before this one: pools update one after another,
@@ -134,6 +141,7 @@ class GpuNodePool(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         tags = {**args.tags, TAG_GPUS_PER_NODE: str(args.plan.instance.gpus)}
         self.zone, self.label = pool.zone, pool.label
+        self.efa_interfaces = 0           # EFA devices per node (what the serving pods request)
 
         reservation_id, uses_block = self._capacity(name, args.pool_settings, tags, child)
         capacity_spec = market = None
@@ -152,7 +160,7 @@ class GpuNodePool(pulumi.ComponentResource):
             instance_type=pool.instance_type if uses_block else None,
             capacity_reservation_specification=capacity_spec,
             instance_market_options=market,
-            network_interfaces=_efa_interfaces(pool, args.cluster) if args.pool_settings.efa else None,
+            network_interfaces=self._efa(args) if efa_enabled(args.plan, args.pool_settings) else None,
         )
         self.node_group = self._node_group(name, args, uses_block, tags, after(opts))
         self.register_outputs({
@@ -160,6 +168,11 @@ class GpuNodePool(pulumi.ComponentResource):
             "zone": pool.zone,
             "nodes": pool.nodes,
         })
+
+    def _efa(self, args: GpuNodePoolArgs) -> list[aws.ec2.LaunchTemplateNetworkInterfaceArgs]:
+        interfaces = _efa_interfaces(args.pool, args.cluster, args.efa_security_group_id)
+        self.efa_interfaces = len(interfaces)
+        return interfaces
 
     def _capacity(self, name: str, ps: GpuPoolSettings, tags: dict[str, str],
                   child: pulumi.ResourceOptions) -> tuple[pulumi.Input[str] | None, bool]:
@@ -205,11 +218,13 @@ class GpuNodePool(pulumi.ComponentResource):
         )
 
 
-def _efa_interfaces(pool: Pool, cluster: Cluster) -> list[aws.ec2.LaunchTemplateNetworkInterfaceArgs]:
-    """EFA: one interface per network card, all in the cluster security group.
+def _efa_interfaces(pool: Pool, cluster: Cluster, efa_sg: pulumi.Input[str] | None = None
+                    ) -> list[aws.ec2.LaunchTemplateNetworkInterfaceArgs]:
+    """EFA: one interface per network card, all in the cluster security group (and the EFA one).
 
     Without EFA, EKS attaches the cluster security group itself; with explicit interfaces it
-    cannot, so each interface carries it (it also allows the EFA traffic node to node)."""
+    cannot, so each interface carries it; the EFA security group (components/efa.py) adds the
+    self-referencing all-traffic rules AWS requires for EFA."""
     facts = aws.ec2.get_instance_type(instance_type=pool.instance_type)
     if not facts.efa_supported:
         raise ValueError(f"{pool.instance_type} does not support EFA; set efa: false for pool {pool.label}")
@@ -217,4 +232,5 @@ def _efa_interfaces(pool: Pool, cluster: Cluster) -> list[aws.ec2.LaunchTemplate
     sg = cluster.eks_cluster.vpc_config.cluster_security_group_id
     return [aws.ec2.LaunchTemplateNetworkInterfaceArgs(
         network_card_index=card, device_index=0 if card == 0 else 1, interface_type="efa",
-        delete_on_termination="true", security_groups=[sg]) for card in range(cards)]
+        delete_on_termination="true", security_groups=[sg] + ([efa_sg] if efa_sg is not None else []))
+        for card in range(cards)]

@@ -2,7 +2,9 @@
 
 One Deployment per zone (replicas = the plan's count for that zone) pinned to that zone's GPU
 nodes, spread evenly over the zone's nodes, so losing a node or a zone costs exactly what the
-plan assumed. Every vLLM argument, the drain timing, the disruption budget, the burst-scaling
+plan assumed. A replica that spans nodes (`plan.nodes_per_replica` > 1) is instead one
+LeaderWorkerSet of that many pods, pinned to one pool of one zone (components/leader_worker_set.py;
+docs/multi-node.md says what its disruption budget and rollout do). Every vLLM argument, the drain timing, the disruption budget, the burst-scaling
 bounds and the policy annotations come from the plan; nothing is typed twice.
 
 Ports: vLLM serves the OpenAI API and `/metrics` on the same port (8000), and a NetworkPolicy
@@ -19,16 +21,20 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from conventions import (  # noqa: F401 (VLLM_IMAGE, METRICS_PROXY_IMAGE: read here and by other components)
-    ANNOTATION_ENVIRONMENT, ANNOTATION_GPUS_PER_NODE, ANNOTATION_REPLICA_CAPACITY_QPS, ANNOTATION_TARGET_QPS,
-    ANNOTATION_TENSOR_PARALLEL, ANNOTATION_ZONE, KEDA_CHART_VERSION, KEDA_NAMESPACE, LABEL_APP_NAME,
-    LABEL_ENVIRONMENT, LABEL_ROLE, METRICS_PROXY_IMAGE, MONITORING_NAMESPACE, VLLM_API_PORT, VLLM_IMAGE,
-    VLLM_METRICS_PORT,
+    ANNOTATION_ENVIRONMENT, ANNOTATION_GPUS_PER_NODE, ANNOTATION_NODES_PER_REPLICA, ANNOTATION_REPLICA_CAPACITY_QPS,
+    ANNOTATION_TARGET_QPS, ANNOTATION_TENSOR_PARALLEL, ANNOTATION_ZONE, EFA_RESOURCE, KEDA_CHART_VERSION,
+    KEDA_NAMESPACE, LABEL_APP_NAME, LABEL_ENVIRONMENT, LABEL_POOL, LABEL_ROLE, METRICS_PROXY_IMAGE,
+    MONITORING_NAMESPACE, VLLM_API_PORT, VLLM_IMAGE, VLLM_METRICS_PORT,
 )
 from settings import StackSettings
 from sizing.planner import Plan
 
 from .drain import drain_timing, longest_request_s
 from .gpu_node_pool import MODEL_CACHE_PATH
+from .leader_worker_set import (
+    API_VERSION as LWS_API_VERSION, KIND as LWS_KIND, WORKER_INDEX, WORKER_ROLE, leader_worker_set_spec,
+    multi_node_args, one_pod_per_node,
+)
 from .placement import HOST_KEY, ZONE_KEY, spread
 from .pod_security import SCRATCH_MOUNT, SCRATCH_VOLUME, container_security, pod_security
 
@@ -52,6 +58,11 @@ SHM_GIB_PER_GPU = 4             # NCCL buffers for tensor-parallel all-reduce li
 CPU_SHARE_OF_GPU_SLICE = 0.5    # of the node's vCPUs per GPU: room left for daemons and bursts
 MEMORY_GIB_PER_GPU = 48         # host memory for safetensors staging and the tokenizer workers
 
+# A worker's probe: its group's leader answers /health (LWS_LEADER_ADDRESS is the leader pod's DNS
+# name; the group NetworkPolicy admits the call). The engine serves only while every rank runs.
+LEADER_HEALTH_CHECK = (f"import os, urllib.request; urllib.request.urlopen('http://' + os.environ['LWS_LEADER_ADDRESS'] "
+                       f"+ ':{VLLM_API_PORT}/health', timeout=4)")
+
 METRICS_PROXY_HEALTH_PATH = "/healthz"
 METRICS_PROXY_CONF = f"""\
 server {{
@@ -74,6 +85,18 @@ def disruption_min_available(replicas: int, replicas_after_loss: int, max_per_no
     if replicas - replicas_after_loss >= max_per_node:
         return replicas_after_loss
     return max(0, replicas - max_per_node)
+
+
+def disruption_budget(plan: Plan, max_per_node: int) -> dict:
+    """The PDB's spec for the plan's replicas. Replicas on one node each: minAvailable over the
+    serving pods. Replicas that span nodes: every pod of every group (leaders and workers), at most
+    one unavailable. Evicting any pod of a group takes the group down (its engine loses a rank and
+    LWS recreates the group), which makes all its pods unready, so no second eviction is allowed
+    until that group serves again: a drain costs at most one group at a time."""
+    if plan.nodes_per_replica > 1:
+        return {"maxUnavailable": 1, "selector": {"matchLabels": {LABEL_APP_NAME: "vllm"}}}
+    return {"minAvailable": disruption_min_available(plan.replicas, plan.replicas_after_loss, max_per_node),
+            "selector": {"matchLabels": dict(APP_LABELS)}}
 
 
 def startup_budget_s(weights_gb: float) -> int:
@@ -173,6 +196,18 @@ def egress_policies(pod_labels: dict[str, str] | None = None, name: str = "https
                    "egress": [{"to": [public], "ports": [{"protocol": "TCP", "port": 443}]}]}}
 
 
+def group_policies() -> dict[str, dict]:
+    """A group's pods talk to each other on any port (torch.distributed's master port, NCCL's
+    bootstrap sockets, the workers' probe of the leader's /health); workers fetch their shard of
+    the checkpoint from the hub like the leader."""
+    group = {"podSelector": {"matchLabels": {LABEL_APP_NAME: "vllm"}}}
+    return {
+        "vllm-group-traffic": {**group, "policyTypes": ["Ingress", "Egress"],
+                               "ingress": [{"from": [group]}], "egress": [{"to": [group]}]},
+        **egress_policies({LABEL_APP_NAME: "vllm", LABEL_ROLE: WORKER_ROLE}, "vllm-worker-hub-egress"),
+    }
+
+
 def policy_annotations(plan: Plan, environment: str, zone: str) -> dict[str, str]:
     """What the guard policies read from the workload alone (docs/contracts.md)."""
     return {
@@ -182,6 +217,7 @@ def policy_annotations(plan: Plan, environment: str, zone: str) -> dict[str, str
         ANNOTATION_TENSOR_PARALLEL: str(plan.tp),
         ANNOTATION_GPUS_PER_NODE: str(plan.instance.gpus),
         ANNOTATION_ENVIRONMENT: environment,
+        **({ANNOTATION_NODES_PER_REPLICA: str(plan.nodes_per_replica)} if plan.nodes_per_replica > 1 else {}),
     }
 
 
@@ -198,6 +234,8 @@ class ServingArgs:
     gateway_namespace: str                        # where the Envoy proxies run
     monitoring_namespace: str = MONITORING_NAMESPACE      # where Prometheus runs
     prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"   # KEDA's query endpoint
+    group_controller: pulumi.Resource | None = None      # the LeaderWorkerSet controller (replicas spanning nodes)
+    efa_devices: int = 0                                  # EFA devices per node each group pod requests
 
 
 def vllm_container(plan: Plan, drain, startup_s: int, checkpoint: str) -> dict:
@@ -260,12 +298,18 @@ class Serving(pulumi.ComponentResource):
         self.checkpoint = args.checkpoint
         self.startup_s = startup_budget_s(args.plan.weights_gb)
         ns_opts = self._namespace_and_config(name, args)
-        self._zone_deployments(name, args)
+        self.deployments: dict[str, k8s.apps.v1.Deployment] = {}
+        self.groups: list[k8s.apiextensions.CustomResource] = []
+        if args.plan.nodes_per_replica > 1:
+            self._replica_groups(name, args)
+        else:
+            self._zone_deployments(name, args)
         self._budget_and_service(name, args, ns_opts)
         self.network_policies = self._network_policies(name, args, ns_opts)
         self.service_name = "vllm"
         self.register_outputs({"namespace": args.namespace, "service": self.service_name,
-                               "deployments": {z: d.metadata["name"] for z, d in self.deployments.items()}})
+                               "deployments": {z: d.metadata["name"] for z, d in self.deployments.items()},
+                               "leaderWorkerSets": [g.metadata["name"] for g in self.groups]})
 
     # -- steps ---------------------------------------------------------------------------------
     def _namespace_and_config(self, name: str, args: ServingArgs) -> pulumi.ResourceOptions:
@@ -286,7 +330,6 @@ class Serving(pulumi.ComponentResource):
     def _zone_deployments(self, name: str, args: ServingArgs) -> None:
         """One Deployment per zone with replicas (and, with burst scaling, KEDA and a ScaledObject each)."""
         plan = args.plan
-        self.deployments: dict[str, k8s.apps.v1.Deployment] = {}
         self.scaled_objects: list[k8s.apiextensions.CustomResource] = []
         self.keda = None
         if args.burst_scaling:
@@ -323,13 +366,63 @@ class Serving(pulumi.ComponentResource):
                 self.scaled_objects.append(self._scaled_object(
                     name, args, zone, deploy_name, count, burst_max, burst_queue_target(plan), deployment))
 
+    def _replica_groups(self, name: str, args: ServingArgs) -> None:
+        """One LeaderWorkerSet per replica, on the pool and zone the plan placed it in. Each waits
+        until its group serves (`pulumi.com/waitFor`, the provider's generic await on the set's
+        Available condition) before the next one rolls: an update never takes two groups at once."""
+        plan = args.plan
+        self.scaled_objects, self.keda = [], None     # burst scaling fills idle GPUs of one node: not groups
+        previous: list[pulumi.Resource] = []
+        timeout = f"{self.startup_s + 300}s"
+        controller = [args.group_controller] if args.group_controller is not None else []
+        for slot in (n for n in plan.nodes if n.group is not None and n.node % plan.nodes_per_replica == 0):
+            set_name = f"vllm-{slot.pool}-{slot.group}"
+            labels = {**APP_LABELS, "llm-serving.io/zone": slot.zone}
+            annotations = {**policy_annotations(plan, args.environment, slot.zone),
+                           "pulumi.com/waitFor": "condition=Available"}
+            group = k8s.apiextensions.CustomResource(
+                f"{name}-{slot.pool}-{slot.group}", api_version=LWS_API_VERSION, kind=LWS_KIND,
+                metadata={"name": set_name, "namespace": args.namespace, "labels": labels, "annotations": annotations},
+                spec=leader_worker_set_spec(plan.nodes_per_replica,
+                                            self._group_pod(plan, slot, labels, args.efa_devices, leader=True),
+                                            self._group_pod(plan, slot, labels, args.efa_devices, leader=False)),
+                opts=pulumi.ResourceOptions(
+                    parent=self, provider=args.provider,
+                    depends_on=[self.namespace, self.hub_secret, self.metrics_conf, *controller, *previous],
+                    custom_timeouts=pulumi.CustomTimeouts(create=timeout, update=timeout)))
+            self.groups.append(group)
+            previous = [group]
+
+    def _group_pod(self, plan: Plan, slot, labels: dict, efa_devices: int, leader: bool) -> dict:
+        """A group's leader (API, metrics, rank 0) or worker (headless, rank LWS_WORKER_INDEX) pod,
+        on the GPU nodes of the one pool (hence zone) the plan placed the group in."""
+        pod_labels = labels if leader else {**labels, LABEL_ROLE: WORKER_ROLE}
+        engine = vllm_container(plan, self.drain, self.startup_s, self.checkpoint)
+        rank = "0" if leader else f"$({WORKER_INDEX})"
+        engine["args"] = [*engine["args"], *multi_node_args(plan.engine_args["pipeline_parallel_size"], rank, leader)]
+        if efa_devices:
+            for part in ("limits", "requests"):
+                engine["resources"][part][EFA_RESOURCE] = str(efa_devices)
+        if not leader:     # no API: ready while its group's leader serves (the engine needs every rank)
+            engine["ports"] = []
+            # No liveness probe: a worker whose engine dies exits, and restarting a worker because its
+            # leader is slow would recreate the whole group (RecreateGroupOnPodRestart).
+            del engine["livenessProbe"]
+            for probe in ("startupProbe", "readinessProbe"):
+                engine[probe] = {k: v for k, v in engine[probe].items() if k != "httpGet"} | {
+                    "exec": {"command": ["python3", "-c", LEADER_HEALTH_CHECK]}}
+        spec = self._pod_spec(plan, [engine, metrics_proxy_container()] if leader else [engine])
+        spec["nodeSelector"] = {LABEL_ROLE: "gpu", ZONE_KEY: slot.zone, LABEL_POOL: slot.pool}
+        spec["affinity"] = one_pod_per_node({LABEL_APP_NAME: "vllm"})
+        spec.pop("topologySpreadConstraints", None)
+        return {"metadata": {"labels": pod_labels}, "spec": spec}
+
     def _budget_and_service(self, name: str, args: ServingArgs, ns_opts: pulumi.ResourceOptions) -> None:
         plan, ns = args.plan, args.namespace
         max_per_node = max(n.replicas for n in plan.nodes)
         self.pdb = k8s.policy.v1.PodDisruptionBudget(
             f"{name}-pdb", metadata={"name": "vllm", "namespace": ns},
-            spec={"minAvailable": disruption_min_available(plan.replicas, plan.replicas_after_loss, max_per_node),
-                  "selector": {"matchLabels": dict(APP_LABELS)},
+            spec={**disruption_budget(plan, max_per_node),
                   # A replica still loading its model is not serving: evicting it costs nothing.
                   "unhealthyPodEvictionPolicy": "AlwaysAllow"},
             opts=ns_opts)
@@ -342,33 +435,35 @@ class Serving(pulumi.ComponentResource):
 
     # -- pieces --------------------------------------------------------------------------------
     def _deployment_spec(self, plan: Plan, zone: str, count: int, labels: dict) -> dict:
-        tp, drain = plan.tp, self.drain
+        spec = self._pod_spec(plan, [vllm_container(plan, self.drain, self.startup_s, self.checkpoint),
+                                     metrics_proxy_container()])
+        spec["nodeSelector"] = {LABEL_ROLE: "gpu", ZONE_KEY: zone}
+        # Even over the zone's nodes, as the plan places them (round robin).
+        spec["topologySpreadConstraints"] = spread(labels, keys=(HOST_KEY,))
         return {
             "replicas": count,
             "selector": {"matchLabels": labels},
             # No surge: a surge pod would sit on a node beyond the plan's placement.
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    **pod_security(),      # vLLM never calls the API server: no token
-                    "nodeSelector": {LABEL_ROLE: "gpu", ZONE_KEY: zone},
-                    "tolerations": [GPU_TOLERATION],
-                    # Even over the zone's nodes, as the plan places them (round robin).
-                    "topologySpreadConstraints": spread(labels, keys=(HOST_KEY,)),
-                    "terminationGracePeriodSeconds": drain.grace_period_s,
-                    "containers": [vllm_container(plan, drain, self.startup_s, self.checkpoint),
-                                   metrics_proxy_container()],
-                    "volumes": [
-                        {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{SHM_GIB_PER_GPU * tp}Gi"}},
-                        {"name": "model-cache", "hostPath": {"path": MODEL_CACHE_PATH, "type": "Directory"}},
-                        {"name": "metrics-proxy-conf", "configMap": {"name": self.metrics_conf.metadata["name"]}},
-                        # Readable by the pod's group only (fsGroup): the token never sits in the env.
-                        {"name": "hub-token", "secret": {"secretName": "hub-token", "defaultMode": 0o440}},
-                        SCRATCH_VOLUME,
-                    ],
-                },
-            },
+            "template": {"metadata": {"labels": labels}, "spec": spec},
+        }
+
+    def _pod_spec(self, plan: Plan, containers: list[dict]) -> dict:
+        """What every vLLM pod shares: security, GPU toleration, drain, volumes."""
+        return {
+            **pod_security(),      # vLLM never calls the API server: no token
+            "nodeSelector": {},
+            "tolerations": [GPU_TOLERATION],
+            "terminationGracePeriodSeconds": self.drain.grace_period_s,
+            "containers": containers,
+            "volumes": [
+                {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{SHM_GIB_PER_GPU * plan.tp}Gi"}},
+                {"name": "model-cache", "hostPath": {"path": MODEL_CACHE_PATH, "type": "Directory"}},
+                {"name": "metrics-proxy-conf", "configMap": {"name": self.metrics_conf.metadata["name"]}},
+                # Readable by the pod's group only (fsGroup): the token never sits in the env.
+                {"name": "hub-token", "secret": {"secretName": "hub-token", "defaultMode": 0o440}},
+                SCRATCH_VOLUME,
+            ],
         }
 
     def _scaled_object(self, name: str, args: ServingArgs, zone: str, deploy_name: str, floor: int,
@@ -407,6 +502,7 @@ class Serving(pulumi.ComponentResource):
                 "podSelector": {"matchLabels": dict(APP_LABELS)}, "policyTypes": ["Ingress"],
                 "ingress": [{"from": [from_namespace(args.gateway_namespace)],
                              "ports": [{"protocol": "TCP", "port": VLLM_API_PORT}]}]},
+            **(group_policies() if args.plan.nodes_per_replica > 1 else {}),
             "vllm-metrics-from-monitoring": {
                 "podSelector": {"matchLabels": dict(APP_LABELS)}, "policyTypes": ["Ingress"],
                 "ingress": [{"from": [from_namespace(args.monitoring_namespace)],

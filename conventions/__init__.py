@@ -16,6 +16,8 @@ GATEWAY_CONTROLLER_NAMESPACE = "envoy-gateway-system"    # Envoy Gateway and, by
 AI_GATEWAY_NAMESPACE = "envoy-ai-gateway-system"
 GPU_PLUGIN_NAMESPACE = "nvidia-device-plugin"
 KEDA_NAMESPACE = "keda"
+LWS_NAMESPACE = "lws-system"                         # the LeaderWorkerSet controller (its docs' namespace)
+EFA_PLUGIN_NAMESPACE = "kube-system"                 # the EFA device plugin DaemonSet (system-node-critical)
 
 # -- zones ---------------------------------------------------------------------------------------
 ZONE_LETTERS = "abcdefg"        # the zone letters the VPC's subnet layout has a block for (components/network.py)
@@ -47,6 +49,12 @@ ANNOTATION_EXTERNAL_DNS_HOSTNAME = "external-dns.alpha.kubernetes.io/hostname"
 # Launch templates: a pod (one hop more, through its veth) cannot reach the node role's credentials.
 IMDS_HOP_LIMIT = 1
 TAG_GPUS_PER_NODE = "llm-serving.io/gpus-per-node"                  # on GPU node groups
+ANNOTATION_NODES_PER_REPLICA = "llm-serving.io/nodes-per-replica"   # on serving workloads: the group size
+ROLE_SERVING_WORKER = "serving-worker"   # a multi-node replica's worker pods: no API, not behind the Service
+# Rules about replicas that span nodes: the planner's refusal and the policy pack name them alike.
+RULE_GROUP_IN_ONE_ZONE = "replica-group-in-one-zone"
+RULE_ZONE_HOLDS_WHOLE_GROUPS = "zone-holds-whole-groups"
+EFA_RESOURCE = "vpc.amazonaws.com/efa"       # what the EFA device plugin advertises (one per EFA interface)
 TAG_PURCHASE_APPROVED = "llm-serving.io/purchase-approved"          # the capacity-block opt-in
 LABEL_GRAFANA_DASHBOARD = "grafana_dashboard"                       # the Grafana sidecar loads ConfigMaps with it
 
@@ -69,6 +77,11 @@ DCGM_EXPORTER_CHART_VERSION = "4.8.3"            # deploys DCGM 4.6.0 / exporter
 DCGM_EXPORTER_IMAGE_TAG = "4.6.0-4.8.3-distroless"
 KEDA_CHART_VERSION = "2.20.2"
 NVIDIA_DEVICE_PLUGIN_CHART_VERSION = "0.19.3"
+# Replicas that span nodes: kubernetes-sigs/lws v0.10.0 (chart oci://registry.k8s.io/lws/charts/lws,
+# CRD in scripts/upstream-files.json) and aws/eks-charts stable/aws-efa-k8s-device-plugin.
+LWS_VERSION = "v0.10.0"
+LWS_CHART_VERSION = "0.10.0"            # site/content/en/docs/installation at v0.10.0: CHART_VERSION=0.10.0
+EFA_DEVICE_PLUGIN_CHART_VERSION = "v0.5.30"   # app v0.5.20 (Chart.yaml at aws/eks-charts 5239609)
 GUIDELLM_IMAGE = "ghcr.io/vllm-project/guidellm:v0.8.1"
 PYTHON_IMAGE = "python:3.12.8-slim-bookworm"     # the accuracy gate's lm-eval runner
 # The controllers the gateway needs (each through EKS Pod Identity): components/*.py cite their sources.

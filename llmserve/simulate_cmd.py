@@ -14,7 +14,7 @@ import typer
 
 from . import options
 from .errors import check_output_file, check_positive, fail
-from .stack_arg import load, zone_failure
+from .stack_arg import load, node_failure, zone_failure
 
 
 def simulate(
@@ -30,6 +30,8 @@ def simulate(
                                                          help="Token budget per step (default: the plan's)."),
     max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="Running-sequence cap (default: plan's)."),
     fail_zone: Optional[str] = typer.Option(None, "--fail-zone", help="ZONE@T[:T2]: lose a zone at T s (back at T2)."),
+    fail_node: Optional[str] = typer.Option(None, "--fail-node", help="POOL/node-I@T[:T2]: lose one node (and every "
+                                            "replica on it: a multi-node replica whole) at T s (back at T2)."),
     seed: int = typer.Option(0, help="Random seed; the same seed gives the same result."),
     as_json: bool = options.JSON,
     plot: Optional[Path] = typer.Option(None, help="Write a PNG: latency percentiles over time."),
@@ -51,6 +53,8 @@ def simulate(
     except WorkLimitError as exc:
         fail(str(exc))
     failure = zone_failure(fail_zone, duration, p)
+    if fail_node is not None:
+        failure = node_failure(fail_zone, fail_node, duration, p)
     batched = max_num_batched_tokens or p.engine_args["max_num_batched_tokens"]
     seqs = max_num_seqs or p.engine_args["max_num_seqs"]
     if batched < seqs:
@@ -130,7 +134,8 @@ def _print(data: dict, cfg, stack, plot) -> None:
         for name, w in data["windows"].items():
             win.add_row(name, f"{w['from_s']:g}-{w['to_s']:g}", f"{w['requests']:,}", str(w["requests_lost"]),
                         f"{100 * (w['goodput'] or 0):.1f}%", _ms(w["ttft_ms"]["p95"]), _ms(w["tpot_ms"]["p95"]))
-        console.print(f"Zone {f['zone']} lost at {f['start_s']:g} s" +
+        lost = f"Node {f['node']} ({f['zone']})" if "node" in f else f"Zone {f['zone']}"
+        console.print(f"{lost} lost at {f['start_s']:g} s" +
                       (f", back at {f['end_s']:g} s" if f["end_s"] is not None else ", not back") +
                       f" ({', '.join(f['replicas_lost'])}):")
         console.print(win)

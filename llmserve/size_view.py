@@ -10,10 +10,12 @@ def print_report(d: dict, plot: Path | None) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from sizing.report import layout_label
+
     console = Console(width=110)
     w = d["workload"]
     load = f"{w['qps']:g} QPS" if w["qps"] is not None else f"{w['concurrency']} concurrent clients"
-    title = (f"{d['model']} {d['weights']} (KV {d['kv_dtype']}) on {d['instance_type']}, {'TP' if d['layout'] == 'tp' else 'DP+EP'}={d['tp']}: "
+    title = (f"{d['model']} {d['weights']} (KV {d['kv_dtype']}) on {d['instance_type']}, {layout_label(d)}: "
              f"{load}, {w['input_tokens']:,} in / {w['output_tokens']:,} out, "
              f"TTFT < {w['ttft_slo_s']:g} s, TPOT <= {w['tpot_slo_s'] * 1e3:g} ms at the {w['slo_statistic']} "
              f"[profile {d['profile']}]")
@@ -29,9 +31,11 @@ def print_report(d: dict, plot: Path | None) -> None:
     for line in (lengths_line(w), prefix_line(d)):
         if line:
             console.print(line)
-    nodes = ", ".join(f"{n['pool']}/node-{n['node']}: {n['replicas']} replica(s), {n['gpus_idle']} GPUs idle"
+    nodes = ", ".join(f"{n['pool']}/node-{n['node']}: "
+                      + (f"group {n['group']}" if "group" in n else f"{n['replicas']} replica(s)")
+                      + f", {n['gpus_idle']} GPUs idle"
                       for n in d["nodes"])
-    console.print(f"Plan: {d['replicas']} x {'TP' if d['layout'] == 'tp' else 'DP+EP'}={d['tp']} replicas {d['replicas_by_zone']}; {nodes}.")
+    console.print(f"Plan: {d['replicas']} x {layout_label(d)} replicas {d['replicas_by_zone']}; {nodes}.")
     if d.get("unstable_reason"):
         console.print(f"Unstable at {d['load_per_replica_qps']:.3g} QPS per replica: {d['unstable_reason']}.")
     if "fleet" in d:

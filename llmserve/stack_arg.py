@@ -35,3 +35,16 @@ def zone_failure(value: str | None, duration_s: float, plan):
         zones = ", ".join(z for z, n in plan.replicas_by_zone.items() if n)
         fail(f"--fail-zone: zone {failure.zone} holds no replica of this plan (zones: {zones})")
     return failure
+
+
+def node_failure(fail_zone: str | None, fail_node: str, duration_s: float, plan):
+    """`--fail-node POOL/node-I@T[:T2]` as the failure of one node of the plan, and with it every
+    replica it serves (a replica that spans nodes whole); never with --fail-zone (one failure a run)."""
+    from simulator import parse_fail_node
+
+    if fail_zone is not None:
+        fail("--fail-node: give --fail-zone or --fail-node, not both (one failure a run)")
+    try:
+        return parse_fail_node(fail_node, duration_s, plan)
+    except ValueError as exc:
+        fail(f"--fail-node: {exc}")

@@ -24,15 +24,20 @@ def show_sweep(req: PlanRequest, as_json: bool) -> None:
     load = f"{w.qps:g} QPS" if w.qps is not None else f"{w.concurrency} clients"
     table = Table(title=f"{req.model}, {load}, N+1 across {zones} zone(s), ranked by whole-node cost per 1M output tokens",
                   title_justify="left")
-    for col in ("#", "instance", "layout", "GPUs", "weights", "capacity/replica", "binding", "replicas", "nodes",
-                "nodes $/1M tok", "GPUs $/1M tok", "nodes $/h"):
-        table.add_column(col, justify="right" if col not in ("instance", "layout", "weights", "binding") else "left")
+    for col in ("#", "instance (per replica)", "layout", "GPUs", "weights", "capacity/replica", "binding", "replicas",
+                "nodes", "nodes $/1M tok", "GPUs $/1M tok", "nodes $/h"):
+        table.add_column(col, justify="right" if col not in ("instance (per replica)", "layout", "weights", "binding")
+                         else "left")
     rank = 0
     for o in options:
         if not o.feasible:
             continue
         rank += 1
-        table.add_row(str(rank), o.instance, o.layout, str(o.tp), o.weights, f"{o.capacity_qps:.1f} QPS", o.binding,
+        group = o.nodes_per_replica > 1
+        table.add_row(str(rank), f"{o.nodes_per_replica} x {o.instance}" if group else o.instance,
+                      f"tp x pp={o.nodes_per_replica}" if group else o.layout,
+                      f"{o.tp} x {o.nodes_per_replica}" if group else str(o.tp), o.weights, f"{o.capacity_qps:.1f} QPS",
+                      o.binding,
                       str(o.replicas), str(o.nodes), money(o.node_cost_per_million), money(o.cost_per_million),
                       money(o.node_cost_per_hour))
     console = Console(width=140)

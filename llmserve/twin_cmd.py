@@ -17,7 +17,7 @@ import typer
 
 from . import options
 from .errors import check_positive, fail
-from .stack_arg import load, zone_failure
+from .stack_arg import load, node_failure, zone_failure
 
 MAX_TIME_SCALE = 150.0     # beyond it a 5m rate window holds fewer than 8 scrapes (they are 250 ms apart at least)
 MAX_DURATION_S = 4 * 3600.0
@@ -26,6 +26,8 @@ MAX_DURATION_S = 4 * 3600.0
 def twin(
     stack: str = options.STACK,
     fail_zone: Optional[str] = typer.Option(None, "--fail-zone", help="ZONE@T[:T2]: lose a zone at T s (back at T2)."),
+    fail_node: Optional[str] = typer.Option(None, "--fail-node", help="POOL/node-I@T[:T2]: lose one node (and every "
+                                            "replica on it: a multi-node replica whole) at T s (back at T2)."),
     qps: Optional[float] = typer.Option(None, help="Arrival rate, requests per second (default: the stack's)."),
     duration: float = typer.Option(1200.0, help="Simulated seconds of arrivals."),
     time_scale: float = typer.Option(60.0, "--time-scale", help="Simulated seconds per wall-clock second."),
@@ -50,6 +52,8 @@ def twin(
     except WorkLimitError as exc:
         fail(str(exc))
     failure = zone_failure(fail_zone, duration, plan)
+    if fail_node is not None:
+        failure = node_failure(fail_zone, fail_node, duration, plan)
 
     def started(tw) -> None:
         from twin.scenario import SETTLE_S

@@ -112,7 +112,7 @@ def fleet_panels(plan: Plan, t: Thresholds, guard: dict[str, Alert], inference_e
                   "Throughput over all replicas."),
         PanelSpec("ready replicas per zone", "suffix: replicas", ready_queries,
                   f"Orange line: the {replicas.threshold:g} replicas the plan runs, "
-                  + ", ".join(f"{n} in {z}" for z, n in plan.replicas_by_zone.items() if n) + ".",
+                  + ", ".join(f"{n} in {z}" for z, n in plan.replicas_by_zone.items() if n) + "." + _groups(plan),
                   lines=((replicas.threshold, PLAN_ORANGE),)),
     ]
 
@@ -169,7 +169,7 @@ def build_dashboard(plan: Plan, stack: str, recorded: set[str], policy: AlertPol
     specs = panel_specs(plan, policy, inference_extension)
     board = (dashboard_builders.Dashboard(f"LLM serving: {stack}").uid(f"llm-serving-{stack}")
              .tags(["llm-serving", stack]).refresh("30s").time("now-6h", "now").timezone("utc")
-             .description(f"{plan.request.model} on {plan.replicas} x TP={plan.tp} {plan.instance.id} replicas; "
+             .description(f"{plan.request.model} on {plan.replicas} x {_layout(plan)} {plan.instance.id} replicas; "
                           "lines come from the sizing plan."))
     for spec in specs:
         for q in spec.queries:
@@ -181,3 +181,16 @@ def build_dashboard(plan: Plan, stack: str, recorded: set[str], policy: AlertPol
 
 def dashboard_json(board: dict) -> str:
     return json.dumps(board, indent=2, sort_keys=True) + "\n"
+
+
+def _layout(plan: Plan) -> str:
+    n = plan.nodes_per_replica
+    return f"TP={plan.tp}" if n == 1 else f"TP={plan.tp} x PP={n} ({n}-node)"
+
+
+def _groups(plan: Plan) -> str:
+    """What "ready" means when a replica is a group of nodes."""
+    if plan.nodes_per_replica == 1:
+        return ""
+    return (f" A replica is a group of {plan.nodes_per_replica} nodes: a ready group is its ready leader "
+            "(ready only while every rank runs), so this counts groups, not pods.")

@@ -150,6 +150,9 @@ def recording_rules(serving_namespace: str) -> list[dict]:
         {"record": KV_ZONE, "expr": "avg by (zone) (vllm:kv_cache_usage_perc)"},
         {"record": KV_SERVICE, "expr": "avg (vllm:kv_cache_usage_perc)"},
         # Readiness from kube-state-metrics, so a replica that is down (no /metrics) still counts.
+        # Role `serving` selects one pod per replica: a multi-node replica's leader, ready only while
+        # every rank runs (LWS recreates the group when one fails; its workers are `serving-worker`),
+        # so these count ready groups, never ready pods (docs/multi-node.md).
         {"record": READY_ZONE, "expr": (
             'sum by (zone) (label_replace('
             f'kube_pod_status_ready{{condition="true", namespace="{serving_namespace}"}}'

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from pulumi_policy import Severity
 
-from conventions import ANNOTATION_AWS_LB_TYPE, ANNOTATION_EXTERNAL_DNS_HOSTNAME, AWS_LB_TYPE_EXTERNAL
+from conventions import ANNOTATION_AWS_LB_TYPE, ANNOTATION_EXTERNAL_DNS_HOSTNAME, AWS_LB_TYPE_EXTERNAL, EFA_RESOURCE
 
 from .resources import GATEWAY, HELM_RELEASE, SERVICE, as_dict, as_list, get, k8s_name, namespace
 from .rules import Rule, stack_rule
@@ -51,6 +51,12 @@ BY_API_GROUP: dict[str, Controller] = {
     "monitoring.coreos.com": Controller(("kube-prometheus-stack",)),       # prometheus-operator
     "keda.sh": Controller(("keda",)),
     "cert-manager.io": Controller(("cert-manager",)),
+    # kubernetes-sigs/lws v0.10.0 (CRDs in the chart's crds/, components/leader_worker_set.py).
+    "leaderworkerset.x-k8s.io": Controller(("lws",)),
+}
+# Extended resources a pod requests, by the device plugin that advertises them on the nodes.
+BY_RESOURCE: dict[str, Controller] = {
+    EFA_RESOURCE: Controller(("aws-efa-k8s-device-plugin",)),     # components/efa.py
 }
 # Service annotations by the controller that acts on them (the in-tree AWS provider answers
 # ImplementedElsewhere for `aws-load-balancer-type: external`).
@@ -176,6 +182,23 @@ def _listener_problems(graph: Graph, gateway) -> list[str]:
     return problems
 
 
+def _requested_resources(props) -> set[str]:
+    """Every resource name a container anywhere in the object requests or limits (pod templates of
+    any kind, LeaderWorkerSets' leader and worker templates included)."""
+    found: set[str] = set()
+    stack = [props]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if isinstance(node.get("resources"), dict):
+                for part in ("limits", "requests"):
+                    found.update(as_dict(get(node["resources"], part, default={})))
+            stack.extend(v for v in node.values() if isinstance(v, (dict, list)))
+        elif isinstance(node, list):
+            stack.extend(node)
+    return found
+
+
 def contract_violations(resources) -> list[tuple[str, str]]:
     """(urn, message) for every broken clause of the contract."""
     graph = Graph(resources)
@@ -200,6 +223,8 @@ def contract_violations(resources) -> list[tuple[str, str]]:
         for key in annotations:
             if key in BY_ANNOTATION:
                 out.extend((r.urn, m) for m in _check(graph, r, BY_ANNOTATION[key], f"{kind} {name} ({key})"))
+        for key in _requested_resources(r.props) & BY_RESOURCE.keys():
+            out.extend((r.urn, m) for m in _check(graph, r, BY_RESOURCE[key], f"{kind} {name} ({key})"))
         if r.resource_type == CERTIFICATE:
             out.extend((r.urn, m) for m in _certificate_problems(graph, r))
         if r.resource_type == GATEWAY:

@@ -11,7 +11,8 @@ from collections import defaultdict
 
 from pulumi_policy import Severity
 
-from conventions import ANNOTATION_REPLICA_CAPACITY_QPS, ANNOTATION_TARGET_QPS, ANNOTATION_TENSOR_PARALLEL
+from conventions import (ANNOTATION_REPLICA_CAPACITY_QPS, ANNOTATION_TARGET_QPS, ANNOTATION_TENSOR_PARALLEL,
+                         RULE_GROUP_IN_ONE_ZONE, RULE_ZONE_HOLDS_WHOLE_GROUPS)
 from .resources import (
     INFERENCE_POOL, PDB, SERVICE, WORKLOADS,
     NodeGroupView, WorkloadView, allowed_zones, as_dict, fmt, get, landing, namespace, node_groups,
@@ -99,9 +100,13 @@ def _capacity_annotations(w: WorkloadView) -> tuple[float | None, float | None]:
 
 
 def _slots(w: WorkloadView, groups, zone: str) -> int:
-    """Replicas of `w` that the GPU nodes of `zone` can hold (a TP group never spans nodes)."""
+    """Replicas of `w` that the GPU nodes of `zone` can hold (a TP group never spans nodes; a
+    group of `group_size` pods takes that many nodes of one node group)."""
     if w.gpus <= 0:
         return 0
+    if w.group_size > 1:
+        return sum(ng.nodes // w.group_size for ng, z in landing(w, groups)
+                   if z == zone and (ng.gpus_per_node or 0) >= w.gpus)
     return sum(ng.nodes * ((ng.gpus_per_node or 0) // w.gpus) for ng, z in landing(w, groups) if z == zone)
 
 
@@ -216,7 +221,7 @@ def pdb_covers_serving(args, report_violation):
         selected = [workload_view(r) for r in args.resources if r.resource_type in WORKLOADS]
         selected = [w for w in selected if w.namespace == namespace(p.props)
                     and selector_matches(get(p.props, "spec", "selector"), w.pod_labels)]
-        pods = sum(w.replicas for w in selected)
+        pods = sum(w.pods for w in selected)
         allowed = _disruptions_allowed(get(p.props, "spec", default={}), pods)
         name = get(p.props, "metadata", "name", default=p.name)
         if allowed < 1:
@@ -323,3 +328,65 @@ def endpoint_picker_redundant(args, report_violation):
         elif len(zones) < 2:
             report_violation(f"the endpoint picker of InferencePool {name} can only run in "
                              f"{', '.join(sorted(zones)) or 'no zone'}", pickers[0].urn)
+
+
+# -- replicas that span nodes (LeaderWorkerSets) ----------------------------------------------
+def _group_workloads(resources) -> list[WorkloadView]:
+    return [w for w in serving_workloads(resources) if w.group_size > 1 and w.replicas > 0]
+
+
+def _group_zones(w: WorkloadView, groups) -> tuple[str, ...] | None:
+    """Zones a group's pods (leader and workers) may land in; None when nothing pins them."""
+    worker = WorkloadView(**{**w.__dict__, "pod_spec": w.worker_spec or w.pod_spec})
+    zones = [allowed_zones(v, groups) for v in (w, worker)]
+    if any(z is None for z in zones):
+        return None
+    return tuple(sorted(set(zones[0]) | set(zones[1])))
+
+
+@stack_rule(
+    RULES, RULE_GROUP_IN_ONE_ZONE,
+    description="A replica that spans nodes (a LeaderWorkerSet group) has all its pods pinned to one zone: its "
+                "pipeline stages never cross zones, and losing a zone loses whole groups.",
+    severity=Severity.CRITICAL,
+    remediation="Pin the leader and worker templates to one zone and one GPU pool (nodeSelector "
+                "topology.kubernetes.io/zone and llm-serving.io/pool), one LeaderWorkerSet per replica, as the "
+                "serving component does.",
+    tags=("failure-domains", "multi-node"))
+def replica_group_in_one_zone(args, report_violation):
+    groups = node_groups(args.resources)
+    for w in _group_workloads(args.resources):
+        zones = _group_zones(w, groups)
+        if zones is None:
+            report_violation(f"{w.kind} {w.name}: its {w.group_size}-pod groups are not pinned to a zone; a group's "
+                             "nodes could sit in two zones", w.urn)
+        elif len(zones) > 1:
+            report_violation(f"{w.kind} {w.name}: a {w.group_size}-pod group may put its nodes in {', '.join(zones)}; "
+                             "a group's nodes must sit in one zone", w.urn)
+
+
+@stack_rule(
+    RULES, RULE_ZONE_HOLDS_WHOLE_GROUPS,
+    description="Every zone with GPU nodes holds at least one whole group of the replicas that span nodes, and "
+                "each GPU node group holds whole groups (a multiple of the group size), so N+1 by zone counts "
+                "groups.",
+    severity=Severity.CRITICAL,
+    remediation="Give each zone's GPU pool a multiple of the nodes per replica (llm-serving:gpuPools[].nodes; "
+                "`llmserve size --stack <s>` shows the plan's nodes per replica).",
+    tags=("failure-domains", "multi-node"))
+def zone_holds_whole_groups(args, report_violation):
+    workloads_ = _group_workloads(args.resources)
+    if not workloads_:
+        return
+    gpu = _gpu_groups(args.resources)
+    size = max(w.group_size for w in workloads_)
+    for ng in gpu:
+        if ng.nodes % size:
+            report_violation(f"GPU node group {ng.name} has {plural(ng.nodes, 'node')}, not a multiple of the "
+                             f"{size}-node group: {ng.nodes % size} node(s) hold no whole group", ng.urn)
+    for zone in sorted({z for ng in gpu for z in ng.zones}):
+        whole = sum(ng.nodes // size for ng in gpu if zone in ng.zones)
+        if whole == 0:
+            nodes = sum(ng.nodes for ng in gpu if zone in ng.zones)
+            report_violation(f"{zone} has {plural(nodes, 'GPU node')}, no whole {size}-node group: the zone serves "
+                             "nothing, and losing the other zone stops serving")

@@ -36,7 +36,8 @@ SECURITY_POLICY = "kubernetes:gateway.envoyproxy.io/v1alpha1:SecurityPolicy"
 BACKEND_TRAFFIC_POLICY = "kubernetes:gateway.envoyproxy.io/v1alpha1:BackendTrafficPolicy"
 INFERENCE_POOL = "kubernetes:inference.networking.k8s.io/v1:InferencePool"
 
-WORKLOADS = (DEPLOYMENT, STATEFUL_SET)
+LEADER_WORKER_SET = "kubernetes:leaderworkerset.x-k8s.io/v1:LeaderWorkerSet"   # a replica of `size` pods
+WORKLOADS = (DEPLOYMENT, STATEFUL_SET, LEADER_WORKER_SET)
 POD_TEMPLATES = (DEPLOYMENT, STATEFUL_SET, DAEMON_SET, JOB)
 
 # -- labels and annotations of the contract (docs/contracts.md) -----------------------------
@@ -266,6 +267,12 @@ class WorkloadView:
     pod_labels: dict
     pod_spec: Any
     gpus: int                       # nvidia.com/gpu per pod, over all containers
+    group_size: int = 1             # pods (one per node) per replica: a LeaderWorkerSet's size
+    worker_spec: Any = None         # a LeaderWorkerSet's worker pod spec (placement judged like the leader's)
+
+    @property
+    def pods(self) -> int:
+        return self.replicas * self.group_size
 
     @property
     def is_serving(self) -> bool:
@@ -297,6 +304,8 @@ def pod_gpus(pod_spec: Any) -> int:
 
 def workload_view(res: Any) -> WorkloadView:
     props = res.props
+    if res.resource_type == LEADER_WORKER_SET:
+        return _group_view(res)
     meta = metadata(props)
     template = get(props, "spec", "template", default={})
     replicas = number(get(props, "spec", "replicas"))
@@ -307,6 +316,34 @@ def workload_view(res: Any) -> WorkloadView:
         labels=as_dict(meta.get("labels")), annotations=as_dict(meta.get("annotations")),
         pod_labels=as_dict(get(template, "metadata", "labels", default={})), pod_spec=pod_spec,
         gpus=pod_gpus(pod_spec))
+
+
+def _group_view(res: Any) -> WorkloadView:
+    """A LeaderWorkerSet: `replicas` groups of `size` pods; the leader's template stands for the
+    group (its labels are what the Service selects), the workers' placement is kept beside it."""
+    props, meta = res.props, metadata(res.props)
+    lwt = get(props, "spec", "leaderWorkerTemplate", default={})
+    worker = get(lwt, "workerTemplate", default={})
+    leader = get(lwt, "leaderTemplate", default=worker)
+    replicas, size = number(get(props, "spec", "replicas")), number(get(lwt, "size"))
+    pod_spec = get(leader, "spec", default={})
+    return WorkloadView(
+        urn=res.urn, kind="LeaderWorkerSet", name=meta.get("name", res.name),
+        namespace=meta.get("namespace", "default"), replicas=1 if replicas is None else int(replicas),
+        labels=as_dict(meta.get("labels")), annotations=as_dict(meta.get("annotations")),
+        pod_labels=as_dict(get(leader, "metadata", "labels", default={})), pod_spec=pod_spec,
+        gpus=pod_gpus(pod_spec), group_size=1 if size is None else int(size),
+        worker_spec=get(worker, "spec", default={}))
+
+
+def pod_specs(resource_type: str, props: Any) -> list:
+    """The pod specs an object creates pods from: its template, or a LeaderWorkerSet's two."""
+    if resource_type in POD_TEMPLATES:
+        return [get(props, "spec", "template", "spec", default={})]
+    if resource_type == LEADER_WORKER_SET:
+        lwt = get(props, "spec", "leaderWorkerTemplate", default={})
+        return [get(lwt, key, "spec", default={}) for key in ("leaderTemplate", "workerTemplate") if get(lwt, key)]
+    return []
 
 
 def workloads(resources: Sequence) -> list[WorkloadView]:

@@ -13,7 +13,7 @@ from conventions import ANNOTATION_PROXIES, ANNOTATION_QUOTA_BUDGET_QPS, IMDS_HO
 
 from .resources import (
     BACKEND_TRAFFIC_POLICY, CLUSTER, CONFIG_MAP, GATEWAY, HELM_RELEASE, HTTP_ROUTE, LAUNCH_TEMPLATE,
-    NODE_GROUP, POD_TEMPLATES, SECURITY_POLICY, as_dict, as_list, get, k8s_name, namespace,
+    NODE_GROUP, SECURITY_POLICY, as_dict, as_list, get, k8s_name, namespace, pod_specs,
     selector_matches, truthy,
 )
 from .rules import Rule, resource_rule, stack_rule
@@ -165,9 +165,11 @@ def _helm_secret_paths(values, path: str = "") -> list[str]:
 def secrets_only_as_secrets(args, report_violation):
     kind = args.resource_type.rsplit(":", 1)[-1]
     name = k8s_name(args.props, args.name)
-    if args.resource_type in POD_TEMPLATES:
-        pod = get(args.props, "spec", "template", "spec", default={})
-        for c in as_list(get(pod, "initContainers", default=[])) + as_list(get(pod, "containers", default=[])):
+    pods = pod_specs(args.resource_type, args.props)
+    if pods:
+        containers = [c for pod in pods
+                      for c in as_list(get(pod, "initContainers", default=[])) + as_list(get(pod, "containers", default=[]))]
+        for c in containers:
             cname = get(c, "name", default="?")
             for env in as_list(get(c, "env", default=[])):
                 var = str(get(env, "name", default=""))

@@ -17,7 +17,7 @@ from conventions import PROJECT, ZONE_LETTERS
 from inputs import InputError, safe_yaml
 from inputs.files import check_path_length, read_text
 from sizing.catalog import CatalogError, load_catalog, resolve_model
-from sizing.model import Shape, SizingError, candidate_tps, check_shape
+from sizing.model import MAX_NODES_PER_REPLICA, Shape, SizingError, candidate_tps, check_shape
 from sizing.profiles import get_profile
 
 from .accuracy_fit import gate_fit_problems
@@ -277,11 +277,26 @@ def _fit_problems(r: PlanRequestSettings, instance_type: str) -> list[str]:
         return [sizing_problem(exc) for exc in errors]
     if errors and (errors[-1].field or "").startswith("workload."):
         return [sizing_problem(errors[-1])]     # a served length no TP helps: the most capable TP's reason
+    if layout == "tp" and _fits_on_nodes(model, instance, r, workload, profile):
+        return []       # the planner spans nodes (docs/multi-node.md)
     if all(exc.field == "weights" for exc in errors):     # no layout holds the weights: say so, and what does
         from sizing.planner import does_not_fit
         return [f"{PROJECT}:gpuPools: {does_not_fit(r.plan_request(), model, instance)}"]
     return [f"{PROJECT}:gpuPools: {model.id} with {r.model.weights} weights does not fit on "
-            f"{instance.id} even at TP={instance.gpus}; use a larger instance type or fp8 weights"]
+            f"{instance.id} even at TP={instance.gpus} on {MAX_NODES_PER_REPLICA} nodes per replica; "
+            "use a larger instance type or fp8 weights"]
+
+
+def _fits_on_nodes(model, instance, r: PlanRequestSettings, workload, profile) -> bool:
+    """Whether a replica of whole nodes (TP = the node's GPUs, PP across 2 and more) holds the model."""
+    for n in range(2, MAX_NODES_PER_REPLICA + 1):
+        try:
+            check_shape(Shape(model, instance, instance.gpus, r.model.weights, r.model.kvCacheDtype, nodes=n),
+                        workload, profile)
+            return True
+        except SizingError:
+            continue
+    return False
 
 
 # Messages for lists of the wrong length, where pydantic's own does not say what to do.

@@ -5,7 +5,7 @@ Pure Python (no Pulumi, no plotting): the step cost comes from the analytic engi
 """
 from .cost import StepCost, kv_capacity_tokens, step_cost  # noqa: F401
 from .loop import ReplicaSpec, SimConfig, SimResult, ZoneFailure, simulate  # noqa: F401
-from .plan import (config_from_plan, parse_fail_zone, replica_model, replica_specs,  # noqa: F401
+from .plan import (config_from_plan, parse_fail_node, parse_fail_zone, replica_model, replica_specs,  # noqa: F401
                    simulated_capacity_qps)
 from .report import summarize, to_dict  # noqa: F401
 from .router import ROUTERS  # noqa: F401

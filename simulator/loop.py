@@ -4,7 +4,8 @@ Replicas only meet at the router, so between two events each replica runs on its
 event every replica is brought up to that time (only the step in progress stays pending), the
 router looks at them, and the request joins its replica's next step.
 
-A lost zone takes its replicas out at `start` (and back, empty and ready, at `end`). Every
+A lost zone (or node) takes its replicas out at `start` (and back, empty and ready, at `end`);
+a replica that spans nodes is lost with any one of them (its engine needs every rank). Every
 request they held, waiting or running, is sent through the router once more at that instant,
 from scratch (its latencies still count from its first arrival). A request with no healthy
 replica to go to, or lost a second time, is lost: the gateway answers 503.
@@ -26,12 +27,22 @@ class ZoneFailure:
     zone: str
     start_s: float
     end_s: float | None = None      # None: the zone stays down
+    node: str | None = None         # a node (`<pool>/node-<i>`, in `zone`) rather than the whole zone
+
+    def hits(self, spec: "ReplicaSpec") -> bool:
+        """Whether the failure takes this replica down: its zone, or one of its nodes."""
+        return self.node in spec.nodes if self.node is not None else spec.zone == self.zone
+
+    @property
+    def domain(self) -> str:
+        return self.node or self.zone
 
 
 @dataclass(frozen=True)
 class ReplicaSpec:
     name: str
     zone: str
+    nodes: tuple[str, ...] = ()     # the nodes it runs on: one, or a multi-node group's
 
 
 @dataclass(frozen=True)
@@ -65,6 +76,9 @@ def _check(config: SimConfig) -> None:
         raise ValueError(f"max_model_len {config.workload.max_model_len} exceeds the KV cache "
                          f"({config.kv_capacity_tokens} tokens): one sequence would not fit")
     fail = config.failure
+    if fail is not None and fail.node is not None and not any(fail.hits(r) for r in config.replicas):
+        nodes = ", ".join(sorted({n for r in config.replicas for n in r.nodes}))
+        raise ValueError(f"node {fail.node} holds no replica (nodes: {nodes})")
     if fail is not None and fail.zone not in {r.zone for r in config.replicas}:
         zones = ", ".join(sorted({r.zone for r in config.replicas}))
         raise ValueError(f"zone {fail.zone} holds no replica (zones: {zones})")
@@ -142,8 +156,10 @@ def _simulate(config: SimConfig, on_route) -> SimResult:
             return
         target.enqueue(r, t)
 
+    lost = {spec.name for spec in config.replicas if fail is not None and fail.hits(spec)}
+
     def handle(kind: str, t: float) -> None:
-        _zone_event(kind, t, [rep for rep in replicas if rep.zone == fail.zone], replicas, router, result, route)
+        _zone_event(kind, t, [rep for rep in replicas if rep.name in lost], replicas, router, result, route)
 
     next_event = events[0][0] if events else math.inf
     pick = router.pick

@@ -13,6 +13,7 @@ from .report import summarize
 from .workload import WorkloadSpec
 
 FAIL_ZONE = re.compile(r"^(?P<zone>[a-z0-9-]+)@(?P<start>\d+(\.\d+)?)(:(?P<end>\d+(\.\d+)?))?$")
+FAIL_NODE = re.compile(r"^(?P<zone>[a-z0-9-]+/node-\d+)@(?P<start>\d+(\.\d+)?)(:(?P<end>\d+(\.\d+)?))?$")
 
 
 def replica_model(plan: Plan) -> ReplicaModel:
@@ -21,11 +22,18 @@ def replica_model(plan: Plan) -> ReplicaModel:
 
 
 def replica_specs(plan: Plan) -> tuple[ReplicaSpec, ...]:
-    """One per planned replica, named after its node: `<pool>/node-<i>/<j>`."""
+    """One per planned replica, named after its node: `<pool>/node-<i>/<j>`; a replica that spans
+    nodes is one spec named after its group, `<pool>/group-<g>`, holding all its nodes."""
     out = []
+    groups: dict[tuple[str, int], list] = {}
     for slot in plan.nodes:
+        if slot.group is not None:
+            groups.setdefault((slot.pool, slot.group), []).append(slot)
+            continue
         for j in range(slot.replicas):
-            out.append(ReplicaSpec(f"{slot.pool}/node-{slot.node}/{j}", slot.zone))
+            out.append(ReplicaSpec(f"{slot.pool}/node-{slot.node}/{j}", slot.zone, (f"{slot.pool}/node-{slot.node}",)))
+    for (pool, g), slots in groups.items():
+        out.append(ReplicaSpec(f"{pool}/group-{g}", slots[0].zone, tuple(f"{pool}/node-{s.node}" for s in slots)))
     return tuple(out)
 
 
@@ -41,6 +49,21 @@ def parse_fail_zone(text: str, duration_s: float) -> ZoneFailure:
     if end is not None and end <= start:
         raise ValueError(f"'{text}': the zone comes back at {end:g} s, not after it fails at {start:g} s")
     return ZoneFailure(m["zone"], start, end)
+
+
+def parse_fail_node(text: str, duration_s: float, plan: Plan) -> ZoneFailure:
+    """`POOL/node-I@T[:T2]`: that node is lost at T seconds (and back at T2); with it, every
+    replica it serves (a multi-node group entirely)."""
+    m = FAIL_NODE.match(text.strip())
+    if not m:
+        raise ValueError(f"'{text}': expected POOL/node-I@T or POOL/node-I@T:T2 in seconds, "
+                         "e.g. us-east-1a-p5/node-1@600")
+    names = {f"{n.pool}/node-{n.node}": n for n in plan.nodes}
+    node = m["zone"]
+    if node not in names:
+        raise ValueError(f"'{text}': no node {node} in the plan (nodes: {', '.join(names)})")
+    window = parse_fail_zone(f"{names[node].zone}@{text.strip().split('@', 1)[1]}", duration_s)
+    return ZoneFailure(window.zone, window.start_s, window.end_s, node=node)
 
 
 def config_from_plan(plan: Plan, duration_s: float, qps: float | None = None, *, router: str = "least-outstanding",

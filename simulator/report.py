@@ -113,6 +113,7 @@ def to_dict(result: SimResult) -> dict:
     if cfg.failure is not None:
         f = cfg.failure
         out["failure"] = {"zone": f.zone, "start_s": f.start_s, "end_s": f.end_s,
-                          "replicas_lost": [r.name for r in cfg.replicas if r.zone == f.zone]}
+                          **({"node": f.node} if f.node is not None else {}),
+                          "replicas_lost": [r.name for r in cfg.replicas if f.hits(r)]}
         out["windows"] = windows(result)
     return out

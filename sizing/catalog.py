@@ -187,10 +187,14 @@ class Catalog:
 
 def bytes_per_element(precision: str) -> float:
     try:
-        return {"fp8": 1, "bf16": 2, "fp16": 2, "fp4": element_bytes("fp4")}[precision]
+        return _ELEMENT_BYTES[precision]
     except KeyError:
         raise CatalogError(
             f"unknown precision '{precision}'; choose one of: {', '.join(PRECISIONS)}") from None
+
+
+# Built once: the model reads it in its inner loops (memory, KV bytes per token, step costs).
+_ELEMENT_BYTES = {"fp8": 1, "bf16": 2, "fp16": 2, "fp4": element_bytes("fp4")}
 
 
 def _pick(table: dict, key: str, what: str):

@@ -29,10 +29,10 @@ import math
 from dataclasses import dataclass, replace
 
 from . import parallel
-from .catalog import Instance, Model, bytes_per_element
+from .catalog import Instance, Model
 from .profiles import Profile
 from .queueing import QUANTILES, STATISTICS, erlang_c_wait, md1_wait_quantile, poisson_quantile_smooth
-from .step import build_step, comm_terms
+from .step import build_step, step_comm
 from .traffic import LengthDistribution, fixed as fixed_lengths
 from .vllm_engine import BLOCK_TOKENS, NULL_BLOCKS, batch_defaults, blocks_for, reported_memory_bytes
 
@@ -108,7 +108,8 @@ class Workload:
     @property
     def served_max_len(self) -> int:
         """vLLM's max_model_len: the stated maximum, else the longest request the traffic holds."""
-        return self.max_model_len or self.distribution.max_request_tokens
+        d = self.lengths      # fixed lengths: their sum (what `distribution` would say, without building it)
+        return self.max_model_len or (d.max_request_tokens if d else self.input_tokens + self.output_tokens)
 
     @property
     def prompt_attention_tokens(self) -> float:
@@ -154,13 +155,21 @@ def check_finite_workload(w: Workload) -> None:
 class Shape:
     """What a replica is: a model at some precision on `tp` GPUs of one node type, split by
     `layout` (`sizing.parallel`: tp, or dp-ep for data-parallel attention with expert parallelism;
-    `tp` is the replica's GPU count either way)."""
+    `tp` is the node's share of the replica's GPUs either way), or on `nodes` such nodes: TP within
+    each node, pipeline stages across them (vLLM's multi-node layout: `--tensor-parallel-size`
+    GPUs per node, `--pipeline-parallel-size` nodes)."""
     model: Model
     instance: Instance
     tp: int
     weights: str = "fp8"
     kv_dtype: str = "bf16"
     layout: str = "tp"
+    nodes: int = 1
+
+    @property
+    def gpus(self) -> int:
+        """GPUs one replica holds: tp on each of its nodes."""
+        return self.tp * self.nodes
 
 
 @dataclass(frozen=True)
@@ -216,9 +225,13 @@ class ReplicaModel:
     """One shape under one profile for one workload: the step model and the queues around it."""
 
     def __init__(self, shape: Shape, workload: Workload, profile: Profile, real: bool = True,
-                 batched_tokens: int | None = None):
+                 batched_tokens: int | None = None, checked: Memory | None = None):
+        """`checked`: what `check_shape` returned for this shape and workload (the memory at the
+        smallest step budget), so that it is not computed again."""
         self.shape, self.workload, self.profile, self.real = shape, workload, profile, real
-        self.step = step = build_step(shape, workload, profile, real)
+        # The step's communication: the step and the prefill's comm part both read it.
+        comm = step_comm(shape, profile)
+        self.step = step = build_step(shape, workload, profile, real, comm)
         self.additive = profile.step_model == "additive"
         # The prompt tokens each request computes: a prefix found in the cache is not recomputed.
         self.cached = cached = workload.cached_prompt_tokens
@@ -230,23 +243,24 @@ class ReplicaModel:
         self.prompt_points = ((s_in,) if d is None else
                               tuple(max(1, d.input_quantile((i + 0.5) / PROMPT_POINTS) - cached)
                                     for i in range(PROMPT_POINTS)))
-        self.kv_tok = parallel.kv_bytes_per_token(shape, workload.input_tokens + self.s_out)
         self.branches = step.decode_branches()
         self.prefill_alone_s = step.prefill_s(s_in)          # one prompt, alone, unchunked
         # Per prompt token beyond the decode step, when a chunk is compute-bound (all of it, additive).
         self.prefill_token_s = step.e if self.additive else step.g2 + step.e
         self.share_per_request_s = s_in * self.prefill_token_s   # u = QPS x this (at most)
-        self.prefill_comm_s = _comm_part(shape, profile, s_in)
+        self.prefill_comm_s = comm[0] + comm[1] * s_in      # not scaled by real_factor in the seed
         if self.additive:   # the seed: TTFT0 = real_factor x prefill FLOPs time + communication
             rf = profile.real_factor if real else 1.0
             self.ttft0_s = rf * (self.prefill_alone_s - self.prefill_comm_s) + self.prefill_comm_s
         else:
             self.ttft0_s = self.prefill_alone_s
-        self.memory = memory(shape, workload, profile, batched_tokens or CHUNK_MIN + profile.max_num_seqs)
+        self.memory = (checked if checked is not None and batched_tokens is None else
+                       memory(shape, workload, profile, batched_tokens or CHUNK_MIN + profile.max_num_seqs))
         self.batched_tokens = batched_tokens or self._batched_tokens()
         if batched_tokens is None and profile.kv_accounting == "vllm":
             self.memory = memory(shape, workload, profile, self.batched_tokens)
             self.batched_tokens = self._batched_tokens()
+        self.kv_tok = self.memory.kv_bytes_per_token      # at the mean request's context, as memory() reads it
         self._stat = workload.slo_statistic
 
     # -- the engine's step budget -------------------------------------------------------------
@@ -293,7 +307,8 @@ class ReplicaModel:
             denom = (1 - u) - b * qps * (self.s_out - 1)
             if denom <= 0:
                 return math.inf
-            worst = max(worst, (a + b * qps * self.ttft0_s) / denom)
+            t = (a + b * qps * self.ttft0_s) / denom
+            worst = t if t > worst else worst      # max(worst, t), without the call
         return worst
 
     def tpot_s(self, qps: float) -> float:
@@ -303,12 +318,9 @@ class ReplicaModel:
     def _tpot_and_share(self, qps: float) -> tuple[float, float]:
         p = self.prefill_token_s
         tpot = self._tpot_fixed_p(qps, p)
-        if not self.additive:
-            for _ in range(1):      # p moves little with n: one refinement settles it
-                if not math.isfinite(tpot):
-                    break
-                p = self.prefill_token_cost_s(self.in_flight(qps, tpot))
-                tpot = self._tpot_fixed_p(qps, p)
+        if not self.additive and math.isfinite(tpot):    # p moves little with n: one refinement settles it
+            p = self.prefill_token_cost_s(self.in_flight(qps, tpot))
+            tpot = self._tpot_fixed_p(qps, p)
         return tpot, qps * self.s_in * p
 
     def in_flight(self, qps: float, tpot_s: float) -> float:
@@ -341,20 +353,27 @@ class ReplicaModel:
         Prompt lengths that vary make it M/G/1: the work a waiting prompt finds ahead scales with
         E[s_in^2] / E[s_in] (a long prompt is more likely the one in the way), and its own service
         is the mean over the prompt lengths (`prompt_points`)."""
-        chunk = max(self.batched_tokens - n, 1.0)
+        chunk = self.batched_tokens - n
+        chunk = 1.0 if 1.0 > chunk else chunk                 # max(chunk, 1.0), without the call
         full = self.step.step_s(n, chunk)
         rho = qps * self.s_in * full / chunk                  # chunks drain chunk / full tokens per second
-        service, last = self._own_service(n, self.s_in)
+        k = math.ceil(self.s_in / chunk)                      # its own steps (`_own_service`, inline:
+        last = self.step.step_s(n, self.s_in - (k - 1) * chunk)   # the capacity search's inner loop)
+        service = (k - 1) * full + last
         if len(self.prompt_points) > 1:
-            service = sum(self._own_service(n, s)[0] for s in self.prompt_points) / len(self.prompt_points)
+            service = sum(self._own_service(n, s, chunk, full)[0] for s in self.prompt_points) / len(self.prompt_points)
         return rho, self.s_work * full / chunk, service, full, last
 
-    def _own_service(self, n: float, s_in: float) -> tuple[float, float]:
-        """(all its steps, its last step) for a prompt of s_in tokens in chunks beside n decodes."""
-        chunk = max(self.batched_tokens - n, 1.0)
+    def _own_service(self, n: float, s_in: float, chunk: float | None = None,
+                     full: float | None = None) -> tuple[float, float]:
+        """(all its steps, its last step) for a prompt of s_in tokens in chunks beside n decodes
+        (`chunk`, `full`: the chunk at n and its step, when the caller has them)."""
+        if chunk is None:
+            chunk = max(self.batched_tokens - n, 1.0)
+            full = self.step.step_s(n, chunk)
         k = math.ceil(s_in / chunk)
         last = self.step.step_s(n, s_in - (k - 1) * chunk)
-        return (k - 1) * self.step.step_s(n, chunk) + last, last
+        return (k - 1) * full + last, last
 
     def _ttft_prefill(self, qps: float, n: float, tpot: float, q: float | None, queue: tuple | None = None) -> float:
         """TTFT before any KV-admission wait, at a statistic (q None: the mean).
@@ -456,8 +475,9 @@ class ReplicaModel:
                 if not math.isfinite(tpot):
                     return False
                 n = self.in_flight(lam, tpot)
-                return (self._tpot_at(n, u, q) <= w.tpot_slo_s
-                        and self._ttft_prefill(lam, n, tpot, q) <= w.ttft_slo_s)
+                # `_tpot_at` at the mean, inline (the search's inner loop)
+                tpot_q = (self.step_s(n) / (1 - u) if u < 1 else math.inf) if q is None else self._tpot_at(n, u, q)
+                return tpot_q <= w.tpot_slo_s and self._ttft_prefill(lam, n, tpot, q) <= w.ttft_slo_s
             # TPOT at any statistic is at least the mean: the mean's closed form bounds the search.
             lam = _largest(both, min(top, self.tpot_capacity_qps(w.tpot_slo_s)), iterations)
             ttft, tpot = self.latencies_at(lam * (1 + 1e-3), q) if lam < top else (0.0, 0.0)
@@ -592,12 +612,6 @@ class ReplicaModel:
         return lo
 
 
-def _comm_part(shape, profile, s_in) -> float:
-    """The all-reduce part of one prompt's prefill (not scaled by real_factor in the seed)."""
-    comm0, comm1 = comm_terms(shape, profile, bytes_per_element("bf16") * shape.model.hidden)
-    return comm0 + comm1 * s_in
-
-
 def _residual_quantile(tail: float, p_long: float, long: float, p_short: float, short: float) -> float:
     """t with P(R > t) = tail, R uniform on [0, long] with probability p_long, on [0, short] with
     p_short, else 0 (the replica idle)."""
@@ -660,7 +674,7 @@ def memory(shape: Shape, workload: Workload, profile: Profile, batched_tokens: i
     graphs = profile.cuda_graph_gb if vllm else 0.0
     total_gb = reported_memory_bytes(gpu) / GB if vllm else gpu.memory_gb
     usable = total_gb * profile.gpu_memory_utilization - profile.runtime_overhead_gb - act - graphs
-    budget = tp * usable * GB - w
+    budget = shape.gpus * usable * GB - w      # weights and KV spread over every stage's GPUs
     if vllm:
         block = profile.block_tokens
         blocks = max(0, int(budget // (block * kv_tok))) if budget > 0 else 0
@@ -672,10 +686,10 @@ def memory(shape: Shape, workload: Workload, profile: Profile, batched_tokens: i
         kv_cache_tokens = max(0, int(budget // kv_tok)) if budget > 0 else 0
         seqs = max(0, int(budget // ((workload.input_tokens + workload.output_tokens) * kv_tok))) if budget > 0 else 0
     return Memory(
-        weights_gb=w / GB, weights_per_gpu_gb=w / tp / GB, usable_per_gpu_gb=usable, activation_gb=act,
+        weights_gb=w / GB, weights_per_gpu_gb=w / shape.gpus / GB, usable_per_gpu_gb=usable, activation_gb=act,
         cuda_graph_gb=graphs, kv_budget_gb=max(budget, 0) / GB, kv_bytes_per_token=kv_tok,
         kv_cache_tokens=kv_cache_tokens, max_model_len=workload.served_max_len,
-        max_seqs_kv=seqs, max_seqs=min(seqs, seqs_cap), total_gb=tp * gpu.memory_gb,
+        max_seqs_kv=seqs, max_seqs=min(seqs, seqs_cap), total_gb=shape.gpus * gpu.memory_gb,
     )
 
 
@@ -724,12 +738,14 @@ def layout_refusal(shape: Shape) -> tuple[str, str] | None:
     return None
 
 
-def check_shape(shape: Shape, workload: Workload, profile: Profile) -> None:
-    """Raise SizingError naming the constraint when a shape cannot run the workload at all."""
+def check_shape(shape: Shape, workload: Workload, profile: Profile) -> Memory:
+    """Raise SizingError naming the constraint when a shape cannot run the workload at all; else
+    the memory it checked (at the smallest step budget: `ReplicaModel(checked=...)` reads it)."""
     m, inst, tp = shape.model, shape.instance, shape.tp
     if tp < 1 or tp > inst.gpus:
         raise SizingError(f"tensor parallel {tp} exceeds the {inst.gpus} GPUs of one {inst.id} node "
                           f"(a TP group never spans nodes); use at most {inst.gpus}", "tp")
+    check_nodes(shape)
     refusal = layout_refusal(shape)
     if refusal:
         raise SizingError(*refusal)
@@ -739,12 +755,13 @@ def check_shape(shape: Shape, workload: Workload, profile: Profile) -> None:
         advice = {(True, True): "raise TP, use fp8 weights or a larger GPU", (True, False): "raise TP or use a larger GPU",
                   (False, True): "use fp8 weights or a larger GPU",
                   (False, False): "use a larger GPU or a replica over several nodes"}[(can_tp, can_fp8)]
-        where = f"TP={tp}" if shape.layout == "tp" else f"{shape.layout} over {tp} GPUs"
+        where = layout_words(shape) if shape.layout == "tp" else f"{shape.layout} over {tp} GPUs"
         raise SizingError(
             f"{shape.weights} weights of {m.id} need {mem.weights_per_gpu_gb:.1f} GB per GPU at {where}, "
             f"more than the {mem.usable_per_gpu_gb:.1f} GB usable on a {inst.gpu.id} "
             f"({advice})", "weights")
     check_served_length(shape, workload, profile, mem)
+    return mem
 
 
 def check_served_length(shape: Shape, workload: Workload, profile: Profile, mem: Memory) -> None:
@@ -761,5 +778,31 @@ def check_served_length(shape: Shape, workload: Workload, profile: Profile, mem:
     if have < kv_blocks_needed(served, block):
         raise SizingError(
             f"no room for one request of max_model_len {served:,} tokens: the KV cache beside the weights "
-            f"holds {max(have - NULL_BLOCKS, 0) * block:,} tokens at TP={shape.tp} on {shape.instance.gpu.id}, and "
+            f"holds {max(have - NULL_BLOCKS, 0) * block:,} tokens at {layout_words(shape)} on {shape.instance.gpu.id}, and "
             "vLLM refuses to start (raise TP, use fp8 KV, or lower the stated maximum)", "workload.max_model_len")
+
+
+MAX_NODES_PER_REPLICA = 4     # the planner and the sweep try replicas of up to this many nodes (PP=2..4)
+
+
+def layout_words(shape: Shape) -> str:
+    """"TP=8", or "TP=8 x PP=2 (2 nodes)" for a replica that spans nodes."""
+    return f"TP={shape.tp}" if shape.nodes == 1 else f"TP={shape.tp} x PP={shape.nodes} ({shape.nodes} nodes)"
+
+
+def check_nodes(shape: Shape) -> None:
+    """A replica spans nodes only as vLLM 0.29.0 lays it out across nodes: TP fills each node,
+    PP = the node count (docs/serving/parallelism_scaling.md at v0.29.0: "set tensor_parallel_size
+    to the number of GPUs per node and pipeline_parallel_size to the number of nodes")."""
+    inst, n = shape.instance, shape.nodes
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise SizingError(f"nodes per replica: must be an integer of at least 1 (got {n!r})")
+    if n > 1 and getattr(shape, "layout", "tp") != "tp":
+        raise SizingError(f"a replica spanning {n} nodes runs tensor parallel within a node and pipeline "
+                          f"stages across nodes; layout {shape.layout} stays within one node", "layout")
+    if n > 1 and shape.tp != inst.gpus:
+        raise SizingError(f"a replica spanning {n} nodes runs TP={inst.gpus} (every GPU of each {inst.id}) "
+                          f"and PP={n} across them; TP={shape.tp} leaves GPUs of each node idle", "tp")
+    if n > shape.model.layers:
+        raise SizingError(f"{n} pipeline stages exceed the {shape.model.layers} layers of {shape.model.id}",
+                          "pools")

@@ -3,6 +3,11 @@
 N+1 by zone: after losing the zone that holds the most replicas, the replicas left carry the
 target load within the SLOs. With one zone only, the plan falls back to N+1 by node (losing the
 node with the most replicas), and says so; with one node, it has no redundancy and says so.
+
+A replica whose weights and KV do not fit one node spans `nodes_per_replica` nodes of one pool
+(one zone): TP within each node, pipeline stages across them. Pools then hold whole groups
+(a pool's nodes // N of them), N+1 counts groups, and losing any node of a group loses the
+whole replica (vLLM's engine stops when one of its ranks does), which the plan's notes say.
 """
 from __future__ import annotations
 
@@ -10,10 +15,12 @@ import math
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from conventions import RULE_ZONE_HOLDS_WHOLE_GROUPS
+
 from .catalog import Instance, load_catalog, resolve_model
 from .fit import _unloaded, unloaded_reason  # noqa: F401 (the sweep and the CLI name unloaded_reason here too)
-from .model import (Capacity, Memory, Point, ReplicaModel, Shape, SizingError, Workload, candidate_tps,
-                    check_shape, engine_max_num_seqs)
+from .model import (MAX_NODES_PER_REPLICA, Capacity, Memory, Point, ReplicaModel, Shape, SizingError, Workload,
+                    candidate_tps, check_shape, engine_max_num_seqs, layout_words)
 from .parallel import serving_args
 from .profiles import Profile, get_profile
 
@@ -42,9 +49,10 @@ class NodeSlot:
     pool: str
     zone: str
     node: int            # index of the node within its pool
-    replicas: int
+    replicas: int        # replicas this node serves (in part, when a replica spans nodes)
     gpus_used: int
     gpus_idle: int
+    group: int | None = None   # a multi-node replica: its index within the pool (nodes group*N .. group*N+N-1)
 
 
 @dataclass(frozen=True)
@@ -61,6 +69,7 @@ class PlanRequest:
     instance_price: float | None = None  # overrides the catalog's node price
     model_config: str | None = None      # a local config.json instead of the catalog's `model`
     layout: str | None = None            # tp | dp-ep (sizing.parallel); None: the planner picks
+    nodes_per_replica: int | None = None  # None: the fewest nodes a replica fits on
 
 
 @dataclass(frozen=True)
@@ -95,6 +104,11 @@ class Plan:
     fleet: FleetView | None = None       # replicas fixed by the request: the whole fleet at the load
     layout: str = "tp"                   # how a replica's `tp` GPUs split the model (sizing.parallel)
     prefix_caching: dict | None = None   # the plan counts on the prefix cache: the figures with and without
+    nodes_per_replica: int = 1           # > 1: each replica is a group of this many nodes (PP across them)
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.tp * self.nodes_per_replica
 
     @property
     def memory(self) -> Memory:
@@ -167,6 +181,7 @@ def _engine_args(plan: Plan) -> dict:
     rm = plan.replica_model
     return {
         **serving_args(rm.shape),
+        "pipeline_parallel_size": plan.nodes_per_replica,   # vLLM --pipeline-parallel-size (one stage per node)
         "max_model_len": w.served_max_len,
         # vLLM 0.29.0's own default for the GPU class (sizing.vllm_engine): its paged KV cache
         # admits what fits and preempts the newest when blocks run out, so no tighter cap is
@@ -189,10 +204,12 @@ class PlanError(SizingError):
 
 
 # -- placement ---------------------------------------------------------------------------------
-def zone_slots(pools: tuple[Pool, ...], slots_per_node: int) -> dict[str, int]:
+def zone_slots(pools: tuple[Pool, ...], slots_per_node: int, nodes_per_replica: int = 1) -> dict[str, int]:
+    """Replicas each zone can hold: TP groups per node, or (spanning nodes) whole groups per pool."""
     out: dict[str, int] = {}
     for p in pools:
-        out[p.zone] = out.get(p.zone, 0) + p.nodes * slots_per_node
+        held = p.nodes * slots_per_node if nodes_per_replica == 1 else p.nodes // nodes_per_replica
+        out[p.zone] = out.get(p.zone, 0) + held
     return out
 
 
@@ -217,6 +234,26 @@ def replicas_for_n_plus_one(survivors: int, slots: dict[str, int]) -> dict[str, 
         if total - max(counts.values()) >= survivors:
             return counts
     return None
+
+
+def place_groups(counts: dict[str, int], pools: tuple[Pool, ...], tp: int, gpus_per_node: int,
+                 nodes_per_replica: int) -> tuple[NodeSlot, ...]:
+    """Replicas that span nodes: each takes `nodes_per_replica` consecutive nodes of one pool;
+    a zone's replicas round-robin over its pools; nodes left over hold no group and stay idle."""
+    n = nodes_per_replica
+    groups = {p: 0 for p in pools}
+    for zone, count in counts.items():
+        in_zone = [p for p in pools if p.zone == zone]
+        for _ in range(count):
+            free = [p for p in in_zone if (groups[p] + 1) * n <= p.nodes]
+            if not free:
+                raise PlanError(f"zone {zone} has no room for another {n}-node replica")
+            groups[min(free, key=lambda p: groups[p])] += 1
+    return tuple(
+        NodeSlot(pool=p.label, zone=p.zone, node=i, replicas=1, gpus_used=tp, gpus_idle=gpus_per_node - tp, group=i // n)
+        if i // n < groups[p] else
+        NodeSlot(pool=p.label, zone=p.zone, node=i, replicas=0, gpus_used=0, gpus_idle=gpus_per_node)
+        for p in pools for i in range(p.nodes))
 
 
 def place_on_nodes(counts: dict[str, int], pools: tuple[Pool, ...], tp: int, gpus_per_node: int) -> tuple[NodeSlot, ...]:
@@ -252,43 +289,78 @@ def plan(req: PlanRequest) -> Plan:
         raise PlanError(f"GPU pools mix instance types ({', '.join(sorted(types))}); use one type")
     instance = load_catalog().instance(types.pop())
     best, failures = None, []
-    for layout, tp in _candidates(req, model, instance):
+    for layout, tp, n in _candidates(req, model, instance, profile):
+        if n > 1 and best is not None and best[1].survives_failure:
+            break                     # fewer nodes per replica already serve and survive
+        words = layout_words(Shape(model, instance, tp, nodes=n)) if layout == "tp" else f"{layout} over {tp} GPUs"
         try:
-            p = plan_for_tp(req, model, instance, profile, tp, layout)
+            p = plan_for_tp(req, model, instance, profile, tp, layout, n)
         except PlanError as exc:      # fits, but the pools cannot carry the load
-            failures.append((1, tp, str(exc), exc.field))
+            failures.append((_capability(1, tp, n), str(exc), exc.field, words))
             continue
         except SizingError as exc:    # does not fit or cannot meet the SLOs at all
-            failures.append((0, tp, str(exc), exc.field))
+            failures.append((_capability(0, tp, n), str(exc), exc.field, words))
             continue
-        key = (not p.survives_failure, p.gpus_used, -p.capacity_after_zone_loss_qps, p.real.ttft_ms)
+        # Fewest nodes per replica first: a group loses a whole replica to any of its nodes.
+        key = (not p.survives_failure, p.nodes_per_replica, p.gpus_used, -p.capacity_after_zone_loss_qps, p.real.ttft_ms)
         if best is None or key < best[0]:
             best = (key, p)
     if best is None:
         if not failures:
             raise PlanError("no tensor-parallel degree fits")
-        if req.tp in (None, instance.gpus) and all(f[3] == "weights" for f in failures):
+        if req.tp in (None, instance.gpus) and all(f[2] == "weights" for f in failures):
             raise PlanError(does_not_fit(req, model, instance), "weights")
         # Report the most capable option's failure: the one a user would try to fix.
-        _, tp, msg, field_ = max(failures)
-        if req.tp:
+        _, msg, field_, words = max(failures)
+        if "PP=" in words and all(f[2] == "weights" for f in failures if "PP=" not in f[3]):
+            # Only replicas over several nodes hold the weights: say that first, and what else would.
+            raise PlanError(f"{does_not_fit(req, model, instance)}. As replicas of {words}: {msg}", field_)
+        if req.tp or len(failures) == 1:
             raise PlanError(msg, field_)
         # A TP the planner chose is not the user's to fix: the failure then names no TP field.
-        raise PlanError(f"no TP degree works; at TP={tp}, the most capable: {msg}", None if field_ == "tp" else field_)
+        what = "TP degree" if "PP=" not in words else "layout"
+        raise PlanError(f"no {what} works; at {words}, the most capable: {msg}", None if field_ == "tp" else field_)
     return best[1]
 
 
-def _candidates(req: PlanRequest, model, instance: Instance) -> list[tuple[str, int]]:
-    """(layout, GPUs per replica) to try: the request's, else TP at every degree that splits the
-    model and, for an MoE model, data-parallel attention with EP over the whole node."""
+def _candidates(req: PlanRequest, model, instance: Instance, profile: Profile) -> list[tuple[str, int, int]]:
+    """(layout, GPUs per node of a replica, nodes per replica) to try: the request's, else TP at
+    every degree that splits the model and, for an MoE model, data-parallel attention with EP over
+    the whole node; and only when no layout fits one node, TP over whole nodes with pipeline
+    stages across 2 to MAX_NODES_PER_REPLICA of them (docs/multi-node.md)."""
+    n = req.nodes_per_replica
+    if n is not None and n > 1:
+        return [("tp", req.tp or instance.gpus, n)]
     layouts = [req.layout] if req.layout else (["tp", "dp-ep"] if model.is_moe else ["tp"])
     out = []
     for layout in layouts:
         if layout == "dp-ep":
-            out.append((layout, req.tp or instance.gpus))
+            out.append((layout, req.tp or instance.gpus, 1))
         else:
-            out += [(layout, tp) for tp in ([req.tp] if req.tp else candidate_tps(model, instance))]
-    return out
+            out += [(layout, tp, 1) for tp in ([req.tp] if req.tp else candidate_tps(model, instance))]
+    if n == 1 or req.tp or req.layout not in (None, "tp") or fits_one_node(model, instance, req, profile, layouts):
+        return out
+    return out + [("tp", instance.gpus, k) for k in range(2, MAX_NODES_PER_REPLICA + 1)]
+
+
+def fits_one_node(model, instance: Instance, req: PlanRequest, profile: Profile, layouts: list[str]) -> bool:
+    """Whether the weights and one sequence's KV fit every GPU of one node, at some layout."""
+    for layout in layouts:
+        try:
+            check_shape(Shape(model, instance, instance.gpus, req.weights, req.kv_dtype, layout), req.workload, profile)
+            return True
+        except SizingError:
+            continue
+    return False
+
+
+def _capability(kind: int, tp: int, nodes: int) -> tuple:
+    """Which failure to report: one that fits but lacks room (kind 1) before one that cannot run
+    (0); then, where it lacks room, one node before several and the largest TP (what a user would
+    scale), and where it cannot run, a replica of the fewest nodes that spans them."""
+    if kind == 1:
+        return (1, nodes == 1, tp if nodes == 1 else -nodes)
+    return (0, nodes > 1, -nodes if nodes > 1 else tp)
 
 
 def does_not_fit(req: PlanRequest, model, instance: Instance) -> str:
@@ -334,20 +406,22 @@ class _Loss:
 
 
 def plan_for_tp(req: PlanRequest, model, instance: Instance, profile: Profile, tp: int,
-                layout: str = "tp") -> Plan:
-    w = req.workload
-    shape = Shape(model, instance, tp, req.weights, req.kv_dtype, layout)
-    check_shape(shape, w, profile)
-    real = ReplicaModel(shape, w, profile, real=True)
-    ideal = ReplicaModel(shape, w, profile, real=False)
+                layout: str = "tp", nodes_per_replica: int = 1) -> Plan:
+    w, n = req.workload, nodes_per_replica
+    shape = Shape(model, instance, tp, req.weights, req.kv_dtype, layout, nodes=n)
+    checked = check_shape(shape, w, profile)
+    real = ReplicaModel(shape, w, profile, real=True, checked=checked)
+    ideal = ReplicaModel(shape, w, profile, real=False, checked=checked)
     cap, cap_ideal = real.capacity(), ideal.capacity()
-    slots = zone_slots(req.pools, instance.gpus // tp)
+    slots = zone_slots(req.pools, instance.gpus // tp, n)
     need = _demand(real, cap, w)
-    counts = _replica_counts(req, slots, need, tp)
-    nodes = place_on_nodes(counts, req.pools, tp, instance.gpus)
+    words = layout_words(shape) if layout == "tp" else f"{layout} over {tp} GPUs"
+    counts = _replica_counts(req, slots, need, words, n)
+    nodes = (place_on_nodes(counts, req.pools, tp, instance.gpus) if n == 1
+             else place_groups(counts, req.pools, tp, instance.gpus, n))
     replicas = sum(counts.values())
     loss = _worst_loss(slots, counts, nodes, replicas)
-    notes = list(loss.notes)
+    notes = list(loss.notes) + group_notes(req.pools, n, loss)
     survives = loss.left >= need.survivors and loss.redundancy != "none"
     if req.replicas is not None and not survives and loss.redundancy != "none":
         notes.append(f"replicas overridden to {req.replicas}: N+1 does not hold "
@@ -366,8 +440,8 @@ def plan_for_tp(req: PlanRequest, model, instance: Instance, profile: Profile, t
         # mxfp4.py Mxfp4Config.get_min_capability 80.
         notes.append(f"no FP4 tensor cores on {instance.gpu.id}: FP4 weights run as W4A16 (4-bit reads, BF16 math)")
     gpu_price, node_price = _prices(req, instance, notes)
-    gpus_used, gpus_total = replicas * tp, sum(p.nodes for p in req.pools) * instance.gpus
-    fill = _fill_idle_gpus(slots, loss, replicas, tp, gpus_used, gpus_total, cap.qps, notes)
+    gpus_used, gpus_total = replicas * tp * n, sum(p.nodes for p in req.pools) * instance.gpus
+    fill = _fill_idle_gpus(slots, loss, replicas, tp, gpus_used, gpus_total, cap.qps, notes) if n == 1 else None
     return Plan(
         request=req, instance=instance, tp=tp, replicas=replicas, replicas_by_zone=counts,
         nodes=nodes, redundancy=loss.redundancy, survives_failure=survives, lost_domain=loss.lost,
@@ -380,9 +454,23 @@ def plan_for_tp(req: PlanRequest, model, instance: Instance, profile: Profile, t
         gpus_used=gpus_used, gpus_total=gpus_total, gpu_hour_price=gpu_price, node_price_per_hour=node_price,
         binding_constraint=_binding_words(cap, w, need, loss), notes=tuple(notes), fill_idle_gpus=fill,
         replica_model=real, fleet=fleet_view(real, w, replicas) if req.replicas is not None else None,
-        layout=layout,
+        layout=layout, nodes_per_replica=n,
         prefix_caching=_prefix_view(shape, w, profile, real, cap, clients, qps_load),
     )
+
+
+def group_notes(pools: tuple[Pool, ...], n: int, loss: _Loss) -> list[str]:
+    """What a replica spanning nodes means for failures and for the pools' nodes."""
+    if n == 1:
+        return []
+    notes = [f"each replica spans {n} nodes of one pool (one zone), TP within a node and PP={n} across them "
+             f"over EFA; losing any one of its nodes loses the whole replica"
+             + (f" (the worst loss, {loss.lost}, takes its whole groups)" if loss.redundancy == "zone" else "")]
+    for p in pools:
+        if p.nodes % n:
+            notes.append(f"pool {p.label}: {p.nodes % n} of its {p.nodes} node(s) hold no whole {n}-node group "
+                         "and stay idle (pools hold whole groups)")
+    return notes
 
 
 def _prefix_view(shape: Shape, w: Workload, profile: Profile, real: ReplicaModel, cap: Capacity,
@@ -412,35 +500,48 @@ def _demand(real: ReplicaModel, cap: Capacity, w: Workload) -> _Demand:
     return _Demand(per_replica, demand, unit, max(1, math.ceil(demand / per_replica - 1e-9)))
 
 
-def _replica_counts(req: PlanRequest, slots: dict[str, int], need: _Demand, tp: int) -> dict[str, int]:
+def _replica_counts(req: PlanRequest, slots: dict[str, int], need: _Demand, layout: str, n: int = 1) -> dict[str, int]:
     """Replicas per zone: the request's fixed count, N+1 by zone, or (one zone) N+1 by node."""
     total_slots = sum(slots.values())
     if req.replicas is not None:
         if req.replicas > total_slots:
-            raise PlanError(f"replicas {req.replicas} exceed the {total_slots} TP={tp} slots of the pools", "replicas")
+            raise PlanError(f"replicas {req.replicas} exceed the {total_slots} {layout} slots of the pools", "replicas")
         return spread(req.replicas, slots)
     unit, demand, per_replica, survivors = need.unit, need.demand, need.per_replica, need.survivors
+    if n > 1:
+        _check_whole_groups(req.pools, slots, n)
     if len(slots) >= 2:
         counts = replicas_for_n_plus_one(survivors, slots)
         if counts is None:
             worst = max(slots.values())
             raise PlanError(
-                f"after losing {max(slots, key=slots.get)}, {total_slots - worst} TP={tp} replica "
+                f"after losing {max(slots, key=slots.get)}, {total_slots - worst} {layout} replica "
                 f"{'slot remains' if total_slots - worst == 1 else 'slots remain'}, "
                 f"carrying {(total_slots - worst) * per_replica:.1f} {unit}; {demand:g} {unit} needs {survivors} "
                 f"replicas of {per_replica:.1f} {unit} each (add nodes or zones, or lower the load)", need.field)
         return counts
     # One zone: N+1 by node when there are two nodes or more (replicas round-robin over the
-    # nodes, so losing the fullest node loses ceil(total / nodes) of them).
-    node_count = sum(p.nodes for p in req.pools)
+    # nodes, so losing the fullest node loses ceil(total / nodes) of them; a node of a group
+    # loses its one replica, as if each group were one node).
+    node_count = sum(p.nodes for p in req.pools) if n == 1 else total_slots
     if survivors > total_slots:
-        raise PlanError(f"{demand:g} {unit} needs {survivors} TP={tp} replicas; the pool has {total_slots} slots",
+        raise PlanError(f"{demand:g} {unit} needs {survivors} {layout} replicas; the pool has {total_slots} slots",
                         need.field)
     total = survivors
     if node_count > 1:
         while total < total_slots and total - math.ceil(total / node_count) < survivors:
             total += 1
     return spread(total, slots)
+
+
+def _check_whole_groups(pools: tuple[Pool, ...], slots: dict[str, int], n: int) -> None:
+    """Every zone with GPU pools holds at least one whole group: else N+1 by zone cannot hold."""
+    for zone, groups in slots.items():
+        if groups == 0:
+            nodes = ", ".join(f"{p.label}: {p.nodes}" for p in pools if p.zone == zone)
+            raise PlanError(
+                f"{RULE_ZONE_HOLDS_WHOLE_GROUPS}: {zone} holds no whole {n}-node replica (nodes per pool: {nodes}); "
+                f"a replica spans {n} nodes of one pool, so give each zone's pool at least {n} nodes", "pools")
 
 
 def _worst_loss(slots: dict[str, int], counts: dict[str, int], nodes, replicas: int) -> _Loss:

@@ -85,10 +85,12 @@ def _capacity_and_layout_fields(plan: Plan) -> dict:
         if plan.capacity_per_replica.qps else None,
         "replicas": plan.replicas,
         "replicas_by_zone": plan.replicas_by_zone,
+        "nodes_per_replica": plan.nodes_per_replica,
         "gpus_used": plan.gpus_used,
         "gpus_total": plan.gpus_total,
         "nodes": [{"pool": n.pool, "zone": n.zone, "node": n.node, "replicas": n.replicas,
-                   "gpus_used": n.gpus_used, "gpus_idle": n.gpus_idle} for n in plan.nodes],
+                   "gpus_used": n.gpus_used, "gpus_idle": n.gpus_idle,
+                   **({"group": n.group} if n.group is not None else {})} for n in plan.nodes],
         "redundancy": plan.redundancy,
         "survives_failure": plan.survives_failure,
         "lost_domain": plan.lost_domain,
@@ -166,7 +168,7 @@ def table_rows(d: dict) -> list[tuple[str, str, str]]:
          f(d["capacity_per_replica_qps"]["ideal"]), f(d["capacity_per_replica_qps"]["real"])),
         (f"utilisation of one replica at {d['load_per_replica_qps']:.3g} QPS", "",
          f(100 * d["utilization"], "{:.0f}%") if d["utilization"] is not None else "n/a"),
-        (f"replicas (N+1 by {d['redundancy']}), TP={d['tp']}", "", str(d["replicas"])),
+        (f"replicas (N+1 by {d['redundancy']}), {layout_label(d)}", "", str(d["replicas"])),
         ("capacity with all replicas / after losing " + (d["lost_domain"] or "nothing"), "",
          f"{d['capacity_qps']:.1f} / {d['capacity_after_zone_loss_qps']:.1f} QPS"),
         (f"cost at ${d['gpu_hour_price']:.2f} per GPU-hour ({d['gpus_used']} GPUs)" if d["gpu_hour_price"] else "cost (GPUs used)",
@@ -186,3 +188,10 @@ def table_rows(d: dict) -> list[tuple[str, str, str]]:
 def _binding_key(d: dict) -> str:
     caps = d["capacity_by_constraint_qps"]
     return min(caps, key=lambda k: caps[k] if caps[k] is not None else math.inf)
+
+
+def layout_label(d: dict) -> str:
+    """"TP=8", "DP+EP=8", or "TP=8 x PP=2 (2 nodes)" for replicas that span nodes (the plan's JSON)."""
+    n = d.get("nodes_per_replica", 1)
+    one = f"{'TP' if d.get('layout', 'tp') == 'tp' else 'DP+EP'}={d['tp']}"
+    return one if n == 1 else f"{one} x PP={n} ({n} nodes)"

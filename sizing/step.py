@@ -21,6 +21,13 @@ replica runs; its KV bytes count the copies its layout keeps (MLA under TP: one 
 B = tp x HBM bandwidth (x decode_bw_fraction), F = tp x peak x mfu. Two ring all-reduces per
 layer are added (`comm_terms`): in full when the profile's `comm_baseline_link` is `none`, else
 only what a slower link costs beyond the one the profile was measured on.
+
+A replica over `nodes` nodes (pipeline parallel, one stage per node): a step's tokens pass the
+stages one after another, so B and F stay one node's (each stage reads its share of the weights
+and KV at its node's bandwidth, in turn: the sum is the whole model's at one node's), and each of
+the nodes - 1 hops between stages sends the step's activations over the instance's EFA
+(`pp_terms`). This is one batch in flight through the pipeline: vLLM can keep several (one per
+stage), which raises throughput but not a sequence's TPOT; the capacity here is the lower bound.
 """
 from __future__ import annotations
 
@@ -50,16 +57,20 @@ class StepModel:
         (a1, b1), (a2, b2) = (branches[0], branches[1]) if len(branches) > 1 else (branches[0], branches[0])
         return cls(a1, b1, 0.0, a2, b2, 0.0, 0.0, prefill_s_per_token, True)
 
+    # The larger branch is written `y if y > x else x`: what max(x, y) returns (NaN included),
+    # without a call; these two run in every inner loop of the sizing (issue 21's profile).
     def decode_s(self, n: float) -> float:
         """A step with n decodes and no prefill."""
         if n <= 0 and self.gated:
             return 0.0
-        return max(self.a1 + self.b1 * n, self.a2 + self.b2 * n) + self.k * n
+        x, y = self.a1 + self.b1 * n, self.a2 + self.b2 * n
+        return (y if y > x else x) + self.k * n
 
     def step_s(self, n: float, c: float) -> float:
         if n <= 0 and self.gated:
             return self.e * c
-        return max(self.a1 + self.b1 * n + self.g1 * c, self.a2 + self.b2 * n + self.g2 * c) + self.k * n + self.e * c
+        x, y = self.a1 + self.b1 * n + self.g1 * c, self.a2 + self.b2 * n + self.g2 * c
+        return (y if y > x else x) + self.k * n + self.e * c
 
     def decode_branches(self) -> tuple[tuple[float, float], tuple[float, float]]:
         """decode_s(n) = max(A + B n) over these two lines (n >= 1)."""
@@ -90,14 +101,41 @@ def comm_terms(shape, profile, tokens_per_step_bytes: float) -> tuple[float, flo
     return calls * ring * d_lat, calls * (ring / tp) * tokens_per_step_bytes * d_inv_bw
 
 
-def build_step(shape, workload, profile, real: bool = True) -> StepModel:
+# vLLM 0.29.0 passes `hidden_states` and `residual` between pipeline stages (IntermediateTensors of
+# vllm/model_executor/models/llama.py at v0.29.0): two BF16 vectors of `hidden` per token per hop.
+PP_TENSORS_PER_TOKEN = 2
+
+
+def pp_terms(shape) -> tuple[float, float]:
+    """(fixed s, s per token) of the hops between a multi-node replica's pipeline stages: the
+    activations cross the instance's EFA (catalog `network_gbps`: p5.48xlarge 3,200 Gbps,
+    ../shared/reference/hardware.md from AWS's instance page). Per-hop latency is not modelled
+    (no cited EFA figure): only bandwidth, so this is a floor on the hop's cost."""
+    hops = getattr(shape, "nodes", 1) - 1
+    if hops <= 0:
+        return 0.0, 0.0
+    bytes_per_token = PP_TENSORS_PER_TOKEN * bytes_per_element("bf16") * shape.model.hidden
+    efa_bytes_per_s = shape.instance.network_gbps * 1e9 / 8
+    return 0.0, hops * bytes_per_token / efa_bytes_per_s
+
+
+def step_comm(shape, profile) -> tuple[float, float]:
+    """(fixed s, s per token) of a step's communication: the all-reduces (or all-to-alls) of a
+    token's BF16 activations and the hops between pipeline stages."""
+    comm0, comm1 = comm_terms(shape, profile, bytes_per_element("bf16") * shape.model.hidden)
+    pp0, pp1 = pp_terms(shape)
+    return comm0 + pp0, comm1 + pp1
+
+
+def build_step(shape, workload, profile, real: bool = True, comm: tuple[float, float] | None = None) -> StepModel:
     """The step model of one replica for one workload (mean contexts) under one profile.
 
     A dense model reads all its weights each decode step. An MoE model reads its dense and
     attention weights plus the distinct experts the batch touches, a concave function of the
     batch (`Architecture.experts_touched`): the step uses its tangent at the batch the replica
     runs (closed loop: its clients; open loop: the batch whose step takes the TPOT SLO, where
-    capacity is decided), exact there and an upper bound elsewhere."""
+    capacity is decided), exact there and an upper bound elsewhere. `comm`: `step_comm(shape,
+    profile)`, when the caller has it."""
     m, gpu, tp = shape.model, shape.instance.gpu, shape.tp
     # A decoding sequence's context averaged over its decode steps (s_in + s_out / 2 for fixed
     # lengths; longer when long prompts also decode long: sizing.traffic), and the prompt length
@@ -106,7 +144,7 @@ def build_step(shape, workload, profile, real: bool = True) -> StepModel:
     s_in = workload.prompt_attention_tokens
     p_active = m.active_params_b * 1e9
     kv_tok = parallel.kv_bytes_per_token(shape, ctx)
-    comm0, comm1 = comm_terms(shape, profile, bytes_per_element("bf16") * m.hidden)
+    comm0, comm1 = comm or step_comm(shape, profile)
     flops_f = tp * gpu.peak_tflops(shape.weights) * 1e12 * profile.mfu
     width = parallel.attention_width(m)
     attn_prefill = 2 * parallel.attention_layers_at(m, s_in / 2) * s_in * width   # causal, per prompt token

@@ -3,17 +3,23 @@ output tokens, and say why each refused option is refused (does not fit, no FP4 
 not applicable to a dense model, no checkpoint at that precision, ...).
 
 Each option gets the replicas N+1 across the given zones needs, placed evenly, on as many whole
-nodes per zone as those replicas take. Evaluation is closed-form (no iteration), so a sweep
-evaluates tens of thousands of configurations per second (`make bench`).
+nodes per zone as those replicas take. What a shape can do (its refusal, or its replica model,
+capacity and what one replica carries) does not depend on the load, so a sweep finds it once per
+shape and reuses it at every load (`_verdict`); a sweep evaluates tens of thousands of
+configurations per second (`make bench`, docs/benchmarks.md).
+Where a model does not fit one node of a type at any layout, that type is offered as replicas of
+whole nodes (TP within a node, PP across 2 or more: `nodes_per_replica`), so "2 x p5.48xlarge per
+replica" is weighed against "1 x p5en.48xlarge" in the same ranking.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from operator import attrgetter
+from dataclasses import dataclass, fields
 
 from .catalog import Instance, load_catalog, resolve_model
 from .fit import unloaded_reason
-from .model import ReplicaModel, Shape, SizingError, Workload, candidate_tps, check_shape
+from .model import MAX_NODES_PER_REPLICA, ReplicaModel, Shape, SizingError, Workload, candidate_tps, check_shape
 from .profiles import Profile, get_profile
 
 SWEEP_WEIGHTS = ("fp8", "bf16", "fp4")
@@ -29,6 +35,7 @@ class Option:
     weights: str
     kv_dtype: str
     feasible: bool
+    nodes_per_replica: int = 1
     layout: str = "tp"
     reason: str = ""
     capacity_qps: float = 0.0
@@ -43,22 +50,16 @@ class Option:
 
 
 def evaluate(model, instance: Instance, tp: int, weights: str, kv_dtype: str, workload: Workload,
-             profile: Profile, zones: int, gpu_hour_price: float | None = None, layout: str = "tp") -> Option:
-    ident = dict(instance=instance.id, gpu=instance.gpu.id, tp=tp, weights=weights, kv_dtype=kv_dtype, layout=layout)
-    shape = Shape(model, instance, tp, weights, kv_dtype, layout)
-    try:
-        check_shape(shape, workload, profile)
-    except SizingError as exc:
-        return Option(feasible=False, reason=str(exc), **ident)
-    rm = ReplicaModel(shape, workload, profile, real=True)
-    cap = rm.capacity(detail=False, iterations=SWEEP_ITERATIONS)
-    if workload.is_closed_loop:
-        per_replica, demand = rm.max_clients_within_slo(), workload.concurrency
-    else:
-        per_replica, demand = cap.qps, workload.qps
-    if per_replica <= 0:
-        return Option(feasible=False, reason=f"cannot meet the SLOs even unloaded: {unloaded_reason(rm, workload)}",
-                      **ident)
+             profile: Profile, zones: int, gpu_hour_price: float | None = None, layout: str = "tp",
+             nodes_per_replica: int = 1) -> Option:
+    n = nodes_per_replica
+    verdict = _verdict(model, instance, tp, weights, kv_dtype, layout, n, workload, profile)
+    if isinstance(verdict, Option):
+        return verdict
+    rm, cap, per_replica = verdict
+    ident = dict(instance=instance.id, gpu=instance.gpu.id, tp=tp, weights=weights, kv_dtype=kv_dtype, layout=layout,
+                 nodes_per_replica=n)
+    demand = workload.concurrency if workload.is_closed_loop else workload.qps
     survivors = math.ceil(demand / per_replica - 1e-9)
     if per_replica < USEFUL_SHARE * demand:
         unit = "clients" if workload.is_closed_loop else "QPS"
@@ -69,11 +70,14 @@ def evaluate(model, instance: Instance, tp: int, weights: str, kv_dtype: str, wo
     if zones >= 2:
         per_zone = math.ceil(survivors / (zones - 1))
         replicas = per_zone * zones
-        nodes = zones * math.ceil(per_zone / slots)
+        nodes = zones * math.ceil(per_zone / slots) if n == 1 else replicas * n
+    elif n > 1:                                           # N+1 by node: a node lost takes its group
+        replicas = survivors + 1
+        nodes = replicas * n
     else:
         nodes = math.ceil(survivors / slots) + 1          # N+1 by node
         replicas = math.ceil(survivors / (nodes - 1)) * nodes
-    gpus = replicas * tp
+    gpus = replicas * tp * n
     gpu_price = gpu_hour_price if gpu_hour_price is not None else (
         instance.price_per_hour / instance.gpus if instance.price_per_hour else None)
     cost = gpus * gpu_price if gpu_price is not None else None
@@ -90,6 +94,53 @@ def evaluate(model, instance: Instance, tp: int, weights: str, kv_dtype: str, wo
         node_cost_per_million=node_cost / mtok_per_hour if node_cost is not None else None, **ident)
 
 
+# What a shape can do does not depend on the load offered to it (only on the workload's lengths,
+# SLOs, statistic and, closed loop, its clients): a sweep over loads checks each shape, builds its
+# replica model and searches its capacity once. Keyed by identity (a model holds dicts and is not
+# hashable; a lengths table is costly to hash); each entry keeps its objects alive, so no id is
+# reused while its key is here. Bounded: cleared when full.
+_VERDICTS: dict = {}
+_VERDICTS_MAX = 4096
+_LOAD_FREE = attrgetter(*(f.name for f in fields(Workload) if f.name not in ("qps", "lengths")))
+
+
+def clear_cache() -> None:
+    _VERDICTS.clear()
+
+
+def _verdict(model, instance: Instance, tp: int, weights: str, kv_dtype: str, layout: str, nodes: int,
+             workload: Workload, profile: Profile):
+    """The shape's refusal (an Option: frozen, the same at every load), or (replica model,
+    capacity, what one replica carries: QPS, or clients closed loop)."""
+    key = (id(model), id(instance), tp, weights, kv_dtype, layout, nodes, id(profile), id(workload.lengths),
+           _LOAD_FREE(workload))
+    hit = _VERDICTS.get(key)
+    if hit is not None:
+        return hit[0]
+    shape = Shape(model, instance, tp, weights, kv_dtype, layout, nodes=nodes)
+    verdict = _shape_verdict(shape, workload, profile)
+    if isinstance(verdict, str):
+        verdict = Option(instance=instance.id, gpu=instance.gpu.id, tp=tp, weights=weights, kv_dtype=kv_dtype,
+                         feasible=False, nodes_per_replica=nodes, layout=layout, reason=verdict)
+    if len(_VERDICTS) >= _VERDICTS_MAX:
+        _VERDICTS.clear()
+    _VERDICTS[key] = (verdict, shape, profile, workload.lengths)
+    return verdict
+
+
+def _shape_verdict(shape: Shape, workload: Workload, profile: Profile):
+    try:
+        checked = check_shape(shape, workload, profile)
+    except SizingError as exc:
+        return str(exc)
+    rm = ReplicaModel(shape, workload, profile, real=True, checked=checked)
+    cap = rm.capacity(detail=False, iterations=SWEEP_ITERATIONS)
+    per_replica = rm.max_clients_within_slo() if workload.is_closed_loop else cap.qps
+    if per_replica <= 0:
+        return f"cannot meet the SLOs even unloaded: {unloaded_reason(rm, workload)}"
+    return rm, cap, per_replica
+
+
 def sweep(workload: Workload, model_id: str, kv_dtype: str, zones: int, profile_name: str = "reference",
           gpu_hour_price: float | None = None, model_config: str | None = None) -> list[Option]:
     catalog = load_catalog()
@@ -101,6 +152,12 @@ def sweep(workload: Workload, model_id: str, kv_dtype: str, zones: int, profile_
         for layout, tp in layouts(model, inst)
         for weights in SWEEP_WEIGHTS
     ]
+    options += [
+        evaluate(model, inst, inst.gpus, weights, kv_dtype, workload, profile, zones, gpu_hour_price, "tp", n)
+        for inst in catalog.instances.values()
+        for weights in SWEEP_WEIGHTS
+        for n in node_groups(model, inst, weights, kv_dtype, workload, profile)
+    ]
     inf = math.inf
     return sorted(options, key=lambda o: (not o.feasible,
                                           o.node_cost_per_million if o.node_cost_per_million is not None else inf,
@@ -111,6 +168,25 @@ def layouts(model, instance: Instance) -> list[tuple[str, int]]:
     """(layout, GPUs per replica): TP at every degree that splits the model, and data-parallel
     attention with EP over the whole node (evaluated for a dense model too, to say why not)."""
     return [("tp", tp) for tp in candidate_tps(model, instance)] + [("dp-ep", instance.gpus)]
+
+
+def node_groups(model, instance: Instance, weights: str, kv_dtype: str, workload: Workload,
+                profile: Profile) -> list[int]:
+    """[the fewest whole nodes (2 to MAX_NODES_PER_REPLICA) whose TP x PP replica holds the model]
+    where no layout of one node of this type holds it at these weights, else []."""
+    for layout in ("tp", "dp-ep"):
+        try:
+            check_shape(Shape(model, instance, instance.gpus, weights, kv_dtype, layout), workload, profile)
+            return []
+        except SizingError:
+            continue
+    for n in range(2, MAX_NODES_PER_REPLICA + 1):
+        try:
+            check_shape(Shape(model, instance, instance.gpus, weights, kv_dtype, nodes=n), workload, profile)
+            return [n]
+        except SizingError:
+            continue
+    return []
 
 
 def cheapest_alternative(workload: Workload, model_id: str, kv_dtype: str, zones: int, profile_name: str,

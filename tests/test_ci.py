@@ -127,3 +127,4 @@ def test_the_cloud_job_is_protected_and_never_runs_a_forks_code():
 def test_one_run_per_pull_request_at_a_time():
     assert WORKFLOW["concurrency"] == {"group": "preview-${{ github.event.pull_request.number || github.ref }}",
                                        "cancel-in-progress": True}
+

@@ -15,7 +15,7 @@ from tests.stacks import plan_for
 
 CAPTURE_NEW = "vllm-metrics-0.29.0-inferstack.txt"
 CAPTURE_OLD = "vllm-metrics-0.11.x-hardware-aware-router.txt"
-STACKS = ("prod", "staging", "dev")
+STACKS = ("prod", "staging", "dev", "prod-multinode")
 
 
 def exposition_types(text: str) -> dict[str, str]:

@@ -6,6 +6,7 @@ runs the pack's own policy functions. Every policy has a failing and a passing c
 """
 from __future__ import annotations
 
+import copy
 import json
 import subprocess
 import sys
@@ -278,6 +279,37 @@ SP = "kubernetes:gateway.envoyproxy.io/v1alpha1:SecurityPolicy"
 BTP = "kubernetes:gateway.envoyproxy.io/v1alpha1:BackendTrafficPolicy"
 
 # (mutation of the reference layout, the policies that must fail)
+def replica_groups(lay: Layout) -> None:
+    """Replicas that span nodes: two p5 nodes per zone, one LeaderWorkerSet (size 2) per zone in
+    place of the Deployments, after the LeaderWorkerSet controller (chart lws)."""
+    lws = lay.add("kubernetes:helm.sh/v3:Release", "lws", {
+        "chart": "oci://registry.k8s.io/lws/charts/lws", "version": "0.10.0", "values": {}})
+    for zone in ("us-east-1a", "us-east-1b"):
+        lay.find(f"ng-{zone}").inputs["scalingConfig"].update(desiredSize=2.0, minSize=2.0, maxSize=2.0)
+        deployment = lay.find(f"vllm-{zone}").inputs
+        lay.remove(f"vllm-{zone}")
+        pod = copy.deepcopy(deployment["spec"]["template"])
+        pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "8"
+        pod["spec"]["nodeSelector"]["llm-serving.io/pool"] = zone
+        meta = copy.deepcopy(deployment["metadata"])
+        meta["annotations"].update({"llm-serving.io/tensor-parallel": "8", "llm-serving.io/nodes-per-replica": "2"})
+        lay.add("kubernetes:leaderworkerset.x-k8s.io/v1:LeaderWorkerSet", f"vllm-{zone}", {
+            "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "metadata": meta,
+            "spec": {"replicas": 1.0, "leaderWorkerTemplate": {
+                "size": 2.0, "leaderTemplate": pod, "workerTemplate": copy.deepcopy(pod)}}}, deps=(lws,))
+
+
+def group_workers_unpinned(lay: Layout) -> None:
+    replica_groups(lay)
+    worker = lay.find("vllm-us-east-1a").inputs["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
+    worker["nodeSelector"] = {"llm-serving.io/role": "gpu"}
+
+
+def one_node_for_a_two_node_group(lay: Layout) -> None:
+    replica_groups(lay)
+    lay.find("ng-us-east-1b").inputs["scalingConfig"].update(desiredSize=1.0, minSize=1.0, maxSize=1.0)
+
+
 CASES = {
     # failure domains
     "reference layout": (lambda lay: None, set()),
@@ -299,6 +331,11 @@ CASES = {
     "second zone has no GPU node": (lambda lay: lay.find("ng-us-east-1b").inputs["scalingConfig"].update(
         desiredSize=0.0), {"capacity-after-zone-loss"}),
     "no PodDisruptionBudget": (lambda lay: lay.remove("vllm-pdb"), {"pdb-covers-serving"}),
+    # replicas that span nodes
+    "replica groups of two nodes, one per zone": (replica_groups, set()),
+    "a group's workers not pinned to its zone": (group_workers_unpinned, {"replica-group-in-one-zone"}),
+    "one node in a zone for a two-node group": (one_node_for_a_two_node_group,
+                                                {"zone-holds-whole-groups", "capacity-after-zone-loss"}),
     "PDB minAvailable = replicas": (
         lambda lay: spec_of(lay, "vllm-pdb").update(minAvailable=2.0, maxUnavailable=None),
         {"pdb-covers-serving"}),
@@ -411,6 +448,17 @@ def test_every_policy_has_a_failing_and_a_passing_case():
      "losing us-east-1a leaves 5.83 of 11.66 QPS of serving capacity at the SLOs (2 replicas of 5.83 QPS), "
      "short of the 10 QPS target"),
     ("second zone has no GPU node", "capacity-after-zone-loss",
+     "losing us-east-1a leaves 0 of 15.94 QPS of serving capacity at the SLOs (1 replica of 15.94 QPS), short of "
+     "the 10 QPS target; vllm-us-east-1b: only 0 of 1 replicas fit on the GPU nodes of us-east-1b"),
+    ("a group's workers not pinned to its zone", "replica-group-in-one-zone",
+     "LeaderWorkerSet vllm-us-east-1a: a 2-pod group may put its nodes in us-east-1a, us-east-1b; a group's nodes "
+     "must sit in one zone"),
+    ("one node in a zone for a two-node group", "zone-holds-whole-groups",
+     "GPU node group ng-us-east-1b has 1 node, not a multiple of the 2-node group: 1 node(s) hold no whole group"),
+    ("one node in a zone for a two-node group", "zone-holds-whole-groups",
+     "us-east-1b has 1 GPU node, no whole 2-node group: the zone serves nothing, and losing the other zone stops "
+     "serving"),
+    ("one node in a zone for a two-node group", "capacity-after-zone-loss",
      "losing us-east-1a leaves 0 of 15.94 QPS of serving capacity at the SLOs (1 replica of 15.94 QPS), short of "
      "the 10 QPS target; vllm-us-east-1b: only 0 of 1 replicas fit on the GPU nodes of us-east-1b"),
     ("PDB minAvailable = replicas", "pdb-covers-serving",

@@ -200,16 +200,19 @@ def test_capacity_block_purchase_without_allow_purchase_is_a_config_error(build_
         build_program("prod", {"gpuPools": _pools(capacityBlock=block)})
 
 
-def test_efa_adds_one_interface_per_network_card_in_the_cluster_security_group(build_program):
+def test_efa_adds_one_interface_per_network_card_in_the_cluster_and_efa_security_groups(build_program):
     rec = build_program("prod", {"gpuPools": _pools(efa=True)})
     _, lt = _pool_b(rec)
     cluster = rec.of_type(EKS)[0]
+    efa_sg = next(r for r in rec.of_type("aws:ec2/securityGroup:SecurityGroup") if r.name == "efa-sg")
     nics = lt.inputs["networkInterfaces"]
     assert [n["networkCardIndex"] for n in nics] == list(range(len(nics)))
     assert len(nics) > 1
     assert {n["interfaceType"] for n in nics} == {"efa"}
     assert [n["deviceIndex"] for n in nics[:2]] == [0, 1]
-    assert all(n["securityGroups"] == [cluster.outputs["vpcConfig"]["clusterSecurityGroupId"]] for n in nics)
+    # The EFA group admits all traffic from and to itself (components/efa.py, AWS's EFA requirement).
+    assert all(n["securityGroups"] == [cluster.outputs["vpcConfig"]["clusterSecurityGroupId"], efa_sg.id]
+               for n in nics)
 
 
 def test_without_efa_the_launch_template_leaves_interfaces_to_eks(recorded):

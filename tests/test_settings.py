@@ -65,12 +65,13 @@ INVALID = [
          "use a zone such as us-east-1a"],
         id="zone-outside-the-region"),
     pytest.param(
-        prod_with(model={"id": "llama-3.1-405b", "weights": "bf16"},
+        # Not even four p4d nodes (PP=4) hold DeepSeek-R1's 1,342 GB of BF16 weights (405B BF16 would fit).
+        prod_with(model={"id": "deepseek-r1", "weights": "bf16"},
                   gpuPools=[{"zone": "us-east-1a", "instanceType": "p4d.24xlarge"},
                             {"zone": "us-east-1b", "instanceType": "p4d.24xlarge"}]),
-        ["llm-serving:gpuPools: llama-3.1-405b does not fit one p4d.24xlarge: 406 B parameters are 812 GB of bf16 "
-         "weights against 320 GB of GPU memory (8 x 40 GB, 256 GB of it usable), before any KV cache; cheapest alternative: p5e.48xlarge "
-         "with fp8 weights, tp over 8 GPUs per replica (4 replicas on 4 nodes, $173.04/h)"],
+        ["llm-serving:gpuPools: deepseek-r1 does not fit one p4d.24xlarge: 671 B parameters are 1,342 GB of bf16 "
+         "weights against 320 GB of GPU memory (8 x 40 GB, 256 GB of it usable), before any KV cache; cheapest "
+         "alternative: p5e.48xlarge with fp8 weights, tp over 8 GPUs per replica (2 replicas on 2 nodes, $86.52/h)"],
         id="model-does-not-fit-the-instance"),
     pytest.param(
         prod_with(model={"id": "llama-3-70b", "tensorParallel": 16}),

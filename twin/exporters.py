@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from conventions import GATEWAY_CONTROLLER_NAMESPACE
+from conventions import GATEWAY_CONTROLLER_NAMESPACE, ROLE_SERVING_WORKER as WORKER_ROLE
 
 from . import vllm_metrics as vm
 from .lifecycle import Started, until
@@ -125,16 +125,22 @@ class Exporters(Started):
         k = self._k()
         lines = ["# HELP kube_pod_status_ready Describes whether the pod is ready to serve requests.",
                  "# TYPE kube_pod_status_ready gauge"]
-        for rep in self.timeline.replicas:
+        # A multi-node replica is a leader pod (role serving) and its workers (role serving-worker),
+        # all ready or none (LeaderWorkerSet's RecreateGroupOnPodRestart): the rules count leaders,
+        # so they count ready groups, never ready pods.
+        pods = [(rep, pod, role) for rep in self.timeline.replicas
+                for pod, role in [(rep.pod, "serving")] + [(f"{rep.pod}-{j}", WORKER_ROLE)
+                                                           for j in range(1, rep.workers + 1)]]
+        for rep, pod, _ in pods:
             ready = rep.up[k]
             for cond, on in (("true", ready), ("false", not ready), ("unknown", False)):
-                lines.append(f'kube_pod_status_ready{{namespace="{self.namespace}",pod="{rep.pod}",'
-                             f'uid="twin-{rep.pod}",condition="{cond}"}} {1 if on else 0}')
+                lines.append(f'kube_pod_status_ready{{namespace="{self.namespace}",pod="{pod}",'
+                             f'uid="twin-{pod}",condition="{cond}"}} {1 if on else 0}')
         lines += ["# HELP kube_pod_labels Kubernetes labels converted to Prometheus labels.",
                   "# TYPE kube_pod_labels gauge"]
-        for rep in self.timeline.replicas:
-            lines.append(f'kube_pod_labels{{namespace="{self.namespace}",pod="{rep.pod}",uid="twin-{rep.pod}",'
-                         f'label_app_kubernetes_io_name="vllm",label_llm_serving_io_role="serving",'
+        for rep, pod, role in pods:
+            lines.append(f'kube_pod_labels{{namespace="{self.namespace}",pod="{pod}",uid="twin-{pod}",'
+                         f'label_app_kubernetes_io_name="vllm",label_llm_serving_io_role="{role}",'
                          f'label_llm_serving_io_zone="{rep.zone}"}} 1')
         return 200, "\n".join(lines) + "\n"
 

@@ -36,7 +36,7 @@ def print_twin(r: TwinReport, stack: str) -> None:
     scenario = ""
     if r.failure is not None:
         back = f", back at {r.failure.end_s:g} s" if r.failure.end_s is not None else ", not back"
-        scenario = f"; {r.failure.zone} lost at {r.failure.start_s:g} s{back}"
+        scenario = f"; {r.failure.domain} lost at {r.failure.start_s:g} s{back}"
     console.print(f"Twin of {stack}: {r.plan.replicas} emulated vLLM {VLLM_VERSION} replicas ({zones}) at {r.qps:g} QPS "
                   f"for {r.duration_s:g} s{scenario}" + (f"; replicas {r.slowdown:g}x slower than planned"
                                                         if r.slowdown != 1 else "") + ".")
@@ -75,7 +75,8 @@ def twin_dict(r: TwinReport, stack: str) -> dict:
                 "resolved_s": None if e.resolved_s is None else round(e.resolved_s, 1)}
     return {
         "stack": stack, "qps": r.qps, "duration_s": r.duration_s, "time_scale": r.scale, "slowdown": r.slowdown,
-        "failure": None if r.failure is None else {"zone": r.failure.zone, "start_s": r.failure.start_s,
+        "failure": None if r.failure is None else {"zone": r.failure.zone, "node": r.failure.node,
+                                                   "start_s": r.failure.start_s,
                                                    "end_s": r.failure.end_s},
         "scrape_interval_simulated_s": r.scrape_interval_sim_s,
         "prometheus": {"version": r.prometheus_version, "url": r.urls[0]},

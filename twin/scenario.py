@@ -24,7 +24,7 @@ from pathlib import Path
 
 from observability.alerts import Alert, Behaviour
 from observability.rules import AlertPolicy, plan_alerts, rule_groups
-from simulator import ZoneFailure, config_from_plan
+from simulator import ZoneFailure, config_from_plan, replica_specs
 from sizing.planner import Plan
 
 from .exporters import Clock, Exporters
@@ -177,9 +177,18 @@ def expectations(plan: Plan, qps: float, duration_s: float, failure: ZoneFailure
         if _overload_fires(a, qps, duration_s):
             required.append(Expectation(a.name, reason=f"{qps:g} QPS is past the {a.expected.overload_above_qps:g} "
                                                        "QPS beyond which the plan says it fires"))
-    if failure is not None:
+    if failure is not None and _empties_its_zone(plan, failure):
         required += _zone_expectations(alerts, failure, duration_s)
     return required, forbidden - {e.name for e in required}
+
+
+def _empties_its_zone(plan: Plan, failure: ZoneFailure) -> bool:
+    """A zone's loss empties it; a node's, when every replica of its zone runs on it (a group
+    spanning nodes is lost whole, so one node of a zone's only group empties the zone). A node
+    whose loss leaves its zone serving is a smaller loss than the plan's zone alerts judge: the
+    twin then requires none of them."""
+    in_zone = [spec for spec in replica_specs(plan) if spec.zone == failure.zone]
+    return all(failure.hits(spec) for spec in in_zone)
 
 
 def _overload_fires(a: Alert, qps: float, duration_s: float) -> bool:
@@ -199,7 +208,7 @@ def _zone_expectations(alerts: list[Alert], failure: ZoneFailure, duration_s: fl
         if a.expected.zone_loss is not Behaviour.FIRES or outage < need:
             continue
         out.append(Expectation(a.name, failure.zone if a.expected.per_zone else None, resolve_by,
-                               f"{failure.zone} is down {outage:g} s, longer than the alert's for + "
+                               f"{failure.domain} is down {outage:g} s, longer than the alert's for + "
                                f"{DETECTION_LAG_S:g} s lag ({need:g} s)"))
     return out
 

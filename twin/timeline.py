@@ -38,6 +38,7 @@ class ReplicaTimeline:
     gauges: dict[str, list[float]]
     counters: dict[str, list[float]]                    # family (or family|label) -> cumulative
     histograms: dict[str, tuple[list[int], list]] = field(default_factory=dict)   # see _cumulative
+    workers: int = 0              # a multi-node replica's worker pods (ready exactly while its leader is)
 
 
 @dataclass
@@ -90,7 +91,7 @@ def build(config: SimConfig, slowdown: float = 1.0) -> Timeline:
         i = per_zone.get(spec.zone, 0)
         per_zone[spec.zone] = i + 1
         reps.append(ReplicaTimeline(spec.name, spec.zone, pod_name(spec.zone, i), [True] * points,
-                                    {}, {}))
+                                    {}, {}, workers=max(0, len(spec.nodes) - 1)))
     _fill_gauges(reps, samples, config, points)
     _fill_requests(reps, result, points)
     offered, fivexx, twoxx = ([0.0] * points for _ in range(3))
@@ -126,6 +127,8 @@ def _accumulate(series: list[float]) -> None:
 def _fill_gauges(reps: list[ReplicaTimeline], samples, config: SimConfig, points: int) -> None:
     times = [t for t, _ in samples]
     fail = config.failure
+    # A replica down with its zone, or with one of its nodes (a multi-node group is down whole).
+    lost = {spec.name for spec in config.replicas if fail is not None and fail.hits(spec)}
     for ri, rep in enumerate(reps):
         running, waiting, kv = [0.0] * points, [0.0] * points, [0.0] * points
         for k in range(points):
@@ -134,7 +137,7 @@ def _fill_gauges(reps: list[ReplicaTimeline], samples, config: SimConfig, points
             if j >= 0:
                 up, run, wait, usage = samples[j][1][ri]
                 running[k], waiting[k], kv[k] = float(run), float(wait), usage
-            if fail is not None and rep.zone == fail.zone and t >= fail.start_s and (
+            if fail is not None and rep.name in lost and t >= fail.start_s and (
                     fail.end_s is None or t < fail.end_s):
                 rep.up[k] = False
                 running[k] = waiting[k] = kv[k] = 0.0

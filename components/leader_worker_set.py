@@ -1,0 +1,98 @@
+"""Replicas that span nodes: the LeaderWorkerSet controller and one LeaderWorkerSet per replica.
+
+The controller: kubernetes-sigs/lws v0.10.0, Helm chart `oci://registry.k8s.io/lws/charts/lws`
+version 0.10.0 (site/content/en/docs/installation/_index.md at v0.10.0), CRDs in the chart's
+`crds/` (Helm installs them before the controller; `helm upgrade` does not update them, which
+the same page says: a version bump applies them first). Its chart defaults the manager image to
+the tag `main` with `pullPolicy: Always` (charts/lws/values.yaml at v0.10.0): pinned here.
+
+A replica of N nodes is one LeaderWorkerSet (`replicas: 1`, `size: N`): the leader runs
+`vllm serve` with the OpenAI API and node rank 0, each worker the same engine arguments with
+`--headless` and its own rank, as vLLM 0.29.0 documents multi-node serving with its own
+multiprocessing backend (docs/serving/parallelism_scaling.md, "Running vLLM with
+MultiProcessing"; flags in vllm/engine/arg_utils.py at v0.29.0: `--nnodes`, `--node-rank`,
+`--master-addr`, `--headless`). LWS gives every container `LWS_LEADER_ADDRESS` and
+`LWS_WORKER_INDEX` (api/leaderworkerset/v1/leaderworkerset_types.go at v0.10.0), which
+Kubernetes expands in the arguments. `restartPolicy: RecreateGroupOnPodRestart` (the CRD's
+default, written out): a rank that dies takes the engine with it, so the group restarts whole.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from conventions import LWS_CHART_VERSION, LWS_NAMESPACE, LWS_VERSION, ROLE_SERVING_WORKER
+
+from .gpu_node_pool import LABEL_ROLE
+from .placement import ZONE_KEY
+
+CHART = "oci://registry.k8s.io/lws/charts/lws"
+CHART_VERSION = LWS_CHART_VERSION
+MANAGER_IMAGE = "registry.k8s.io/lws/lws"
+API_VERSION = "leaderworkerset.x-k8s.io/v1"
+KIND = "LeaderWorkerSet"
+LEADER_ADDRESS, WORKER_INDEX = "LWS_LEADER_ADDRESS", "LWS_WORKER_INDEX"
+GROUP_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"      # LWS labels every pod of the set with it
+WORKER_ROLE = ROLE_SERVING_WORKER  # worker pods: not behind the Service (headless, no API)
+
+
+def controller_values() -> dict:
+    """The manager on the system nodes, two replicas spread over zones, its image pinned."""
+    labels = {"app.kubernetes.io/name": "lws"}
+    return {
+        "image": {"manager": {"repository": MANAGER_IMAGE, "tag": LWS_VERSION, "pullPolicy": "IfNotPresent"}},
+        "replicaCount": 2,
+        "nodeSelector": {LABEL_ROLE: "system"},
+        "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 100, "podAffinityTerm": {"topologyKey": ZONE_KEY, "labelSelector": {"matchLabels": labels}}}]}},
+    }
+
+
+def multi_node_args(nodes: int, rank: str, leader: bool) -> list[str]:
+    """vLLM 0.29.0's multi-node launch (mp backend): the leader serves the API, workers are headless."""
+    args = ["--pipeline-parallel-size", str(nodes), "--nnodes", str(nodes), "--node-rank", rank,
+            "--master-addr", f"$({LEADER_ADDRESS})", "--distributed-executor-backend", "mp"]
+    return args if leader else [*args, "--headless"]
+
+
+def leader_worker_set_spec(nodes: int, leader_pod: dict, worker_pod: dict) -> dict:
+    """One group of `nodes` pods. Rollout: one group at a time, no surge (a surge group would need
+    N more nodes than the plan has); the set holds one group, so an update replaces it in place."""
+    return {
+        "replicas": 1,
+        "leaderWorkerTemplate": {
+            "size": nodes,
+            "restartPolicy": "RecreateGroupOnPodRestart",
+            "leaderTemplate": leader_pod,
+            "workerTemplate": worker_pod,
+        },
+        "rolloutStrategy": {"type": "RollingUpdate",
+                            "rollingUpdateConfiguration": {"maxUnavailable": 1, "maxSurge": 0}},
+        "startupPolicy": "LeaderCreated",
+    }
+
+
+def one_pod_per_node(labels: dict) -> dict:
+    """Never two group pods on one node (each takes every GPU of it anyway; this says so)."""
+    return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": dict(labels)}}]}}
+
+
+@dataclass(frozen=True)
+class LwsControllerArgs:
+    provider: k8s.Provider
+
+
+class LwsController(pulumi.ComponentResource):
+    """The LeaderWorkerSet controller and its CRDs (one Helm release)."""
+
+    def __init__(self, name: str, args: LwsControllerArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("llm-serving:lws:LwsController", name, None, opts)
+        self.release = k8s.helm.v3.Release(
+            f"{name}-release", name="lws", chart=CHART, version=CHART_VERSION,
+            namespace=LWS_NAMESPACE, create_namespace=True, values=controller_values(),
+            opts=pulumi.ResourceOptions(parent=self, provider=args.provider))
+        self.register_outputs({"release": self.release.name})
+
