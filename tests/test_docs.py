@@ -3,7 +3,6 @@ first deploy is a numbered procedure whose commands name real flags, keys, targe
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 
 import pytest
@@ -67,7 +66,6 @@ def test_every_llmserve_command_a_doc_runs_exists(doc):
     assert used <= known, doc.name
 
 
-@pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")
 @pytest.mark.parametrize("stack, config", [("prod", "prod"), ("staging", "staging"), ("dev", "dev")])
 def test_make_up_only_adds_the_policy_pack_and_its_config(stack, config):
     printed = subprocess.run(["make", "-s", "-n", "up", f"STACK={stack}"], cwd=ROOT, capture_output=True, text=True)

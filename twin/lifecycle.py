@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,15 +30,17 @@ PR_SET_PDEATHSIG = 1            # <linux/prctl.h>
 STOP_TIMEOUT_S = 10.0
 
 
-class Started:
+class Started(ABC):
     """A part of the twin as a context manager: `start()` on entry, `close()` on exit or on a
     failed start. `close()` must be idempotent and safe on a part that started only halfway."""
 
+    @abstractmethod
     def start(self) -> None:
-        raise NotImplementedError
+        """Start the part's servers or threads."""
 
+    @abstractmethod
     def close(self) -> None:
-        raise NotImplementedError
+        """Stop whatever `start` began, even halfway."""
 
     def __enter__(self):
         try:
