@@ -179,11 +179,6 @@ class Architecture:
     def weight_bytes(self, weights: str) -> float:
         return sum(self.bytes_by_group(weights).values())
 
-    def expert_bytes_per_layer(self, weights: str) -> float:
-        """One routed expert of one MoE layer, at the precision it is stored."""
-        per = self.bytes_by_group(weights)["experts"]
-        return per / (self.moe_layer_count * self.num_experts) if self.is_moe else 0.0
-
     def kv_bytes_per_token(self, kv_bytes: float, context: float | None = None) -> float:
         """KV-cache bytes per token of context, all layers. MLA: one latent plus its rope part per
         layer. A sliding layer keeps at most `sliding_window` tokens: at a context of c tokens its

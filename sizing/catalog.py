@@ -137,7 +137,7 @@ class Model:
             return self.weight_bytes(weights)
         a = self.arch
         by = a.bytes_by_group(weights)
-        touched = a.experts_touched(batch) * a.expert_bytes_per_layer(weights) * a.moe_layer_count
+        touched = a.experts_touched(batch) * (by["experts"] / (a.moe_layer_count * a.num_experts)) * a.moe_layer_count
         return sum(by.values()) - by["embed"] - by["experts"] + touched
 
 
@@ -161,9 +161,6 @@ class Catalog:
             return self.models[alias]
         raise CatalogError(f"unknown model '{str(key)[:80]}'; choose a key ({', '.join(sorted(self.models))}) "
                            "or a Hugging Face id (docs/models.md), or give --model-config PATH")
-
-    def knows_model(self, key: str) -> bool:
-        return key in self.models or (isinstance(key, str) and key.lower() in self.aliases)
 
     def gpu(self, key: str) -> Gpu:
         return _pick(self.gpus, key, "GPU")

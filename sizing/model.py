@@ -755,7 +755,7 @@ def check_shape(shape: Shape, workload: Workload, profile: Profile) -> Memory:
         advice = {(True, True): "raise TP, use fp8 weights or a larger GPU", (True, False): "raise TP or use a larger GPU",
                   (False, True): "use fp8 weights or a larger GPU",
                   (False, False): "use a larger GPU or a replica over several nodes"}[(can_tp, can_fp8)]
-        where = layout_words(shape) if shape.layout == "tp" else f"{shape.layout} over {tp} GPUs"
+        where = replica_words(shape)
         raise SizingError(
             f"{shape.weights} weights of {m.id} need {mem.weights_per_gpu_gb:.1f} GB per GPU at {where}, "
             f"more than the {mem.usable_per_gpu_gb:.1f} GB usable on a {inst.gpu.id} "
@@ -788,6 +788,11 @@ MAX_NODES_PER_REPLICA = 4     # the planner and the sweep try replicas of up to 
 def layout_words(shape: Shape) -> str:
     """"TP=8", or "TP=8 x PP=2 (2 nodes)" for a replica that spans nodes."""
     return f"TP={shape.tp}" if shape.nodes == 1 else f"TP={shape.tp} x PP={shape.nodes} ({shape.nodes} nodes)"
+
+
+def replica_words(shape: Shape) -> str:
+    """How messages name a replica's layout: `layout_words` for TP, "dp-ep over 8 GPUs" otherwise."""
+    return layout_words(shape) if shape.layout == "tp" else f"{shape.layout} over {shape.tp} GPUs"
 
 
 def check_nodes(shape: Shape) -> None:

@@ -63,8 +63,8 @@ def decode_read_bytes(shape, batch: float) -> float:
     m, w = shape.model, shape.weights
     total = m.decode_read_bytes(w, batch)
     if layout_of(shape) == "dp-ep":
-        touched = m.decode_read_bytes(w, batch) - m.decode_read_bytes(w, 0.0)
-        return shape.tp * m.decode_read_bytes(w, 0.0) + touched
+        base = m.decode_read_bytes(w, 0.0)
+        return shape.tp * base + (total - base)
     return total
 
 

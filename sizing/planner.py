@@ -18,9 +18,9 @@ from functools import cached_property
 from conventions import RULE_ZONE_HOLDS_WHOLE_GROUPS
 
 from .catalog import Instance, load_catalog, resolve_model
-from .fit import _unloaded, unloaded_reason  # noqa: F401 (the sweep and the CLI name unloaded_reason here too)
+from .fit import _unloaded
 from .model import (MAX_NODES_PER_REPLICA, Capacity, Memory, Point, ReplicaModel, Shape, SizingError, Workload,
-                    candidate_tps, check_shape, engine_max_num_seqs, layout_words)
+                    candidate_tps, check_shape, engine_max_num_seqs, replica_words)
 from .parallel import serving_args
 from .profiles import Profile, get_profile
 
@@ -105,10 +105,6 @@ class Plan:
     layout: str = "tp"                   # how a replica's `tp` GPUs split the model (sizing.parallel)
     prefix_caching: dict | None = None   # the plan counts on the prefix cache: the figures with and without
     nodes_per_replica: int = 1           # > 1: each replica is a group of this many nodes (PP across them)
-
-    @property
-    def gpus_per_replica(self) -> int:
-        return self.tp * self.nodes_per_replica
 
     @property
     def memory(self) -> Memory:
@@ -292,7 +288,7 @@ def plan(req: PlanRequest) -> Plan:
     for layout, tp, n in _candidates(req, model, instance, profile):
         if n > 1 and best is not None and best[1].survives_failure:
             break                     # fewer nodes per replica already serve and survive
-        words = layout_words(Shape(model, instance, tp, nodes=n)) if layout == "tp" else f"{layout} over {tp} GPUs"
+        words = replica_words(Shape(model, instance, tp, layout=layout, nodes=n))
         try:
             p = plan_for_tp(req, model, instance, profile, tp, layout, n)
         except PlanError as exc:      # fits, but the pools cannot carry the load
@@ -415,7 +411,7 @@ def plan_for_tp(req: PlanRequest, model, instance: Instance, profile: Profile, t
     cap, cap_ideal = real.capacity(), ideal.capacity()
     slots = zone_slots(req.pools, instance.gpus // tp, n)
     need = _demand(real, cap, w)
-    words = layout_words(shape) if layout == "tp" else f"{layout} over {tp} GPUs"
+    words = replica_words(shape)
     counts = _replica_counts(req, slots, need, words, n)
     nodes = (place_on_nodes(counts, req.pools, tp, instance.gpus) if n == 1
              else place_groups(counts, req.pools, tp, instance.gpus, n))

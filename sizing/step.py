@@ -148,7 +148,7 @@ def build_step(shape, workload, profile, real: bool = True, comm: tuple[float, f
     flops_f = tp * gpu.peak_tflops(shape.weights) * 1e12 * profile.mfu
     width = parallel.attention_width(m)
     attn_prefill = 2 * parallel.attention_layers_at(m, s_in / 2) * s_in * width   # causal, per prompt token
-    read0, read1 = _weight_read(shape, workload, profile, real, kv_tok, flops_f, p_active, comm0, comm1)
+    read0, read1 = _weight_read(shape, workload, profile, real, kv_tok, comm0, comm1)
     if profile.step_model == "additive":
         rf = profile.real_factor if real else 1.0
         bw = tp * gpu.hbm_tbps * 1e12
@@ -163,7 +163,7 @@ def build_step(shape, workload, profile, real: bool = True, comm: tuple[float, f
                      k=ctx * kv_tok / bw, e=attn_prefill / flops_f, gated=False)
 
 
-def _weight_read(shape, workload, profile, real, kv_tok, flops_f, p_active, comm0, comm1) -> tuple[float, float]:
+def _weight_read(shape, workload, profile, real, kv_tok, comm0, comm1) -> tuple[float, float]:
     """(bytes, bytes per sequence) a decode step reads in weights: all of them for a dense model;
     for an MoE model the tangent of the experts-touched curve at the operating batch."""
     if not shape.model.is_moe:

@@ -115,8 +115,7 @@ class LengthDistribution:
 
     def spread(self, field: str) -> tuple[float, float, int, int]:
         """(mean, standard deviation, min, max) of `input` or `output` lengths."""
-        values = self.inputs if field == "input" else self.outputs
-        mean = sum(values) / len(values)
+        values, mean = (self.inputs, self.mean_input) if field == "input" else (self.outputs, self.mean_output)
         var = sum((v - mean) ** 2 for v in values) / len(values)
         return mean, math.sqrt(var), min(values), max(values)
 
@@ -132,19 +131,15 @@ class LengthDistribution:
 
     def summary(self) -> dict:
         """What the plan shows: the form and the percentiles it sized for."""
-        def stats(values):
-            return {"mean": round(sum(values) / len(values), 1), "p50": _quantile(values, 0.5),
-                    "p95": _quantile(values, 0.95), "max": max(values)}
-        out = {"form": self.form, "input_tokens": stats(self.inputs), "output_tokens": stats(self.outputs),
+        def stats(mean, quantile, values):
+            return {"mean": round(mean, 1), "p50": quantile(0.5), "p95": quantile(0.95), "max": max(values)}
+        out = {"form": self.form, "input_tokens": stats(self.mean_input, self.input_quantile, self.inputs),
+               "output_tokens": stats(self.mean_output, self.output_quantile, self.outputs),
                "longest_request_tokens": self.max_request_tokens}
         if self.source:
             out["source"] = self.source
             out["requests"] = len(self.inputs)
         return out
-
-
-def _quantile(values: tuple[int, ...], q: float) -> int:
-    return _quantile_sorted(sorted(values), q)
 
 
 def _quantile_sorted(s, q: float) -> int:
