@@ -21,10 +21,10 @@ import pulumi_kubernetes as k8s
 
 from conventions import EFA_DEVICE_PLUGIN_CHART_VERSION, EFA_PLUGIN_NAMESPACE
 
+from .gpu_plugin import GPU_TAINT_TOLERATION
+
 CHART = "aws-efa-k8s-device-plugin"
-CHART_VERSION = EFA_DEVICE_PLUGIN_CHART_VERSION
 CHART_REPO = "https://aws.github.io/eks-charts"
-GPU_TAINT_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
 
 
 def plugin_values() -> dict:
@@ -69,7 +69,7 @@ class EfaPlugin(pulumi.ComponentResource):
     def __init__(self, name: str, args: EfaPluginArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llm-serving:efa:EfaPlugin", name, None, opts)
         self.release = k8s.helm.v3.Release(
-            f"{name}-release", name=CHART, chart=CHART, version=CHART_VERSION,
+            f"{name}-release", name=CHART, chart=CHART, version=EFA_DEVICE_PLUGIN_CHART_VERSION,
             repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=CHART_REPO),
             namespace=EFA_PLUGIN_NAMESPACE, values=plugin_values(),
             opts=pulumi.ResourceOptions(parent=self, provider=args.provider))

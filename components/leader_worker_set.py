@@ -23,19 +23,15 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from conventions import LWS_CHART_VERSION, LWS_NAMESPACE, LWS_VERSION, ROLE_SERVING_WORKER
+from conventions import LABEL_ROLE, LWS_CHART_VERSION, LWS_NAMESPACE, LWS_VERSION
 
-from .gpu_node_pool import LABEL_ROLE
 from .placement import ZONE_KEY
 
 CHART = "oci://registry.k8s.io/lws/charts/lws"
-CHART_VERSION = LWS_CHART_VERSION
 MANAGER_IMAGE = "registry.k8s.io/lws/lws"
 API_VERSION = "leaderworkerset.x-k8s.io/v1"
 KIND = "LeaderWorkerSet"
 LEADER_ADDRESS, WORKER_INDEX = "LWS_LEADER_ADDRESS", "LWS_WORKER_INDEX"
-GROUP_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"      # LWS labels every pod of the set with it
-WORKER_ROLE = ROLE_SERVING_WORKER  # worker pods: not behind the Service (headless, no API)
 
 
 def controller_values() -> dict:
@@ -91,7 +87,7 @@ class LwsController(pulumi.ComponentResource):
     def __init__(self, name: str, args: LwsControllerArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llm-serving:lws:LwsController", name, None, opts)
         self.release = k8s.helm.v3.Release(
-            f"{name}-release", name="lws", chart=CHART, version=CHART_VERSION,
+            f"{name}-release", name="lws", chart=CHART, version=LWS_CHART_VERSION,
             namespace=LWS_NAMESPACE, create_namespace=True, values=controller_values(),
             opts=pulumi.ResourceOptions(parent=self, provider=args.provider))
         self.register_outputs({"release": self.release.name})

@@ -20,11 +20,11 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from conventions import (  # noqa: F401 (VLLM_IMAGE, METRICS_PROXY_IMAGE: read here and by other components)
+from conventions import (
     ANNOTATION_ENVIRONMENT, ANNOTATION_GPUS_PER_NODE, ANNOTATION_NODES_PER_REPLICA, ANNOTATION_REPLICA_CAPACITY_QPS,
     ANNOTATION_TARGET_QPS, ANNOTATION_TENSOR_PARALLEL, ANNOTATION_ZONE, EFA_RESOURCE, KEDA_CHART_VERSION,
     KEDA_NAMESPACE, LABEL_APP_NAME, LABEL_ENVIRONMENT, LABEL_POOL, LABEL_ROLE, METRICS_PROXY_IMAGE,
-    MONITORING_NAMESPACE, VLLM_API_PORT, VLLM_IMAGE, VLLM_METRICS_PORT,
+    MONITORING_NAMESPACE, ROLE_SERVING_WORKER, VLLM_API_PORT, VLLM_IMAGE, VLLM_METRICS_PORT,
 )
 from settings import StackSettings
 from sizing.planner import Plan
@@ -32,7 +32,7 @@ from sizing.planner import Plan
 from .drain import drain_timing, longest_request_s
 from .gpu_node_pool import MODEL_CACHE_PATH
 from .leader_worker_set import (
-    API_VERSION as LWS_API_VERSION, KIND as LWS_KIND, WORKER_INDEX, WORKER_ROLE, leader_worker_set_spec,
+    API_VERSION as LWS_API_VERSION, KIND as LWS_KIND, LEADER_ADDRESS, WORKER_INDEX, leader_worker_set_spec,
     multi_node_args, one_pod_per_node,
 )
 from .placement import HOST_KEY, ZONE_KEY, spread
@@ -60,7 +60,7 @@ MEMORY_GIB_PER_GPU = 48         # host memory for safetensors staging and the to
 
 # A worker's probe: its group's leader answers /health (LWS_LEADER_ADDRESS is the leader pod's DNS
 # name; the group NetworkPolicy admits the call). The engine serves only while every rank runs.
-LEADER_HEALTH_CHECK = (f"import os, urllib.request; urllib.request.urlopen('http://' + os.environ['LWS_LEADER_ADDRESS'] "
+LEADER_HEALTH_CHECK = (f"import os, urllib.request; urllib.request.urlopen('http://' + os.environ['{LEADER_ADDRESS}'] "
                        f"+ ':{VLLM_API_PORT}/health', timeout=4)")
 
 METRICS_PROXY_HEALTH_PATH = "/healthz"
@@ -204,7 +204,7 @@ def group_policies() -> dict[str, dict]:
     return {
         "vllm-group-traffic": {**group, "policyTypes": ["Ingress", "Egress"],
                                "ingress": [{"from": [group]}], "egress": [{"to": [group]}]},
-        **egress_policies({LABEL_APP_NAME: "vllm", LABEL_ROLE: WORKER_ROLE}, "vllm-worker-hub-egress"),
+        **egress_policies({LABEL_APP_NAME: "vllm", LABEL_ROLE: ROLE_SERVING_WORKER}, "vllm-worker-hub-egress"),
     }
 
 
@@ -396,7 +396,7 @@ class Serving(pulumi.ComponentResource):
     def _group_pod(self, plan: Plan, slot, labels: dict, efa_devices: int, leader: bool) -> dict:
         """A group's leader (API, metrics, rank 0) or worker (headless, rank LWS_WORKER_INDEX) pod,
         on the GPU nodes of the one pool (hence zone) the plan placed the group in."""
-        pod_labels = labels if leader else {**labels, LABEL_ROLE: WORKER_ROLE}
+        pod_labels = labels if leader else {**labels, LABEL_ROLE: ROLE_SERVING_WORKER}
         engine = vllm_container(plan, self.drain, self.startup_s, self.checkpoint)
         rank = "0" if leader else f"$({WORKER_INDEX})"
         engine["args"] = [*engine["args"], *multi_node_args(plan.engine_args["pipeline_parallel_size"], rank, leader)]
@@ -414,7 +414,6 @@ class Serving(pulumi.ComponentResource):
         spec = self._pod_spec(plan, [engine, metrics_proxy_container()] if leader else [engine])
         spec["nodeSelector"] = {LABEL_ROLE: "gpu", ZONE_KEY: slot.zone, LABEL_POOL: slot.pool}
         spec["affinity"] = one_pod_per_node({LABEL_APP_NAME: "vllm"})
-        spec.pop("topologySpreadConstraints", None)
         return {"metadata": {"labels": pod_labels}, "spec": spec}
 
     def _budget_and_service(self, name: str, args: ServingArgs, ns_opts: pulumi.ResourceOptions) -> None:

@@ -6,6 +6,7 @@ config, so a bug in the program is caught as surely as a bad config.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import defaultdict
 
@@ -337,7 +338,7 @@ def _group_workloads(resources) -> list[WorkloadView]:
 
 def _group_zones(w: WorkloadView, groups) -> tuple[str, ...] | None:
     """Zones a group's pods (leader and workers) may land in; None when nothing pins them."""
-    worker = WorkloadView(**{**w.__dict__, "pod_spec": w.worker_spec or w.pod_spec})
+    worker = dataclasses.replace(w, pod_spec=w.worker_spec or w.pod_spec)
     zones = [allowed_zones(v, groups) for v in (w, worker)]
     if any(z is None for z in zones):
         return None
