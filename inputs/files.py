@@ -102,14 +102,5 @@ def read_text(path, max_bytes: int, what: str = "file") -> str:
                          "save it as UTF-8") from None
 
 
-def is_file(path) -> bool:
-    """A regular file (stat only, nothing opened); False for anything odd, a long name included."""
-    try:
-        check_path_length(path)
-        return stat.S_ISREG(os.stat(path).st_mode)
-    except (InputError, OSError, ValueError):
-        return False
-
-
-__all__ = ["InputError", "NAME_MAX", "PATH_MAX", "check_path_length", "is_file", "read_regular_file", "read_text",
+__all__ = ["InputError", "NAME_MAX", "PATH_MAX", "check_path_length", "read_regular_file", "read_text",
            "shown"]

@@ -13,6 +13,8 @@ from typing import Any, Callable, Optional
 
 import typer
 
+from conventions import PROJECT
+
 from . import options
 from .errors import fail
 
@@ -57,10 +59,9 @@ make_clients: Callable[[str], AwsClients] = default_clients
 # -- checks without AWS ------------------------------------------------------------------------
 def example_checks(settings) -> list[Check]:
     """One failing row per example value left in the stack (settings/examples.py)."""
-    from settings.examples import WHAT_BELONGS, example_values
+    from settings.examples import example_values
 
-    return [Check("example value", f"llm-serving:{v.key}", False,
-                  f"{v.value} is an example value; put {WHAT_BELONGS[v.key]}") for v in example_values(settings)]
+    return [Check("example value", f"{PROJECT}:{v.key}", False, v.detail) for v in example_values(settings)]
 
 
 def capacity_checks(settings) -> list[Check]:

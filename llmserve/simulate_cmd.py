@@ -14,7 +14,7 @@ import typer
 
 from . import options
 from .errors import check_output_file, check_positive, fail
-from .stack_arg import load, node_failure, zone_failure
+from .stack_arg import load, requested_failure
 
 
 def simulate(
@@ -52,9 +52,7 @@ def simulate(
             check_work(rate, duration, burstiness, length_cv)
     except WorkLimitError as exc:
         fail(str(exc))
-    failure = zone_failure(fail_zone, duration, p)
-    if fail_node is not None:
-        failure = node_failure(fail_zone, fail_node, duration, p)
+    failure = requested_failure(fail_zone, fail_node, duration, p)
     batched = max_num_batched_tokens or p.engine_args["max_num_batched_tokens"]
     seqs = max_num_seqs or p.engine_args["max_num_seqs"]
     if batched < seqs:

@@ -48,3 +48,10 @@ def node_failure(fail_zone: str | None, fail_node: str, duration_s: float, plan)
         return parse_fail_node(fail_node, duration_s, plan)
     except ValueError as exc:
         fail(f"--fail-node: {exc}")
+
+
+def requested_failure(fail_zone: str | None, fail_node: str | None, duration_s: float, plan):
+    """The one failure `--fail-zone` or `--fail-node` asks for (None when neither): the zone's
+    checks first, so the same error wins whichever flags are given."""
+    failure = zone_failure(fail_zone, duration_s, plan)
+    return failure if fail_node is None else node_failure(fail_zone, fail_node, duration_s, plan)

@@ -17,7 +17,7 @@ import typer
 
 from . import options
 from .errors import check_positive, fail
-from .stack_arg import load, node_failure, zone_failure
+from .stack_arg import load, requested_failure
 
 MAX_TIME_SCALE = 150.0     # beyond it a 5m rate window holds fewer than 8 scrapes (they are 250 ms apart at least)
 MAX_DURATION_S = 4 * 3600.0
@@ -51,9 +51,7 @@ def twin(
         check_work(qps if qps is not None else plan.request.workload.qps or 0.0, duration, slowdown=slowdown)
     except WorkLimitError as exc:
         fail(str(exc))
-    failure = zone_failure(fail_zone, duration, plan)
-    if fail_node is not None:
-        failure = node_failure(fail_zone, fail_node, duration, plan)
+    failure = requested_failure(fail_zone, fail_node, duration, plan)
 
     def started(tw) -> None:
         from twin.scenario import SETTLE_S

@@ -41,10 +41,14 @@ class ExampleValue:
     value: str
 
     @property
+    def detail(self) -> str:
+        """The value and what belongs there."""
+        return f"{self.value} is an example value; put {WHAT_BELONGS[self.key]}"
+
+    @property
     def line(self) -> str:
         """One line: the key, the value, what belongs there."""
-        return (f"{PROJECT}:{self.key}: {self.value} is an example value; "
-                f"put {WHAT_BELONGS[self.key]}")
+        return f"{PROJECT}:{self.key}: {self.detail}"
 
 
 def example_domain(name: str) -> bool:
