@@ -120,12 +120,6 @@ def read_project_rows() -> list[Row]:
                 "offline", 0.0, {"output_tok_s": m.output_tok_s}) for m in load_measurements()]
 
 
-def vllm_defaults(gpu) -> tuple[int, int]:
-    """(max_num_batched_tokens, max_num_seqs) a vLLM 0.29.0 OpenAI server picks when not told
-    (sizing.vllm_engine.batch_defaults, read in vllm/engine/arg_utils.py get_batch_defaults)."""
-    return batch_defaults(gpu)
-
-
 def predict(row: Row, profile_name: str) -> dict:
     catalog = load_catalog()
     shape = Shape(catalog.model(row.model), catalog.node_for_gpu(row.gpu), row.tp, row.weights, row.kv_dtype)
@@ -133,7 +127,8 @@ def predict(row: Row, profile_name: str) -> dict:
                  slo_statistic="mean")
     profile, batched = get_profile(profile_name), None
     if "vllm" in row.engine:       # the measured server ran with vLLM's defaults, not our plan's budget
-        batched, seqs = vllm_defaults(shape.instance.gpu)
+        # What a vLLM 0.29.0 OpenAI server picks when not told (arg_utils.py get_batch_defaults).
+        batched, seqs = batch_defaults(shape.instance.gpu)
         profile = replace(profile, max_num_seqs=seqs)
     elif "tensorrt" in row.engine or "trt" in row.engine:
         # TensorRT-LLM's default capacity scheduler reserves each request's whole KV up front.

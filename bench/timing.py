@@ -46,25 +46,19 @@ def _one(cmd: list[str], ok) -> tuple[float, float]:
     return wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
 
 
-def fresh(cmd: list[str], runs: int, ok=(0,)) -> Timing:
-    """Median wall and CPU time of `runs` fresh processes (after one warm-up run)."""
-    return against(cmd, None, runs, ok)[0]
-
-
-def against(cmd: list[str], floor: list[str] | None, runs: int, ok=(0,)) -> tuple[Timing, Timing | None]:
+def against(cmd: list[str], floor: list[str], runs: int, ok=(0,)) -> tuple[Timing, Timing]:
     """`cmd` and its floor timed in turn, run by run (so a change in the machine's load hits both
     alike), after one warm-up run of each: their median Timings."""
     samples: dict[int, list[tuple[float, float]]] = {0: [], 1: []}
-    cmds = [cmd] if floor is None else [cmd, floor]
     for i in range(runs + 1):
-        for k, c in enumerate(cmds):
+        for k, c in enumerate((cmd, floor)):
             sample = _one(c, ok if k == 0 else (0,))
             if i:                                   # the first run only warms the caches
                 samples[k].append(sample)
 
     def median(k: int) -> Timing:
         return Timing(statistics.median(s[0] for s in samples[k]), statistics.median(s[1] for s in samples[k]))
-    return median(0), (median(1) if floor is not None else None)
+    return median(0), median(1)
 
 
 def loaded_modules(code: str) -> list[str]:

@@ -340,7 +340,7 @@ def endpoint_picker_alerts(replicas: int) -> list[Alert]:
 
 def slo_alerts(plan: Plan, policy: AlertPolicy = AlertPolicy()) -> list[Alert]:
     """The latency alerts: each SLO, at its statistic."""
-    return [a for a in alert_rules(Thresholds.from_plan(plan), policy) if a.statistic is not None]
+    return latency_alerts(Thresholds.from_plan(plan), policy)
 
 
 def plan_alerts(plan: Plan, policy: AlertPolicy = AlertPolicy(), endpoint_picker_replicas: int = 0) -> list[Alert]:
