@@ -57,3 +57,18 @@ def recorded():
             cache[key] = _record(stack, overrides)
         return cache[key]
     return get
+
+
+@pytest.fixture(scope="session", autouse=True)
+def twin_runs(request, tmp_path_factory):
+    """The real-server twin runs the selected tests read (tests/twin_runs.py), started at the
+    session's first test in one background process, so their waiting overlaps the other tests'
+    work. The folder is the session's own, shared by its pytest-xdist workers."""
+    from tests import twin_runs as runs
+
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "twin-runs"
+    session = request.session
+    with runs.started(folder, runs.needed(session.items),
+                      stop_early=lambda: bool(session.shouldfail or session.shouldstop)) as started:
+        yield started
