@@ -14,6 +14,7 @@ per command (the counts are in the README), no example database. About a minute 
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import math
 import re
@@ -81,6 +82,9 @@ def nasty_scalars():
     )
 
 
+# Built once: the composites below draw from it per case, and hypothesis spends far longer building
+# and validating a recursive strategy than drawing from one (the draws are the same either way).
+@functools.cache
 def nasty_values():
     return st.recursive(nasty_scalars(), lambda inner: st.one_of(
         st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=12), inner, max_size=4)), max_leaves=8)
@@ -158,6 +162,7 @@ def test_stack_file_bytes_are_read_or_refused_in_one_line(tmp_path_factory, data
 
 
 # -- command lines -------------------------------------------------------------------------------
+@functools.cache
 def option_value():
     return st.one_of(
         st.sampled_from(["0", "-1", "1", "2", "10", "1e6", "1e-9", "abc", "", "1,2", "llama-3-70b", "p5.48xlarge",
