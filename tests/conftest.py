@@ -72,3 +72,21 @@ def twin_runs(request, tmp_path_factory):
     with runs.started(folder, runs.needed(session.items),
                       stop_early=lambda: bool(session.shouldfail or session.shouldstop)) as started:
         yield started
+
+
+# The modules that take longest, first: pytest-xdist hands work out in collection order, so a long
+# module started last would leave one worker running it alone at the end. The twin's tests last:
+# by then the background runs they read have long ended.
+FIRST = ("test_fuzz.py", "test_rules_promtool.py", "test_policies.py", "test_secrets_never_printed.py",
+         "test_controllers.py", "test_preview_cli.py", "test_accuracy_gate.py", "test_preflight.py",
+         "test_hostile_inputs.py", "test_agreement.py", "test_simulator.py", "test_render.py")
+LAST = ("test_twin.py",)
+
+
+def pytest_collection_modifyitems(items):
+    def rank(item) -> int:
+        name = item.path.name
+        if name in FIRST:
+            return FIRST.index(name)
+        return len(FIRST) + (1 if name in LAST else 0)
+    items.sort(key=rank)        # stable: the order within a module and among the rest is kept
