@@ -107,3 +107,7 @@ def _show(result, as_json: bool, plot: Path | None) -> None:
     else:
         from .size_view import print_report
         print_report(data, plot)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("size", help=__doc__)(size)
