@@ -46,7 +46,7 @@ def preview(
                                                        "violations, outputs, placeholderSecrets, exampleValues; each resource lists its "
                                                        "dependencies (URNs)."),
 ) -> None:
-    from offline.engine import paused_gc
+    from offline.collector import paused_gc
 
     with paused_gc():    # the whole command, the SDKs' imports and the output included: see paused_gc
         result = _previewed(stack, config)
