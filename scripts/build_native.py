@@ -12,37 +12,19 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from simulator.native import COMPILED, build_dir  # noqa: E402
-
-
-def missing() -> str | None:
-    """Why a build cannot run here, or None."""
-    for module, fix in (("mypyc", "pip install -c constraints.txt -e '.[native]'"),
-                        ("setuptools", "pip install setuptools; Python 3.12's venv has none")):
-        try:
-            __import__(module)
-        except ImportError:
-            return f"{module} is not installed ({fix})"
-    compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
-    if shutil.which(compiler) is None:
-        return f"no C compiler ({compiler}; Debian: apt-get install gcc)"
-    header = Path(sysconfig.get_paths()["include"]) / "Python.h"
-    if not header.is_file():
-        return f"no Python headers ({header}; Debian: apt-get install python3-dev)"
-    return None
+from simulator import native  # noqa: E402
 
 
 def build(target: Path) -> None:
     """mypyc's C, then the extension modules, into a fresh folder moved into place at the end
     (an interrupted build leaves no half-built folder under the key)."""
-    sources = [f"simulator/{name}" for name in COMPILED]
+    sources = [f"simulator/{name}" for name in native.COMPILED]
     with tempfile.TemporaryDirectory(prefix="llm-serving-native-") as tmp:
         # mypyc and setuptools in a child: the build's output stays out of this process's stdout
         code = ("import sys; from setuptools import setup; from mypyc.build import mypycify\n"
@@ -56,14 +38,17 @@ def build(target: Path) -> None:
             raise RuntimeError((done.stderr or done.stdout).strip().splitlines()[-1])
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(f"{tmp}/lib", target)
+    for stale in target.parent.iterdir():       # builds of earlier sources: never imported again
+        if stale != target:
+            shutil.rmtree(stale, ignore_errors=True)
 
 
 def main() -> int:
-    target = build_dir()
+    target = native.build_dir()
     if (target / "simulator").is_dir():
         print(f"simulator: compiled build up to date ({target.relative_to(ROOT)})")
         return 0
-    reason = missing()
+    reason = native.unbuildable()
     if reason is None:
         try:
             build(target)

@@ -12,8 +12,11 @@ setup). The compiled modules are the same source, so a run gives the same result
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
+import shutil
 import sys
+import sysconfig
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -52,3 +55,18 @@ def in_use() -> bool:
     """Whether the loaded simulator modules are the compiled ones (the package imports them all)."""
     replica = sys.modules.get(f"{__package__}.replica")
     return replica is not None and not str(getattr(replica, "__file__", "")).endswith(".py")
+
+
+def unbuildable() -> str | None:
+    """Why scripts/build_native.py cannot build here (and the fix), or None."""
+    for module, fix in (("mypyc", "pip install -c constraints.txt -e '.[native]'"),
+                        ("setuptools", "pip install setuptools; Python 3.12's venv has none")):
+        if importlib.util.find_spec(module) is None:
+            return f"{module} is not installed ({fix})"
+    compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    if shutil.which(compiler) is None:
+        return f"no C compiler ({compiler}; Debian: apt-get install gcc)"
+    header = Path(sysconfig.get_paths()["include"]) / "Python.h"
+    if not header.is_file():
+        return f"no Python headers ({header}; Debian: apt-get install python3-dev)"
+    return None

@@ -71,10 +71,11 @@ def simulated(compiled: bool) -> dict:
     return json.loads(done.stdout)
 
 
-@pytest.mark.skipif(not native.build_dir().is_dir(),
-                    reason="no compiled build of the current sources (scripts/setup builds it where a C compiler "
-                           "and the Python headers are present; scripts/test installs them)")
+@pytest.mark.skipif(native.unbuildable() is not None,
+                    reason=f"the simulator cannot be compiled here: {native.unbuildable()} (scripts/test installs "
+                           "what it needs)")
 def test_the_compiled_simulator_gives_exactly_the_results_of_its_sources():
+    assert native.build_dir().is_dir(), "no build of the current sources: run scripts/build_native.py to see why"
     compiled, interpreted = simulated(True), simulated(False)
     assert (compiled["compiled"], interpreted["compiled"]) == (True, False)
     assert compiled["runs"] == interpreted["runs"]
