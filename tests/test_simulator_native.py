@@ -20,11 +20,11 @@ ROOT = Path(__file__).resolve().parent.parent
 # multi-node replica losing one node; each run's report, and every request's and replica's record.
 RUNS = r"""
 import hashlib, json, sys
-from dataclasses import replace
 from settings import stack_settings
-from simulator import (ReplicaSpec, SimConfig, StepCost, WorkloadSpec, ZoneFailure, config_from_plan, native,
-                       simulate, to_dict)
+from simulator import ZoneFailure, config_from_plan, native, simulate, to_dict
 from sizing.planner import plan
+sys.path.insert(0, "tests")
+from test_simulator import tight_cache_config
 
 def record(name, cfg):
     routes = []
@@ -41,13 +41,7 @@ prod = plan(stack_settings("prod").plan_request())
 zone = prod.nodes[0].zone
 multinode = plan(stack_settings("prod-multinode").plan_request())
 node = multinode.nodes[0]
-tight = SimConfig(
-    workload=WorkloadSpec(qps=12.0, duration_s=120.0, input_tokens=1000, output_tokens=300, max_model_len=1300,
-                          lengths="lognormal", seed=3),
-    replicas=(ReplicaSpec("a", "z1"), ReplicaSpec("b", "z2")),
-    cost=StepCost.additive(((0.008, 5e-5), (0.0, 6e-5)), 3.6e-5),
-    max_num_batched_tokens=1024, max_num_seqs=256, kv_capacity_tokens=20_000,
-    ttft_slo_s=1.0, tpot_slo_s=0.040, router="least-pending-tokens", failure=ZoneFailure("z2", 40.0, 80.0))
+tight = tight_cache_config(failure=ZoneFailure("z2", 40.0, 80.0))
 runs = dict([
     record("zone lost and back", config_from_plan(prod, 600.0, failure=ZoneFailure(zone, 200.0, 400.0))),
     record("bursty, drawn lengths", config_from_plan(prod, 300.0, router="least-pending-tokens", arrivals="gamma",
