@@ -31,6 +31,7 @@ from sizing.profiles import get_profile  # noqa: E402
 from sizing.vllm_engine import batch_defaults  # noqa: E402
 
 FIGURES = ("ttft_ms", "tpot_ms", "output_tok_s")
+TARGETS = {"ttft_ms": 0.15, "tpot_ms": 0.05, "output_tok_s": 0.05}     # median absolute error
 
 
 @dataclass(frozen=True)
@@ -116,8 +117,9 @@ def read_shared_format(path: Path) -> tuple[list[Row], list[str]]:
 def read_project_rows() -> list[Row]:
     """The offline rows the calibration uses (sizing/data/calibration_measurements.csv)."""
     from sizing.calibration import load_measurements
+    # the engine from the row's source (they ran TensorRT-LLM): its KV reservation is the engine's
     return [Row(str(m.id), m.model, m.gpu, m.weights, m.kv_dtype, m.tp, m.input_tokens, m.output_tokens,
-                "offline", 0.0, {"output_tok_s": m.output_tok_s}) for m in load_measurements()]
+                "offline", 0.0, {"output_tok_s": m.output_tok_s}, m.source.lower()) for m in load_measurements()]
 
 
 def predict(row: Row, profile_name: str) -> dict:
@@ -142,7 +144,7 @@ def predict(row: Row, profile_name: str) -> dict:
     return {"ttft_ms": p.ttft_ms, "tpot_ms": p.tpot_ms, "output_tok_s": p.qps * row.output_tokens}
 
 
-def report(rows: list[Row], profile_name: str) -> str:
+def report(rows: list[Row], profile_name: str) -> tuple[str, bool]:
     lines = [f"| row | model | GPU | TP | in/out | load | {' | '.join(f'{f} measured / predicted (error)' for f in FIGURES)} |",
              "| --- | --- | --- | --- | --- | --- | " + " | ".join("---:" for _ in FIGURES) + " |"]
     errors: dict[str, list[float]] = {f: [] for f in FIGURES}
@@ -159,12 +161,15 @@ def report(rows: list[Row], profile_name: str) -> str:
         load = row.load if row.load == "offline" else f"{row.load_value:g} {row.load}"
         lines.append(f"| {row.id} | {row.model} | {row.gpu} | {row.tp} | {row.input_tokens}/{row.output_tokens} | "
                      f"{load} | {' | '.join(cells)} |")
-    medians = ", ".join(f"{f} {statistics.median(v):.1%} over {len(v)} rows" if v else f"{f}: no measured rows"
+    verdicts = {f: statistics.median(v) <= TARGETS[f] for f, v in errors.items() if v}
+    medians = ", ".join(f"{f} {statistics.median(v):.1%} over {len(v)} rows (target <= {TARGETS[f]:.0%}: "
+                        f"{'PASS' if verdicts[f] else 'FAIL'})" if v else f"{f}: no measured rows"
                         for f, v in errors.items())
-    return "\n".join(lines) + f"\n\nMedian absolute error (profile {profile_name}): {medians}."
+    return ("\n".join(lines) + f"\n\nMedian absolute error (profile {profile_name}): {medians}.",
+            all(verdicts.values()))
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--csv", type=Path, help="Rows in the shared file's columns (held-out measurements).")
     parser.add_argument("--profile", default="calibrated")
@@ -175,8 +180,10 @@ def main() -> None:
             print(f"{len(skipped)} rows not expressible: " + "; ".join(skipped), file=sys.stderr)
     else:
         rows = read_project_rows()
-    print(report(rows, args.profile))
+    text, ok = report(rows, args.profile)
+    print(text)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

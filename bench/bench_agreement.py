@@ -1,6 +1,9 @@
 """Analytic engine against the simulator at the tail (the numbers behind tests/test_agreement.py).
 
-    .venv/bin/python bench/bench_agreement.py        # a Markdown table for the README
+    .venv/bin/python bench/bench_agreement.py        # Markdown tables for docs/proving.md
+
+Targets: the analytic p95 TTFT and TPOT within 15% of the simulated ones, the capacity within 5%;
+prints PASS or FAIL and exits 1 on a miss.
 """
 from __future__ import annotations
 
@@ -11,8 +14,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from simulator.agreement import CASES, LOADS, agreement_point, case_plan, simulated_capacity  # noqa: E402
 
+LATENCY_TARGET, CAPACITY_TARGET = 0.15, 0.05
 
-def main() -> None:
+
+def main() -> int:
     print("| case | load (share of capacity) | p95 TTFT analytic / simulated (ms) | error | "
           "p95 TPOT analytic / simulated (ms) | error |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
@@ -33,7 +38,12 @@ def main() -> None:
     print("| --- | ---: | ---: | ---: |")
     for name, a, binding, s in caps:
         print(f"| {name} | {a:.2f} QPS ({binding}) | {s:.2f} QPS | {a / s - 1:+.1%} |")
+    worst_capacity = max(abs(a / s - 1) for _, a, _, s in caps)
+    ok = max(worst) <= LATENCY_TARGET and worst_capacity <= CAPACITY_TARGET
+    print(f"\nTTFT and TPOT within {LATENCY_TARGET:.0%} (worst {max(worst):.1%}), capacity within "
+          f"{CAPACITY_TARGET:.0%} (worst {worst_capacity:.1%}): {'PASS' if ok else 'FAIL'}")
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -18,11 +18,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.timing import against, code_cmd, floor_cmd, loaded_modules, ratio_line  # noqa: E402
+from bench.timing import against, cli_cmd, floor_cmd, loaded_modules, ratio_line  # noqa: E402
 
 TARGET_RATIO = 1.3
 PROVIDER_MODULE = re.compile(r"^(pulumi_aws\.[a-z][a-z0-9_]*|pulumi_kubernetes\.[a-z][a-z0-9_]*(\.v[0-9a-z]+)?)$")
-PREVIEW = "import sys; from llmserve.cli import main; sys.exit(main(['preview', '--stack', 'prod']))"
 QUIET = ("import contextlib, io\nfrom llmserve.cli import main\n"
          "with contextlib.redirect_stdout(io.StringIO()):\n    main(['preview', '--stack', 'prod'])")
 
@@ -36,7 +35,7 @@ def provider_modules() -> list[str]:
 def preview_against_floor(runs: int) -> tuple[str, bool]:
     modules = provider_modules()
     # exit 1 = a mandatory policy violation: still a full run
-    preview, floor = against(code_cmd(PREVIEW), floor_cmd(modules), runs, ok=(0, 1))
+    preview, floor = against(cli_cmd("preview", "--stack", "prod"), floor_cmd(modules), runs, ok=(0, 1))
     return ratio_line(f"llmserve preview --stack prod ({len(modules)} provider modules in its floor)",
                       preview, floor, TARGET_RATIO)
 

@@ -3,8 +3,9 @@
     .venv/bin/python bench/bench_simulate.py [--requests 1000000] [--router least-outstanding]
 
 Pins itself to one CPU core where the OS allows it and runs one simulation in this process;
-prints the wall and CPU time of `simulate` and the process's peak resident memory (imports
-included). Targets (issue 21): at most 10 s and 500 MB. Not asserted in the test suite (timings
+prints whether the simulator's compiled build ran (simulator/native.py), the wall and CPU time
+of `simulate` and the process's peak resident memory (imports included). LLM_SERVING_NATIVE=0
+measures the pure-Python modules. Targets (issue 21): at most 10 s and 500 MB. Not asserted in the test suite (timings
 there would be flaky); reported here and in docs/benchmarks.md.
 """
 from __future__ import annotations
@@ -26,7 +27,7 @@ def run(requests: int, router: str, stack: str, profile: str | None) -> tuple[st
     from dataclasses import replace
 
     from settings import stack_settings
-    from simulator import config_from_plan, simulate
+    from simulator import config_from_plan, native, simulate
     from sizing.planner import plan
 
     req = stack_settings(stack).plan_request()
@@ -39,7 +40,8 @@ def run(requests: int, router: str, stack: str, profile: str | None) -> tuple[st
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024     # Linux: KiB
     served = sum(1 for r in result.requests if r.t_done is not None)
     ok = cpu <= TARGET_S and peak_mb <= TARGET_MB
-    line = (f"simulate {len(result.requests):,} requests ({served:,} served), stack {stack}, profile "
+    build = "compiled (mypyc)" if native.in_use() else "pure Python (no compiled build: scripts/setup says why)"
+    line = (f"simulate {len(result.requests):,} requests ({served:,} served), {build}, stack {stack}, profile "
             f"{p.request.profile}, {len(cfg.replicas)} replicas, {qps:g} QPS for {cfg.workload.duration_s:,.0f} s, "
             f"router {router}: {wall:.2f} s wall, {cpu:.2f} s CPU on one core, peak RSS {peak_mb:,.0f} MB "
             f"(targets <= {TARGET_S:g} s, <= {TARGET_MB:g} MB): {'PASS' if ok else 'FAIL'}")

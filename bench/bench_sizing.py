@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.timing import against, code_cmd, floor_cmd, loaded_modules, ratio_line  # noqa: E402
+from bench.timing import against, cli_cmd, floor_cmd, loaded_modules, ratio_line  # noqa: E402
 
 SIZE_TARGET = 1.5
 SWEEP_TARGET = 50_000
@@ -31,7 +31,7 @@ SIZE = "from llmserve.cli import main; main(['size', '--stack', 'prod'])"
 def size_against_floor(runs: int) -> tuple[str, bool]:
     quiet = f"import contextlib, io\nwith contextlib.redirect_stdout(io.StringIO()):\n    {SIZE}"
     modules = [m for m in loaded_modules(quiet) if m.split(".")[0] in SIZE_LIBRARIES]
-    size, floor = against(code_cmd(SIZE), floor_cmd(modules), runs)
+    size, floor = against(cli_cmd("size", "--stack", "prod"), floor_cmd(modules), runs)
     return ratio_line(f"llmserve size --stack prod ({len(modules)} library modules in its floor)",
                       size, floor, SIZE_TARGET)
 

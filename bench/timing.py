@@ -71,11 +71,19 @@ def loaded_modules(code: str) -> list[str]:
     return json.loads(out.splitlines()[-1])
 
 
+def cli_cmd(*args: str) -> list[str]:
+    """The `llmserve` console script (`llmserve.cli:entry`) with `args`, as a user runs it."""
+    return code_cmd(f"import sys; sys.argv = ['llmserve', *{list(args)!r}]; from llmserve.cli import entry; entry()")
+
+
 def floor_cmd(modules: list[str]) -> list[str]:
-    """A fresh interpreter importing `modules` for real (touching an attribute loads a lazy one)."""
-    return code_cmd("import importlib\n"
+    """A fresh interpreter importing `modules` for real (touching an attribute loads a lazy one),
+    then exiting as the console script does (`gc.freeze()` first: no collection passes over the
+    heap at exit), so command and floor compare like with like."""
+    return code_cmd("import gc, importlib\n"
                     f"for name in {sorted(modules)!r}:\n"
-                    "    getattr(importlib.import_module(name), '_load_now', None)")
+                    "    getattr(importlib.import_module(name), '_load_now', None)\n"
+                    "gc.freeze()")
 
 
 def ratio_line(name: str, cmd_t: Timing, floor_t: Timing, target: float) -> tuple[str, bool]:

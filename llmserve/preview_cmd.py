@@ -46,22 +46,29 @@ def preview(
                                                        "violations, outputs, placeholderSecrets, exampleValues; each resource lists its "
                                                        "dependencies (URNs)."),
 ) -> None:
+    from offline.collector import paused_gc
+
+    with paused_gc():    # the whole command, the SDKs' imports and the output included: see paused_gc
+        result = _previewed(stack, config)
+        if as_json:
+            print(json.dumps(result.as_dict(), indent=2, default=str))
+        else:
+            _print_text(result)
+            for line in example_note(result.example_values):
+                print(line)
+            print(placeholder_note(result.placeholder_secrets))
+    if result.mandatory_violations:
+        raise typer.Exit(1)
+
+
+def _previewed(stack: str, config: Optional[Path]):
     from offline.preview import preview_stack
     from offline.stack import StackError
 
     try:
-        result = preview_stack(stack, config)
+        return preview_stack(stack, config)
     except StackError as exc:
         fail(str(exc))
-    if as_json:
-        print(json.dumps(result.as_dict(), indent=2, default=str))
-    else:
-        _print_text(result)
-        for line in example_note(result.example_values):
-            print(line)
-        print(placeholder_note(result.placeholder_secrets))
-    if result.mandatory_violations:
-        raise typer.Exit(1)
 
 
 def placeholder_note(keys: list[str]) -> str:

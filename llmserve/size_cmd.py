@@ -49,16 +49,19 @@ def size(
     plot: Optional[Path] = typer.Option(None, help="Write a PNG: TTFT and TPOT against QPS."),
     sweep: bool = typer.Option(False, help="Rank every (instance, layout, GPUs, weights) by cost per 1M output tokens."),
 ) -> None:
+    from offline.collector import paused_gc
+
     if plot is not None:
         check_output_file("--plot", plot, ".png")
-    loaded = load(stack, config) if stack is not None or config is not None else None
-    source = loaded.source if loaded is not None else None
-    req = _request(loaded, _given(), source, fit=not sweep)
-    if sweep:
-        from .sweep_view import show_sweep
-        show_sweep(req.plan_request(), as_json)
-        return
-    _show(_plan(req, source), as_json, plot)
+    with paused_gc():    # the settings' models, the plan and the report: see paused_gc
+        loaded = load(stack, config) if stack is not None or config is not None else None
+        source = loaded.source if loaded is not None else None
+        req = _request(loaded, _given(), source, fit=not sweep)
+        if sweep:
+            from .sweep_view import show_sweep
+            show_sweep(req.plan_request(), as_json)
+            return
+        _show(_plan(req, source), as_json, plot)
 
 
 def _given() -> dict:
@@ -107,3 +110,7 @@ def _show(result, as_json: bool, plot: Path | None) -> None:
     else:
         from .size_view import print_report
         print_report(data, plot)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("size", help=__doc__)(size)

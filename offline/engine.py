@@ -12,8 +12,6 @@ dependent inputs would silently vanish from later registrations.
 from __future__ import annotations
 
 import base64
-import contextlib
-import gc
 import json
 import os
 import runpy
@@ -23,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from conventions import PROJECT
+
+from .collector import paused_gc
 
 # Re-exported: what reads a recording reads its values with these (offline/values.py).
 from .values import SECRET_SIG, SIG_KEY, is_secret, redacted, unwrap, walk, wrap_secret  # noqa: F401
@@ -226,23 +226,6 @@ def placeholder_secret(key: str, raw: dict) -> str:
 
 
 # -- running -----------------------------------------------------------------------------------
-@contextlib.contextmanager
-def paused_gc():
-    """The cyclic garbage collector off for a bounded batch of work (a build, a policy run).
-
-    The provider SDKs leave hundreds of thousands of long-lived objects (their classes and type
-    hints) that every full collection walks again; a build allocates enough to trigger many, which
-    cost a preview a third of its time beyond importing those SDKs. Reference counting still frees
-    what it can; cycles wait for the collector, back on (if it was) when the batch ends."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 def run_program(stack: str, raw_config: dict, program: Path = PROGRAM) -> Recording:
     """Build the program for `stack` with `raw_config` (a stack file's `config:` map)."""
     import pulumi
@@ -274,10 +257,16 @@ def run_program(stack: str, raw_config: dict, program: Path = PROGRAM) -> Record
     return recording
 
 
+def holds_placeholder(shown: Any) -> bool:
+    """Whether a resource's redacted inputs (`redacted(r.inputs)`) still hold a (placeholder) secret:
+    one that reached them outside Pulumi's secret wrapping, a bug in the program that would print or
+    store it in the clear."""
+    return PLACEHOLDER_PREFIX in json.dumps(shown, default=str)
+
+
 def leaked_secret_urns(recording: Recording) -> list[str]:
-    """URNs of resources whose inputs hold a (placeholder) secret outside Pulumi's secret wrapping:
-    a bug in the program that would print or store it in the clear."""
-    return [r.urn for r in recording.resources if PLACEHOLDER_PREFIX in json.dumps(redacted(r.inputs), default=str)]
+    """URNs of resources whose inputs hold a (placeholder) secret outside Pulumi's secret wrapping."""
+    return [r.urn for r in recording.resources if holds_placeholder(redacted(r.inputs))]
 
 
 def _skip_source_positions() -> None:

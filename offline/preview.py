@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .engine import PLACEHOLDER_PREFIX, leaked_secret_urns, paused_gc
+from .collector import paused_gc
+from .engine import PLACEHOLDER_PREFIX, holds_placeholder
 from .values import redacted, scrubbed
 
 LEAKED_SECRET_POLICY = "preview-no-plaintext-secrets"
@@ -56,9 +57,8 @@ def preview_stack(stack: str, config: Path | None = None) -> Preview:
         violations = [dict(v) for v in evaluate(recording, recording.settings.environment)]
     resources = [{"urn": r.urn, "type": r.type, "name": r.name, "id": r.id, "parent": r.parent,
                   "dependencies": list(r.dependencies), "inputs": redacted(r.inputs)} for r in recording.resources]
-    leaked = set(leaked_secret_urns(recording))
     for res in resources:
-        if res["urn"] in leaked:
+        if holds_placeholder(res["inputs"]):     # checked on the redacted copy the preview shows
             res["inputs"] = scrubbed(res["inputs"], PLACEHOLDER_PREFIX)
             violations.append(_leaked_secret(res["urn"]))
     return Preview(stack=stack, settings=recording.settings, plan=plan_to_dict(recording.plan),

@@ -189,7 +189,7 @@ def _simulate(config: SimConfig, on_route) -> SimResult:
         ei += 1
     for rep in replicas:
         rep.run_until(math.inf)
-    result.end_s = max([config.workload.duration_s] + [r.t_done for r in done])
+    result.end_s = max([config.workload.duration_s] + [r.t_done for r in done if r.t_done is not None])
     for rep in replicas:
         rep.finish_accounting(result.end_s)
     return result

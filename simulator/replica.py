@@ -59,7 +59,7 @@ class Replica:
         self.n = 0                       # decoding sequences
         self.kv_dec = 0                  # sum over decoders of (pf_total - k0); KV = kv_dec + n k
         self.kv_pf = 0                   # KV held by partial prefills
-        self.heap: list = []             # (finish step, seq, epoch, request)
+        self.heap: list[tuple[int, int, int, Request]] = []   # (finish step, seq, epoch, request)
         self.fin_sum = 0                 # sum of decoders' finish steps (pending decode tokens)
         self.pend = 0                    # pending prefill + output tokens of non-decoding requests
         self.busy = False
@@ -68,7 +68,7 @@ class Replica:
         self.s_count = 0
         self.s_n = 0
         self.s_prefill = 0.0
-        self.s_chunks = None             # [(request, tokens)] of a prefill step; None: pure decode
+        self.s_chunks: list[tuple[Request, int]] | None = None   # a prefill step's (request, tokens); None: decode
 
     # -- what the router sees --------------------------------------------------------------------
     def outstanding(self) -> int:

@@ -148,7 +148,7 @@ def build_step(shape, workload, profile, real: bool = True, comm: tuple[float, f
     flops_f = tp * gpu.peak_tflops(shape.weights) * 1e12 * profile.mfu
     width = parallel.attention_width(m)
     attn_prefill = 2 * parallel.attention_layers_at(m, s_in / 2) * s_in * width   # causal, per prompt token
-    read0, read1 = _weight_read(shape, workload, profile, real, kv_tok, comm0, comm1)
+    read0, read1 = _weight_read(shape, workload, profile, real, ctx * kv_tok, comm0, comm1)
     if profile.step_model == "additive":
         rf = profile.real_factor if real else 1.0
         bw = tp * gpu.hbm_tbps * 1e12
@@ -163,22 +163,22 @@ def build_step(shape, workload, profile, real: bool = True, comm: tuple[float, f
                      k=ctx * kv_tok / bw, e=attn_prefill / flops_f, gated=False)
 
 
-def _weight_read(shape, workload, profile, real, kv_tok, comm0, comm1) -> tuple[float, float]:
+def _weight_read(shape, workload, profile, real, kv_seq, comm0, comm1) -> tuple[float, float]:
     """(bytes, bytes per sequence) a decode step reads in weights: all of them for a dense model;
-    for an MoE model the tangent of the experts-touched curve at the operating batch."""
+    for an MoE model the tangent of the experts-touched curve at the operating batch (found with
+    the step's own KV read per sequence, `kv_seq` bytes: the workload's decode context)."""
     if not shape.model.is_moe:
         return parallel.decode_read_bytes(shape, 0.0), 0.0
     gpu, tp = shape.instance.gpu, shape.tp
     if workload.concurrency is not None:       # closed loop: the batch is the clients (at most max_num_seqs)
         return parallel.decode_read_line(shape, float(min(workload.concurrency, profile.max_num_seqs)))
-    ctx = workload.input_tokens + workload.output_tokens / 2
     frac = profile.decode_bw_fraction if real and profile.step_model == "mixed" else 1.0
     rf = profile.real_factor if real and profile.step_model == "additive" else 1.0
     bw = tp * gpu.hbm_tbps * 1e12 * frac / rf
     n = 64.0
     for _ in range(4):      # the batch whose decode step takes the TPOT SLO, capped by max_num_seqs
         read0, read1 = parallel.decode_read_line(shape, n)
-        per_seq = (read1 + ctx * kv_tok) / bw + comm1
+        per_seq = (read1 + kv_seq) / bw + comm1
         room = workload.tpot_slo_s - read0 / bw - comm0
         n = min(float(profile.max_num_seqs), max(1.0, room / per_seq if per_seq > 0 else 1.0))
     return parallel.decode_read_line(shape, n)

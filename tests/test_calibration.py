@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sizing.calibration import errors, fit, load_measurements
+from sizing.calibration import errors, fit, load_measurements, predict
 from sizing.profiles import get_profile
 
 
@@ -90,5 +90,9 @@ def test_the_accuracy_benchmark_expresses_every_fixed_length_row_of_the_shared_f
     ours = {str(m.id): m.output_tok_s for m in load_measurements()}
     assert {r.id: r.measured["output_tok_s"] for r in rows} == pytest.approx(ours)
     assert len(skipped) == 9 and all(": " in why for why in skipped)
-    report = bench.report(rows, "calibrated")
+    report, _ = bench.report(rows, "calibrated")
     assert "Median absolute error (profile calibrated):" in report and "output_tok_s" in report
+    # the benchmark's own rows (the calibration's) read as the engine they ran: the calibration's predictions
+    profile = get_profile("calibrated")
+    assert {r.id: bench.predict(r, "calibrated")["output_tok_s"] for r in bench.read_project_rows()} == pytest.approx(
+        {str(m.id): predict(m, profile) for m in load_measurements()}, rel=1e-9)

@@ -13,6 +13,7 @@ from sizing.catalog import load_catalog
 from sizing.model import ReplicaModel, Shape, SizingError, Workload, check_shape, memory
 from sizing.planner import PlanRequest, plan
 from sizing.profiles import get_profile
+from sizing.step import build_step
 from sizing.traffic import LengthsError, Percentiles, fixed, from_pairs, from_percentiles, parse_lengths_text
 from sizing.vllm_engine import batch_defaults
 
@@ -87,6 +88,19 @@ def test_observed_pairs_keep_their_correlation_in_the_decode_context():
     d = from_pairs([(100, 10), (4000, 1000)])
     assert d.decode_context_tokens == pytest.approx((10 * 105 + 1000 * 4500) / 1010)
     assert d.decode_context_tokens > d.mean_input + d.mean_output / 2
+
+
+def test_an_moe_step_finds_its_operating_batch_at_the_decode_context_not_the_means():
+    # Paired lengths decode over 2,625 tokens of context on average (the means say 2,100); the
+    # experts-touched tangent is taken where the step's own KV read puts the batch: exactly the
+    # step of fixed lengths decoding over the same 2,625 tokens.
+    moe = shape(tp=8, model="deepseek-ai/DeepSeek-R1", instance="p5e.48xlarge")
+    drawn = Workload.with_lengths(from_pairs([(1000, 100), (3000, 300)]))
+    same_context = Workload(input_tokens=2475, output_tokens=300)
+    assert drawn.decode_context_tokens == same_context.decode_context_tokens == 2625
+    profile = get_profile("calibrated")
+    a, b = build_step(moe, drawn, profile), build_step(moe, same_context, profile)
+    assert (a.a1, a.b1) == (b.a1, b.b1)
 
 
 def test_the_plan_says_the_form_and_the_percentiles_it_sized_for():
