@@ -9,7 +9,7 @@ Every case must end in one of three ways, within its time limit:
 Anything else (a traceback, a second line, an unnamed error, a hang) fails the case.
 
 Reproducible and bounded: `derandomize=True` (the same cases every run), fixed `max_examples`
-per command (the counts are in the README), no example database. About a minute in all.
+per command (the counts are in the README), no example database. About half a minute in all.
 """
 from __future__ import annotations
 
