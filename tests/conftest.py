@@ -57,3 +57,36 @@ def recorded():
             cache[key] = _record(stack, overrides)
         return cache[key]
     return get
+
+
+@pytest.fixture(scope="session", autouse=True)
+def twin_runs(request, tmp_path_factory):
+    """The real-server twin runs the selected tests read (tests/twin_runs.py), started at the
+    session's first test in one background process, so their waiting overlaps the other tests'
+    work. The folder is the session's own, shared by its pytest-xdist workers."""
+    from tests import twin_runs as runs
+
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "twin-runs"
+    session = request.session
+    with runs.started(folder, runs.needed(session.items),
+                      stop_early=lambda: bool(session.shouldfail or session.shouldstop)) as started:
+        yield started
+
+
+# The modules that take longest, first: pytest-xdist hands work out in collection order, so a long
+# module started last would leave one worker running it alone at the end. The twin's tests last:
+# by then the background runs they read have long ended.
+FIRST = ("test_fuzz.py", "test_rules_promtool.py", "test_policies.py", "test_secrets_never_printed.py",
+         "test_controllers.py", "test_preview_cli.py", "test_accuracy_gate.py", "test_preflight.py",
+         "test_hostile_inputs.py", "test_agreement.py", "test_simulator.py", "test_render.py")
+LAST = ("test_twin.py",)
+
+
+def pytest_collection_modifyitems(items):
+    def rank(item) -> int:
+        name = item.path.name
+        if name in FIRST:
+            return FIRST.index(name)
+        return len(FIRST) + (1 if name in LAST else 0)
+    items.sort(key=rank)        # stable: the order within a module and among the rest is kept

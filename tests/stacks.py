@@ -3,12 +3,27 @@ overrides, and the plan the settings give."""
 from __future__ import annotations
 
 import copy
+import functools
 
 
 def stack_config(stack: str) -> dict:
     """A fresh copy of stacks/Pulumi.STACK.yaml's `config:` map."""
     from settings import read_stack_config, stack_file
-    return copy.deepcopy(read_stack_config(stack_file(stack)))
+    path = stack_file(stack)
+    try:
+        stat = path.stat()
+    except OSError:
+        return read_stack_config(path)      # its error, as before
+    return copy.deepcopy(_read(path, stat.st_mtime_ns, stat.st_size))
+
+
+@functools.lru_cache(maxsize=None)
+def _read(path, mtime_ns: int, size: int) -> dict:
+    """Each stack file read once per process (per version of it): the tests ask for the committed
+    stacks hundreds of times, and the safe YAML loader costs far more than a copy. Callers get
+    copies; the cached map is never changed."""
+    from settings import read_stack_config
+    return read_stack_config(path)
 
 
 def with_overrides(raw: dict, overrides: dict | None) -> dict:

@@ -9,11 +9,12 @@ Every case must end in one of three ways, within its time limit:
 Anything else (a traceback, a second line, an unnamed error, a hang) fails the case.
 
 Reproducible and bounded: `derandomize=True` (the same cases every run), fixed `max_examples`
-per command (the counts are in the README), no example database. About a minute in all.
+per command (the counts are in the README), no example database. About half a minute in all.
 """
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import math
 import re
@@ -81,6 +82,9 @@ def nasty_scalars():
     )
 
 
+# Built once: the composites below draw from it per case, and hypothesis spends far longer building
+# and validating a recursive strategy than drawing from one (the draws are the same either way).
+@functools.cache
 def nasty_values():
     return st.recursive(nasty_scalars(), lambda inner: st.one_of(
         st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=12), inner, max_size=4)), max_leaves=8)
@@ -158,6 +162,7 @@ def test_stack_file_bytes_are_read_or_refused_in_one_line(tmp_path_factory, data
 
 
 # -- command lines -------------------------------------------------------------------------------
+@functools.cache
 def option_value():
     return st.one_of(
         st.sampled_from(["0", "-1", "1", "2", "10", "1e6", "1e-9", "abc", "", "1,2", "llama-3-70b", "p5.48xlarge",
@@ -406,6 +411,29 @@ def mangled_reports(draw) -> bytes:
     return json.dumps(data, allow_nan=True).encode()
 
 
+@pytest.fixture(scope="module")
+def dev_plan_simulated_once():
+    """`loadtest-report --stack dev` simulates the dev plan (its p95s and its simulated capacity,
+    about a quarter of a second) for every report it reads; the simulation reads the plan, never
+    the report, and is seeded. The cases below all check reports against dev: the first runs the
+    simulation and the rest get a copy of its result (keyed by the whole plan); reading the
+    report, judging it and printing the verdict still run for every case."""
+    import proving.loadtest_report as loadtest_report
+    from sizing.report import plan_to_dict
+
+    real, done = loadtest_report.simulate_plan, {}
+
+    def once(plan, duration_s: float = 600.0) -> dict:
+        key = json.dumps([plan_to_dict(plan), duration_s], sort_keys=True, default=str)
+        if key not in done:
+            done[key] = real(plan, duration_s)
+        return copy.deepcopy(done[key])     # the verdict takes parts of it away
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(loadtest_report, "simulate_plan", once)
+        yield
+
+
+@pytest.mark.usefixtures("dev_plan_simulated_once")      # a decorator: the cases drawn stay the same
 @settings(max_examples=60, **FUZZ)
 @given(mangled_reports())
 def test_loadtest_report_on_mangled_reports(tmp_path_factory, data):
@@ -578,6 +606,7 @@ def test_a_hostile_prometheus_never_gets_within_plan(tmp_path_factory, hostile_p
 
 
 # Untrusted report text: markup, escapes and credentials in the report's strings print defused.
+@pytest.mark.usefixtures("dev_plan_simulated_once")
 @settings(max_examples=6, **FUZZ)
 @given(st.sampled_from(["target", "model", "guidellm_version"]), HOSTILE_TEXT,
        st.sampled_from(["", "http://admin:hunter2@h/v1?api_key=hunter2"]))

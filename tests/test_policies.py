@@ -55,52 +55,52 @@ SPREAD_AND_CAPACITY = {"gpu-capacity-spans-zones", "serving-replicas-spread-acro
                  id="API endpoint open to two office ranges"),
     pytest.param("prod", {"hubToken": "hf_plaintext_token"}, set(), id="plain-text hub token in the stack file"),
 ])
-def test_program_layouts(build_program, stack, overrides, expected):
-    violations = evaluate(build_program(stack, overrides), stack)
+def test_program_layouts(recorded, stack, overrides, expected):
+    violations = evaluate(recorded(stack, overrides), stack)
     assert names(violations) == expected
     assert all(v["level"] == "mandatory" for v in violations)
 
 
-def test_dev_single_replica_is_advised_not_blocked(build_program):
-    violations = evaluate(build_program("dev"), "dev")
+def test_dev_single_replica_is_advised_not_blocked(recorded):
+    violations = evaluate(recorded("dev"), "dev")
     assert names(violations) == SPREAD_AND_CAPACITY
     assert {v["level"] for v in violations} == {"advisory"}
     assert messages(violations, "serving-replicas-spread-across-zones") == [
         "serving runs 1 replica; at least 2 are needed so that losing a node or a zone leaves one serving"]
 
 
-def test_prod_replicas_one_is_built_and_rejected_by_the_policies(build_program):
+def test_prod_replicas_one_is_built_and_rejected_by_the_policies(recorded):
     """replicas: 1 overrides the plan; the program builds it and the policies reject it."""
-    violations = evaluate(build_program("prod", {"replicas": 1}), "prod")
+    violations = evaluate(recorded("prod", {"replicas": 1}), "prod")
     failed = {v["policy"] for v in violations if v["level"] == "mandatory"}
     assert {"serving-replicas-spread-across-zones", "capacity-after-zone-loss"} <= failed
 
 
-def test_approved_capacity_block_purchase_passes_the_opt_in_policy(build_program):
+def test_approved_capacity_block_purchase_passes_the_opt_in_policy(recorded):
     pools = [{"zone": "us-east-1a", "instanceType": "p5.48xlarge", "nodes": 1},
              {"zone": "us-east-1b", "instanceType": "p5.48xlarge", "nodes": 1,
               "capacityBlock": {"purchase": True, "allowPurchase": True, "offeringId": "cb-0123456789abcdef0",
                                 "durationHours": 24}}]
-    rec = build_program("prod", {"gpuPools": pools})
+    rec = recorded("prod", {"gpuPools": pools})
     assert rec.of_type("aws:ec2/capacityBlockReservation:CapacityBlockReservation")
     assert [v for v in evaluate(rec, "prod") if v["policy"] == "capacity-block-opt-in"] == []
 
 
-def test_plain_text_token_still_reaches_kubernetes_as_a_secret(build_program):
-    rec = build_program("prod", {"hubToken": "hf_plaintext_token"})
+def test_plain_text_token_still_reaches_kubernetes_as_a_secret(recorded):
+    rec = recorded("prod", {"hubToken": "hf_plaintext_token"})
     secrets = [r for r in rec.of_type("kubernetes:core/v1:Secret") if "hf_plaintext_token" in json.dumps(r.inputs)]
     assert secrets and all(is_secret(r.inputs["stringData"]) for r in secrets)
 
 
-def test_exact_messages_of_program_layouts(build_program):
-    one_zone = evaluate(build_program("prod", {"gpuPools": ONE_POOL_TWO_NODES}), "prod")
+def test_exact_messages_of_program_layouts(recorded):
+    one_zone = evaluate(recorded("prod", {"gpuPools": ONE_POOL_TWO_NODES}), "prod")
     assert messages(one_zone, "gpu-capacity-spans-zones") == [
         "all GPU capacity (1 node group, 2 nodes) sits in one zone, us-east-1a; losing it stops serving"]
     assert messages(one_zone, "serving-replicas-spread-across-zones") == [
         "all 2 serving replicas run in us-east-1a; spread them over at least two zones"]
-    open_api = evaluate(build_program("prod", {"apiAllowedCidrs": ["0.0.0.0/0"]}), "prod")
+    open_api = evaluate(recorded("prod", {"apiAllowedCidrs": ["0.0.0.0/0"]}), "prod")
     assert messages(open_api, "eks-api-endpoint-restricted") == ["the EKS API endpoint is open to 0.0.0.0/0"]
-    halves = evaluate(build_program("prod", {"apiAllowedCidrs": ["0.0.0.0/1", "128.0.0.0/1"]}), "prod")
+    halves = evaluate(recorded("prod", {"apiAllowedCidrs": ["0.0.0.0/1", "128.0.0.0/1"]}), "prod")
     assert messages(halves, "eks-api-endpoint-restricted") == [
         "the EKS API endpoint is open to 100.0% of IPv4 (0.0.0.0/1, 128.0.0.0/1), more than a /8; list only your "
         "own egress ranges"]
@@ -670,9 +670,9 @@ def test_a_stack_named_mine_gets_its_environments_levels_offline_and_in_the_pack
     ("prod", {"loadTest": {"enabled": True}}, "mandatory"),     # the load test belongs before prod takes traffic
     ("staging", {"loadTest": {"enabled": True}}, "advisory"),
 ])
-def test_quotas_stay_within_the_capacity_after_a_zone_loss_or_the_preview_says_why(build_program, stack, overrides,
+def test_quotas_stay_within_the_capacity_after_a_zone_loss_or_the_preview_says_why(recorded, stack, overrides,
                                                                                     level):
-    violations = [v for v in evaluate(build_program(stack, overrides), stack)
+    violations = [v for v in evaluate(recorded(stack, overrides), stack)
                   if v["policy"] == "quotas-within-capacity-after-zone-loss"]
     assert [v["level"] for v in violations] == ([level] if level else [])
     if level:

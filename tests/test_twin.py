@@ -7,33 +7,17 @@ servers are gone.
 """
 from __future__ import annotations
 
-import io
 import json
-import re
 import urllib.request
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
 
-from llmserve.cli import main
-from tests.stacks import plan_for
-from twin.scenario import Twin
+from tests.twin_runs import SLOWDOWN
 
-SCALE = "100"              # simulated seconds per wall second
-CHECK_AT_S = 800           # simulated: when check and calibrate read the twin
-WINDOW = "6s"              # wall: 600 simulated seconds at SCALE
-SLOWDOWN = 1.2
-# Real servers. The twins are session fixtures: an xdist worker interleaves tests of other modules,
-# which would tear a module fixture down and start its twin again; this way once per worker at most.
+# Real servers. Each twin is played once per session, in the background from the session's
+# first test on (tests/twin_runs.py: what each run plays); a fixture waits for its run's result.
 pytestmark = pytest.mark.servers
-
-
-def run_cli(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        code = main(list(argv))
-    return code, out.getvalue(), err.getvalue()
 
 
 def refused(url: str) -> bool:
@@ -44,16 +28,17 @@ def refused(url: str) -> bool:
     return False
 
 
-def twin_json(*argv: str) -> dict:
-    code, out, err = run_cli("twin", "--stack", "prod", "--time-scale", SCALE, "--json", *argv)
-    assert code == 0, out + err
-    return json.loads(out)
-
-
 # -- llmserve twin ---------------------------------------------------------------------------------
 @pytest.fixture(scope="session")
-def zone_loss() -> dict:
-    return twin_json("--fail-zone", "us-east-1b@300:900")
+def zone_loss(twin_runs) -> dict:
+    """`llmserve twin` of prod with us-east-1b lost from 300 s to 900 s."""
+    return twin_runs.result("zone_loss")
+
+
+@pytest.fixture(scope="session")
+def past_capacity(twin_runs) -> dict:
+    """`llmserve twin` of prod for 1200 s at 1.25 times the planned capacity."""
+    return twin_runs.result("past_capacity")
 
 
 def test_zone_loss_fires_the_zone_alerts_and_they_resolve_when_it_returns(zone_loss):
@@ -73,45 +58,25 @@ def test_the_twin_ran_real_servers_and_stopped_them(zone_loss):
     assert refused(report["prometheus"]["url"]) and refused(report["alertmanager"]["url"])
 
 
-def test_past_capacity_the_latency_and_load_alerts_fire():
-    _, plan = plan_for("prod")
-    report = twin_json("--qps", str(round(1.25 * plan.capacity_qps, 1)), "--duration", "1200")
+def test_past_capacity_the_latency_and_load_alerts_fire(past_capacity):
+    report = past_capacity
     fired = {a["alert"] for a in report["alerts"]}
     assert {"LLMServingTPOTAboveSLO", "LLMServingLoadNearCapacity", "LLMServingLoadAboveCapacityAfterLoss"} <= fired
     assert report["ok"]
 
 
 # -- check and calibrate against a running twin ----------------------------------------------------
-def _against_twin(slowdown: float, profiles: Path) -> dict:
-    settings, plan = plan_for("prod")
-    namespace = settings.serving.namespace
-    with Twin(plan, namespace, duration_s=1200, scale=float(SCALE), slowdown=slowdown) as twin:
-        twin.wait_until(CHECK_AT_S)
-        url = twin.prometheus_url
-        check = run_cli("check", "--stack", "prod", "--prometheus", url, "--window", WINDOW)
-        calibrate = run_cli("calibrate", "--stack", "prod", "--prometheus", url, "--window", WINDOW,
-                            "--name", "fleet-test", "--profiles-file", str(profiles), "--json")
-        alerts = twin.alert_events()
-    return {"check": check, "calibrate": calibrate, "alerts": alerts, "url": url}
-
-
-def _profiles_copy(folder: Path) -> Path:
-    """calibrate writes here, not into the project's profiles."""
-    from sizing.catalog import DATA_DIR
-    path = folder / "profiles.yaml"
-    path.write_text((DATA_DIR / "profiles.yaml").read_text())
-    return path
+@pytest.fixture(scope="session")
+def as_planned(twin_runs) -> dict:
+    """`check` and `calibrate` against a twin of prod at the planned load, read at 800 s."""
+    return twin_runs.result("as_planned")
 
 
 @pytest.fixture(scope="session")
-def as_planned(tmp_path_factory):
-    return _against_twin(1.0, _profiles_copy(tmp_path_factory.mktemp("planned")))
-
-
-@pytest.fixture(scope="session")
-def slower(tmp_path_factory):
-    path = _profiles_copy(tmp_path_factory.mktemp("slower"))
-    return {**_against_twin(SLOWDOWN, path), "profiles": path}
+def slower(twin_runs) -> dict:
+    """The same, of a fleet SLOWDOWN times slower than the plan's profile."""
+    run = twin_runs.result("slower")
+    return {**run, "profiles": Path(run["profiles"])}
 
 
 def test_at_the_planned_load_nothing_fires(as_planned):
