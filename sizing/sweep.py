@@ -27,7 +27,10 @@ SWEEP_ITERATIONS = 5    # capacity to 1% of its range: enough to count replicas,
 USEFUL_SHARE = 0.01     # a replica that carries less than this share of the load is refused, with why
 
 
-@dataclass(frozen=True)
+# A result record, never changed once made (a refusal is shared by every load it is found at). Not
+# `frozen`: a frozen dataclass sets each of its 19 fields through object.__setattr__, 5.6 us an
+# option against 3 us, a fifth of a sweep's time per configuration.
+@dataclass(slots=True)
 class Option:
     instance: str
     gpu: str
