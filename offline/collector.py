@@ -19,7 +19,8 @@ def paused_gc():
     oldest generation: `gc.freeze()` then `gc.unfreeze()` (documented: the frozen objects are put
     back into the oldest generation) moves every tracked object there without walking any. Left in
     the youngest, the first collection after the batch walked them all (a sixth of a second in a
-    preview); the next full collection, or the one at exit, still frees the cycles among them."""
+    preview); the next full collection still frees the cycles among them (the console script skips
+    the one at exit: `llmserve.cli.entry`)."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:

@@ -12,11 +12,8 @@ setup). The compiled modules are the same source, so a run gives the same result
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
-import shutil
 import sys
-import sysconfig
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -59,6 +56,10 @@ def in_use() -> bool:
 
 def unbuildable() -> str | None:
     """Why scripts/build_native.py cannot build here (and the fix), or None."""
+    import importlib.util
+    import shutil
+    import sysconfig
+
     for module, fix in (("mypyc", "pip install -c constraints.txt -e '.[native]'"),
                         ("setuptools", "pip install setuptools; Python 3.12's venv has none")):
         if importlib.util.find_spec(module) is None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from components import cert_manager, external_dns, load_balancer_controller as lbc
+from components import load_balancer_controller as lbc
 from components.cluster import SERVICE_CIDR
 from components.gateway import AIGW_CONTROLLER_LABELS, GATEWAY_CLUSTER_IP
 from conventions import ANNOTATION_AWS_LB_TYPE, ANNOTATION_EXTERNAL_DNS_HOSTNAME

@@ -3,7 +3,6 @@ MLA, sliding windows) against vLLM's start-up logs, experts touched per step, la
 plans the issue names (DeepSeek-R1 on H200 and on H100)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest

@@ -13,7 +13,6 @@ import yaml
 
 from llmserve.cli import main
 from tests.stacks import plan_for
-from tests.stacks import plan_for
 from observability.rules import rule_groups
 from twin.promapi import FleetLive, ReplicaLive
 from twin.scenario import AlertEvent, Expectation, expectations, judge
