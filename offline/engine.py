@@ -182,8 +182,9 @@ def _make_monitor(mocks, recording: Recording):
         own thread (`InlineExecutor`): upstream's `RegisterResource` (pulumi/runtime/mocks.py,
         pulumi 3.272.0) with the mock's state serialized by `settled()` instead of `_sync_await`,
         which pumps an event loop and cannot run inside the loop's running task, and the request
-        deserialized once (the record keeps unknowns; the mocks get them as upstream gives them). Invokes and reads
-        (a handful per build) keep upstream's code, on a worker thread as upstream runs them."""
+        deserialized once (the record keeps unknowns; the mocks get them as upstream gives them).
+        Invokes and reads (a handful per build) keep upstream's code, on a worker thread as
+        upstream runs them."""
 
         def __init__(self, mocks):
             super().__init__(mocks)
@@ -334,9 +335,12 @@ def run_program(stack: str, raw_config: dict, program: Path = PROGRAM) -> Record
     root = get_root_resource()
 
     program_globals: dict[str, Any] = {}
+
+    def run() -> None:
+        program_globals.update(runpy.run_path(str(program), run_name="__main__"))
     try:
         with paused_gc(), inline_executor(_ensure_event_loop()):
-            _sync_await(run_pulumi_func(lambda: program_globals.update(runpy.run_path(str(program), run_name="__main__"))))
+            _sync_await(run_pulumi_func(run))
     finally:
         monitor.close()
     # The settings and plan the program itself built: readers use these, never a second build.
