@@ -191,7 +191,7 @@ def _print_text(result) -> None:
             vt.add_row(v.get("level", ""), v.get("policy", ""), (v.get("urn") or "stack").rsplit("::", 1)[-1],
                        v.get("message", ""))
         console.print(vt)
-    mandatory = sum(v.get("level") == "mandatory" for v in violations)
+    mandatory = result.mandatory_violations
     console.print(Text(f"Policies: {mandatory} mandatory, {len(violations) - mandatory} advisory violation(s)."))
 
     console.print(Text("Outputs:", style="bold"))
