@@ -18,7 +18,9 @@ from components.load_balancer_controller import LoadBalancerController, LoadBala
 from components.loadtest import LoadTest, LoadTestArgs, LoadTestRun
 from components.monitoring import Monitoring, MonitoringArgs
 from components.network import Network, NetworkArgs, network_zones
-from components.serving import Serving, ServingArgs, served_checkpoint
+from components.serving import Serving, ServingArgs
+from deployment.exports import plan_exports
+from deployment.serving import serving_spec
 from settings import SettingsError, sizing_problem
 from settings.pulumi_config import refuse_example_values, require_secrets, secret, settings_from_pulumi
 from sizing.model import SizingError
@@ -86,9 +88,7 @@ if plan.nodes_per_replica > 1:     # replicas that span nodes: one LeaderWorkerS
                         opts=pulumi.ResourceOptions(depends_on=[cluster.system_node_group]))
     serving_after.append(lws.release)
 serving = Serving("serving", ServingArgs(
-    plan=plan, namespace=settings.serving.namespace, environment=settings.environment,
-    burst_scaling=settings.serving.burstScaling, checkpoint=served_checkpoint(plan, settings),
-    provider=cluster.k8s_provider, hub_token=secret("hubToken"), gateway_namespace=GATEWAY_CONTROLLER_NAMESPACE,
+    spec=serving_spec(plan, settings), provider=cluster.k8s_provider, hub_token=secret("hubToken"), gateway_namespace=GATEWAY_CONTROLLER_NAMESPACE,
     group_controller=lws.release if lws else None,
     efa_devices=min(p.efa_interfaces for p in gpu_pools) if plan.nodes_per_replica > 1 else 0),
     opts=pulumi.ResourceOptions(depends_on=serving_after))
@@ -133,20 +133,4 @@ pulumi.export("clusterName", cluster.cluster_name)
 pulumi.export("kubeconfig", cluster.kubeconfig)
 pulumi.export("gatewayHostname", settings.gateway.hostname)     # the name clients use (external-dns publishes it when the stack has its hosted zone)
 pulumi.export("gatewayAddress", gateway.address)                 # the load balancer, once it exists
-pulumi.export("plan", {
-    "replicas": plan.replicas,
-    "replicasByZone": plan.replicas_by_zone,
-    "tp": plan.tp,
-    "layout": plan.layout,                                           # tp, or dp-ep (sizing.parallel)
-    "nodesPerReplica": plan.nodes_per_replica,
-    "capacityQps": round(plan.capacity_qps, 4),                      # all replicas, as in the plan's JSON
-    "capacityPerReplicaQps": round(plan.capacity_per_replica.qps, 4),
-    "capacityAfterZoneLossQps": round(plan.capacity_after_zone_loss_qps, 4),
-    "sloStatistic": plan.request.workload.slo_statistic,
-    "survivesZoneLoss": plan.survives_failure and plan.redundancy == "zone",
-    "costPerHour": plan.cost_per_hour,
-    "nodeCostPerHour": plan.node_cost_per_hour,
-    "costPerMillionOutputTokens": None if plan.per_million(plan.cost_per_hour) is None
-    else round(plan.per_million(plan.cost_per_hour), 3),
-    "bindingConstraint": plan.binding_constraint,
-})
+pulumi.export("plan", plan_exports(plan))      # the figures of `size --json`, camelCase (deployment/exports.py)

@@ -17,26 +17,23 @@ On by default in staging and prod (`settings.accuracy_gate_enabled`).
 """
 from __future__ import annotations
 
-import hashlib
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from conventions import PYTHON_IMAGE, VLLM_IMAGE
-from settings import StackSettings
-from settings.schema import ACCURACY_TASK_METRICS, AccuracyGateSettings
+from conventions import PYTHON_IMAGE
+from deployment import accuracy_check
+from deployment.api_keys import gate_key
+from deployment.jobs import (
+    READY_WAIT_S, WORK, GateJob, gate_spec, gate_timeout_s, gateway_url, lm_eval_command, rollout_digest,
+)
 from sizing.planner import Plan
 
-from . import accuracy_check
-from .api_keys import gate_key
-from .gateway import gate_rate_limit, proxy_replicas
-from .loadtest import gateway_url, job_egress, one_shot_pod_spec
 from .options import after, own
-from .serving import served_checkpoint
+from .pods import job_egress, one_shot_pod_spec
 
 LM_EVAL = "lm-eval[api]==0.4.13"        # the API client only: no torch in the gate's image
 # LM_EVAL and all it needs, each with its PyPI SHA-256 (how to regenerate: docs/security.md).
@@ -45,93 +42,12 @@ REQUIREMENTS = Path(__file__).resolve().parent / "data" / "lm-eval-requirements.
 # lm-eval counts each context with it and left-truncates one past max_length - max_gen_toks
 # (lm_eval/models/api_models.py, 0.4.13).
 TRANSFORMERS = "transformers==5.24.0"
-# The gate waits this long at least for lm-eval (the Job's deadline and Pulumi's await); more
-# when its quota needs longer for the tasks' questions (`gate_timeout_s`).
-GATE_TIMEOUT_S = 4 * 3600
-TASK_QUESTIONS = {"gsm8k": 1319, "gsm8k_cot": 1319, "mmlu_pro": 12032}   # the tasks' test splits
-SETUP_MARGIN_S = 1800          # image pull, lm-eval install, dataset download
-REQUEST_TIMEOUT_S = 600
-WORK = "/work"
 KEY_DIR = "/var/run/secrets/accuracy-gate"    # the gate's key as a file (the credentials Secret), not an env var
 KEY_FILE = f"{KEY_DIR}/api-key"
 LABELS = {"app.kubernetes.io/name": "lm-eval", "app.kubernetes.io/part-of": "llm-serving",
           "llm-serving.io/role": "accuracy-gate"}
 
 
-# -- what the gate runs (pure) ---------------------------------------------------------------
-@dataclass(frozen=True)
-class GateJob:
-    """What the gate's Job is made of, and nothing else from the stack."""
-    gate: AccuracyGateSettings         # tasks, baselines, maxDrop
-    hostname: str                      # the gateway's public name: the gate goes through it like a client
-    rate_limit_share: float            # gateway.rateLimitShare: the gate's quota is a part of it
-    zones: int                         # the serving zones: how many proxies split the quota
-    checkpoint: str                    # what vLLM serves (judged: a new one re-runs the gate)
-
-    @classmethod
-    def for_stack(cls, plan: Plan, settings: StackSettings) -> "GateJob":
-        return cls(gate=settings.accuracyGate, hostname=settings.gateway.hostname,
-                   rate_limit_share=settings.gateway.rateLimitShare, zones=len(settings.zones),
-                   checkpoint=served_checkpoint(plan, settings))
-
-
-def gate_spec(g: AccuracyGateSettings) -> dict:
-    """The tasks, their metrics and baselines, and the allowed drop (accuracy_check.py's input)."""
-    # tasks are known and have baselines (settings check both)
-    return {"max_drop": g.maxDrop,
-            "tasks": {t: {"metric": ACCURACY_TASK_METRICS[t], "baseline": g.baseline[t]} for t in g.tasks}}
-
-
-def concurrency(plan: Plan, job: GateJob) -> int:
-    """Requests in flight: what the gate's own quota carries at the plan's latency (Little's law on
-    one proxy's bucket, since its connections may all reach one), never more than one replica
-    holds at the planned load."""
-    n = plan.real.in_flight
-    if not (math.isfinite(n) and plan.load_per_replica_qps > 0):
-        return 1
-    limit = gate_rate_limit(plan, job.rate_limit_share, proxy_replicas(job.zones))
-    request_s = n / plan.load_per_replica_qps
-    return max(1, min(math.ceil(n), math.floor(limit.requests / limit.unit_s * request_s)))
-
-
-def gate_timeout_s(plan: Plan, job: GateJob) -> int:
-    """Long enough for every question at the gate's own quota (its buckets on all proxies: the load
-    balancer spreads its connections), with a quarter spare for retries; never under GATE_TIMEOUT_S."""
-    proxies = proxy_replicas(job.zones)
-    limit = gate_rate_limit(plan, job.rate_limit_share, proxies)
-    questions = sum(TASK_QUESTIONS[t] for t in job.gate.tasks)
-    quota_qps = limit.requests * proxies / limit.unit_s
-    return max(GATE_TIMEOUT_S, math.ceil(1.25 * questions / quota_qps) + SETUP_MARGIN_S + READY_WAIT_S)
-
-
-def lm_eval_command(plan: Plan, job: GateJob) -> list[str]:
-    model_args = ",".join([
-        f"model={plan.request.model}",
-        f"base_url={gateway_url(job.hostname)}/v1/completions",
-        f"num_concurrent={concurrency(plan, job)}",
-        "max_retries=3",
-        f"timeout={REQUEST_TIMEOUT_S}",
-        "tokenized_requests=False",      # the server tokenizes the text it is sent
-        # The served model's tokenizer and context: lm-eval truncates an over-long few-shot context
-        # (max_length - max_gen_toks) instead of sending what vLLM would refuse with a 400.
-        "tokenizer_backend=huggingface",
-        f"tokenizer={plan.engine_args['checkpoint']}",
-        f"max_length={plan.engine_args['max_model_len']}",
-    ])
-    return ["lm_eval", "--model", "local-completions", "--model_args", model_args,
-            "--tasks", ",".join(job.gate.tasks), "--output_path", f"{WORK}/results"]
-
-
-def rollout_digest(plan: Plan, job: GateJob) -> str:
-    """Changes whenever what the gate judges changes, so the Job is replaced and runs again."""
-    judged = {"engine": plan.engine_args, "checkpoint": job.checkpoint, "image": VLLM_IMAGE,
-              "gate": gate_spec(job.gate), "command": lm_eval_command(plan, job)}
-    return hashlib.sha256(json.dumps(judged, sort_keys=True).encode()).hexdigest()[:16]
-
-
-# Before judging: wait until the gateway answers with its real certificate (issued by
-# cert-manager a few minutes after `pulumi up` creates it) and the API key is accepted.
-READY_WAIT_S = 1800
 WAIT_FOR_GATEWAY = """\
 import sys, time, urllib.request
 url, deadline = sys.argv[1] + "/v1/models", time.time() + float(sys.argv[2])

@@ -19,12 +19,11 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from conventions import CERT_MANAGER_CHART_VERSION
+from conventions import CERT_MANAGER_CHART_VERSION, SYSTEM_ROLE_LABEL
 
-from .cluster import SYSTEM_ROLE_LABEL
 from .identity_release import ChartRelease, ControllerArgs, release_with_identity
 from .options import after
-from .placement import spread
+from .pods import spread
 
 CHART, CHART_REPO = "cert-manager", "https://charts.jetstack.io"
 NAMESPACE = "cert-manager"

@@ -17,12 +17,11 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
-from conventions import IMDS_HOP_LIMIT, LABEL_ROLE, PROJECT
+from conventions import IMDS_HOP_LIMIT, PROJECT, SERVICE_CIDR, SYSTEM_ROLE_LABEL
 from settings.schema import SystemNodeSettings
 
 from .network import Network
 
-SYSTEM_ROLE_LABEL = {LABEL_ROLE: "system"}
 CONTROL_PLANE_LOG_TYPES = ["api", "audit", "authenticator", "controllerManager", "scheduler"]
 CONTROL_PLANE_LOG_RETENTION_DAYS = 90       # audit trail long enough for an incident review
 SYSTEM_ROOT_VOLUME_GIB = 50

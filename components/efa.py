@@ -19,9 +19,8 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
-from conventions import EFA_DEVICE_PLUGIN_CHART_VERSION, EFA_PLUGIN_NAMESPACE
+from conventions import EFA_DEVICE_PLUGIN_CHART_VERSION, EFA_PLUGIN_NAMESPACE, GPU_TOLERATION
 
-from .gpu_plugin import GPU_TAINT_TOLERATION
 
 CHART = "aws-efa-k8s-device-plugin"
 CHART_REPO = "https://aws.github.io/eks-charts"
@@ -29,7 +28,7 @@ CHART_REPO = "https://aws.github.io/eks-charts"
 
 def plugin_values() -> dict:
     """The chart's own instance-type affinity stays; it must also tolerate the GPU nodes' taint."""
-    return {"tolerations": [GPU_TAINT_TOLERATION]}
+    return {"tolerations": [GPU_TOLERATION]}
 
 
 @dataclass(frozen=True)

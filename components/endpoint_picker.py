@@ -24,18 +24,16 @@ import pulumi_kubernetes as k8s
 
 from conventions import ENDPOINT_PICKER_IMAGE, PICKER_GRPC_PORT, PICKER_HEALTH_PORT, PICKER_METRICS_PORT, VLLM_API_PORT
 
-from .cluster import SYSTEM_ROLE_LABEL
+from conventions import HOST_KEY, POOL_API, SYSTEM_ROLE_LABEL, ZONE_KEY
+from deployment.gateway import PICKER_LABELS, picker_replicas
+from deployment.serving import APP_LABELS
+
 from .options import after
-from .placement import HOST_KEY, ZONE_KEY, spread
-from .pod_security import SCRATCH_MOUNT, SCRATCH_VOLUME, container_security, pod_security
-from .serving import APP_LABELS, METADATA_RANGE
+from .pods import METADATA_RANGE, SCRATCH_MOUNT, SCRATCH_VOLUME, container_security, pod_security, spread
 
 # The last inference-extension release that ships the picker (v1.6.0 moved it to llm-d); it
 # serves the same `inference.networking.k8s.io/v1` InferencePool API as the v1.6.0 CRD.
-POOL_API = "inference.networking.k8s.io/v1"
-MIN_PICKER_REPLICAS = 2
 FAILURE_MODE = "FailClose"      # what the proxy does (AI Gateway v1.0.0): see the module docstring
-PICKER_LABELS = {"app.kubernetes.io/name": "endpoint-picker", "llm-serving.io/role": "gateway"}
 CONFIG_FILE = "scorers.yaml"
 
 
@@ -58,11 +56,6 @@ PICKER_CONFIG = picker_config((("queue-scorer", 1), ("kv-cache-utilization-score
 # a soft preference, never a correctness matter. A prefix shared by every request (system prompt)
 # is cached on every replica after its first request and needs no scorer.
 PREFIX_AWARE_CONFIG = picker_config((("queue-scorer", 2), ("kv-cache-utilization-scorer", 2), ("prefix-cache-scorer", 3)))
-
-
-def picker_replicas(zones: int) -> int:
-    """One per zone, never fewer than two: a zone loss or a node drain leaves one answering."""
-    return max(MIN_PICKER_REPLICAS, zones)
 
 
 @dataclass(frozen=True)

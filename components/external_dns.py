@@ -19,9 +19,8 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from conventions import EXTERNAL_DNS_CHART_VERSION
+from conventions import EXTERNAL_DNS_CHART_VERSION, SYSTEM_ROLE_LABEL
 
-from .cluster import SYSTEM_ROLE_LABEL
 from .identity_release import ChartRelease, ControllerArgs, release_with_identity
 
 CHART, CHART_REPO = "external-dns", "https://kubernetes-sigs.github.io/external-dns/"

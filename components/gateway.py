@@ -14,8 +14,6 @@ fast 429, bounds time and retries by the SLOs, and routes by load.
 """
 from __future__ import annotations
 
-import ipaddress
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,15 +25,18 @@ from conventions import (
     ANNOTATION_QUOTA_BUDGET_QPS, AWS_LB_TYPE_EXTERNAL, ENVOY_AI_GATEWAY_VERSION, ENVOY_GATEWAY_VERSION,
     GATEWAY_CONTROLLER_NAMESPACE, INFERENCE_EXTENSION_VERSION, MONITORING_NAMESPACE, VLLM_API_PORT,
 )
+from conventions import HOST_KEY, POOL_API, SYSTEM_ROLE_LABEL, ZONE_KEY
+from deployment.api_keys import GATE_KEY_NAME, gate_key, parse_api_keys
+from deployment.gateway import (
+    GATEWAY_CLUSTER_IP, circuit_limits, gate_rate_limit, load_test_rate_limit, per_key_rate_limit, proxy_replicas,
+    quota_capacity_qps, quota_shares, route_timeouts,
+)
 from settings.schema import GatewaySettings
 from sizing.planner import Plan
 
-from .api_keys import GATE_KEY_NAME, gate_key, parse_api_keys
-from .cluster import SERVICE_CIDR, SYSTEM_ROLE_LABEL
-from .endpoint_picker import POOL_API, EndpointPicker, EndpointPickerArgs
+from .endpoint_picker import EndpointPicker, EndpointPickerArgs
 from .options import after
-from .placement import HOST_KEY, ZONE_KEY, spread
-from .drain import longest_request_s
+from .pods import spread
 
 EG_CHART = "oci://docker.io/envoyproxy/gateway-helm"   # CRDs pinned in scripts/upstream-files.json (vendor/upstream)
 AIGW_CHART, AIGW_CRDS_CHART = "oci://docker.io/envoyproxy/ai-gateway-helm", "oci://docker.io/envoyproxy/ai-gateway-crds-helm"
@@ -45,16 +46,7 @@ GATEWAY_API = "gateway.networking.k8s.io/v1"
 EG_API = "gateway.envoyproxy.io/v1alpha1"
 OPENAI_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/models")
 CLIENT_ID_HEADER = "x-llm-client-id"    # set by the API-key filter (before rate limiting) to the key's name
-MIN_PROXY_REPLICAS = 2
-RATE_UNITS = (("Second", 1), ("Minute", 60), ("Hour", 3600))
-ROUNDING_KEPT = 0.95                    # a unit is fine enough when flooring keeps 95% of the share
 RETRY_STATUS = 503
-# The accuracy gate's own key takes the headroom the tenants leave (1 - gateway.rateLimitShare of
-# the capacity after a zone loss: 10%, 1.6 QPS in prod): never a tenant's quota, and the sum of
-# all keys stays within that capacity.
-# In the static band of the Service CIDR (the first 256 addresses of a /16, which the API server
-# hands out only when asked for by name, KEP-3070), clear of kubernetes (.1) and kube-dns (.10).
-GATEWAY_CLUSTER_IP = str(ipaddress.ip_network(SERVICE_CIDR)[100])
 
 
 class StatusCustomResource(k8s.apiextensions.CustomResource):
@@ -71,83 +63,6 @@ class StatusCustomResource(k8s.apiextensions.CustomResource):
 def gateway_address(status: dict | None) -> str | None:
     addresses = (status or {}).get("addresses") or []
     return addresses[0].get("value") if addresses else None
-
-
-# -- figures derived from the plan (pure) ----------------------------------------------------
-def proxy_replicas(zones: int) -> int:
-    return max(MIN_PROXY_REPLICAS, zones)
-
-
-@dataclass(frozen=True)
-class RateLimit:
-    requests: int      # per key, per proxy, per unit
-    unit: str
-    unit_s: int
-
-    def total_qps(self, keys: int, proxies: int) -> float:
-        return self.requests * keys * proxies / self.unit_s
-
-
-def quota_capacity_qps(plan: Plan) -> float:
-    """What the quotas share out: the capacity left after the worst zone loss, so that N+1 holds
-    under full quota. A layout that keeps nothing after a loss (an overridden replica count) is
-    metered on what it has; the guard policies reject it, the gateway does not hide it."""
-    return plan.capacity_after_zone_loss_qps if plan.capacity_after_zone_loss_qps > 0 else plan.capacity_qps
-
-
-def per_key_rate_limit(capacity_qps: float, share: float, keys: int, proxies: int) -> RateLimit:
-    """Each key's local bucket: an equal part of `share` of the capacity, split over the
-    proxies, floored to whole requests in the finest unit that keeps >= 95% of it."""
-    per_key_qps = capacity_qps * share / (keys * proxies)
-    for unit, seconds in RATE_UNITS:
-        requests = math.floor(per_key_qps * seconds)
-        if requests >= 1 and requests >= ROUNDING_KEPT * per_key_qps * seconds:
-            return RateLimit(requests, unit, seconds)
-    requests = math.floor(per_key_qps * RATE_UNITS[-1][1])
-    if requests < 1:
-        raise ValueError(f"capacity {capacity_qps:.3g} QPS leaves each of {keys} keys less than one request "
-                         f"an hour per proxy; use fewer keys")
-    return RateLimit(requests, *RATE_UNITS[-1])
-
-
-def quota_shares(share: float, gate_on: bool) -> tuple[float, float]:
-    """(the tenants' part, the accuracy gate's part) of the capacity the quotas share out: tenants
-    keep `share` (gateway.rateLimitShare); the gate, while on, takes the rest (settings keep it >= 5%)."""
-    return (share, 1.0 - share) if gate_on else (share, 0.0)
-
-
-def gate_rate_limit(plan: Plan, share: float, proxies: int) -> RateLimit:
-    """The accuracy gate's bucket per proxy: the headroom the tenants' `share` leaves."""
-    return per_key_rate_limit(quota_capacity_qps(plan), quota_shares(share, True)[1], 1, proxies)
-
-
-def load_test_rate_limit(plan: Plan, proxies: int) -> RateLimit:
-    """The load-test key's bucket per proxy: the whole fleet's capacity (the sweep's top rate),
-    since its connections may not spread evenly over the proxies."""
-    return RateLimit(max(1, math.ceil(plan.capacity_qps * 60)), "Minute", 60)
-
-
-@dataclass(frozen=True)
-class RouteTimeouts:
-    request: str
-    backend_request: str
-    connect: str
-
-
-def route_timeouts(plan: Plan) -> RouteTimeouts:
-    """The backend gets the longest request a replica accepts at the SLOs; the client's deadline
-    leaves room for one retry; a connect must fail fast enough that a retry still meets TTFT."""
-    longest = math.ceil(longest_request_s(plan))
-    connect_ms = max(1, int(plan.request.workload.ttft_slo_s * 1000 / 4))
-    return RouteTimeouts(f"{2 * longest}s", f"{longest}s", f"{connect_ms}ms")
-
-
-def circuit_limits(plan: Plan, proxies: int) -> dict:
-    """Per proxy: its share of what the fleet can hold in flight (max_num_seqs per replica);
-    beyond that Envoy answers 503 at once instead of queueing in front of full engines."""
-    in_flight = math.ceil(plan.replicas * plan.engine_args["max_num_seqs"] / proxies)
-    return {"maxConnections": in_flight, "maxParallelRequests": in_flight, "maxPendingRequests": in_flight,
-            "maxParallelRetries": max(1, plan.replicas)}
 
 
 def check_key_names(text: str, names: tuple[str, ...]) -> dict:

@@ -18,20 +18,24 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from conventions import LABEL_POOL, LABEL_ROLE, LABEL_ZONE, TAG_GPUS_PER_NODE, TAG_PURCHASE_APPROVED
+from conventions import (
+    GPU_TAINT, LABEL_POOL, LABEL_ROLE, LABEL_ZONE, MODEL_CACHE_PATH, TAG_GPUS_PER_NODE, TAG_PURCHASE_APPROVED,
+)
+from deployment.drain import CRITICAL_PODS_S, drain_timing, longest_request_s, node_shutdown_grace_s
 from settings.schema import GpuPoolSettings
 from sizing.planner import Plan, Pool
 
 from .cluster import Cluster, hardened_launch_template
-from .drain import CRITICAL_PODS_S, drain_timing, longest_request_s, node_shutdown_grace_s
 from .network import Network
 from .options import after
-from .pod_security import APP_GID, APP_UID
+from .pods import APP_GID, APP_UID
 
 GPU_AMI_TYPE = "AL2023_x86_64_NVIDIA"
-MODEL_CACHE_PATH = "/mnt/models"            # hostPath the serving pods mount for weights
 GPU_ROOT_VOLUME_GIB = 200                   # container images (vLLM is ~20 GB unpacked); weights live on NVMe
-GPU_TAINT = aws.eks.NodeGroupTaintArgs(key="nvidia.com/gpu", value="true", effect="NO_SCHEDULE")
+# The one GPU taint (conventions.GPU_TAINT) in EKS's spelling: its API names the effect NO_SCHEDULE.
+EKS_TAINT_EFFECTS = {"NoSchedule": "NO_SCHEDULE", "NoExecute": "NO_EXECUTE", "PreferNoSchedule": "PREFER_NO_SCHEDULE"}
+NODE_GROUP_GPU_TAINT = aws.eks.NodeGroupTaintArgs(key=GPU_TAINT["key"], value=GPU_TAINT["value"],
+                                                  effect=EKS_TAINT_EFFECTS[GPU_TAINT["effect"]])
 MIME_BOUNDARY = "==LLMSERVING=="
 
 # nodeadm reads the NodeConfig part; EKS merges in the cluster details for a managed node group.
@@ -212,7 +216,7 @@ class GpuNodePool(pulumi.ComponentResource):
             launch_template=aws.eks.NodeGroupLaunchTemplateArgs(
                 id=self.launch_template.id, version=self.launch_template.latest_version.apply(str)),
             labels={LABEL_POOL: pool.label, LABEL_ROLE: "gpu", LABEL_ZONE: pool.zone},
-            taints=[GPU_TAINT],
+            taints=[NODE_GROUP_GPU_TAINT],
             tags=tags,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[*cluster.node_dependencies, *update_after]),
         )

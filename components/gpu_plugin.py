@@ -11,12 +11,11 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from conventions import GPU_PLUGIN_NAMESPACE, LABEL_ROLE, NVIDIA_DEVICE_PLUGIN_CHART_VERSION
+from conventions import GPU_PLUGIN_NAMESPACE, GPU_TOLERATION, LABEL_ROLE, NVIDIA_DEVICE_PLUGIN_CHART_VERSION
 
 
 CHART = "nvidia-device-plugin"
 CHART_REPO = "https://nvidia.github.io/k8s-device-plugin"
-GPU_TAINT_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
 
 
 def plugin_values() -> dict:
@@ -26,7 +25,7 @@ def plugin_values() -> dict:
         # Replaces the chart's NFD-based nodeSelectorTerms list (lists are replaced, not merged).
         "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
             {"matchExpressions": [{"key": LABEL_ROLE, "operator": "In", "values": ["gpu"]}]}]}}},
-        "tolerations": [GPU_TAINT_TOLERATION],
+        "tolerations": [GPU_TOLERATION],
         "gfd": {"enabled": False},
         "nfd": {"enabled": False},
     }

@@ -23,15 +23,10 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from conventions import LABEL_ROLE, LWS_CHART_VERSION, LWS_NAMESPACE, LWS_VERSION
-
-from .placement import ZONE_KEY
+from conventions import LABEL_ROLE, LWS_CHART_VERSION, LWS_NAMESPACE, LWS_VERSION, ZONE_KEY
 
 CHART = "oci://registry.k8s.io/lws/charts/lws"
 MANAGER_IMAGE = "registry.k8s.io/lws/lws"
-API_VERSION = "leaderworkerset.x-k8s.io/v1"
-KIND = "LeaderWorkerSet"
-LEADER_ADDRESS, WORKER_INDEX = "LWS_LEADER_ADDRESS", "LWS_WORKER_INDEX"
 
 
 def controller_values() -> dict:
@@ -44,36 +39,6 @@ def controller_values() -> dict:
         "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
             {"weight": 100, "podAffinityTerm": {"topologyKey": ZONE_KEY, "labelSelector": {"matchLabels": labels}}}]}},
     }
-
-
-def multi_node_args(nodes: int, rank: str, leader: bool) -> list[str]:
-    """vLLM 0.29.0's multi-node launch (mp backend): the leader serves the API, workers are headless."""
-    args = ["--pipeline-parallel-size", str(nodes), "--nnodes", str(nodes), "--node-rank", rank,
-            "--master-addr", f"$({LEADER_ADDRESS})", "--distributed-executor-backend", "mp"]
-    return args if leader else [*args, "--headless"]
-
-
-def leader_worker_set_spec(nodes: int, leader_pod: dict, worker_pod: dict) -> dict:
-    """One group of `nodes` pods. Rollout: one group at a time, no surge (a surge group would need
-    N more nodes than the plan has); the set holds one group, so an update replaces it in place."""
-    return {
-        "replicas": 1,
-        "leaderWorkerTemplate": {
-            "size": nodes,
-            "restartPolicy": "RecreateGroupOnPodRestart",
-            "leaderTemplate": leader_pod,
-            "workerTemplate": worker_pod,
-        },
-        "rolloutStrategy": {"type": "RollingUpdate",
-                            "rollingUpdateConfiguration": {"maxUnavailable": 1, "maxSurge": 0}},
-        "startupPolicy": "LeaderCreated",
-    }
-
-
-def one_pod_per_node(labels: dict) -> dict:
-    """Never two group pods on one node (each takes every GPU of it anyway; this says so)."""
-    return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-        {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": dict(labels)}}]}}
 
 
 @dataclass(frozen=True)

@@ -25,11 +25,10 @@ from pathlib import Path
 import pulumi
 import pulumi_kubernetes as k8s
 
-from conventions import AWS_LOAD_BALANCER_CONTROLLER_CHART_VERSION
+from conventions import AWS_LOAD_BALANCER_CONTROLLER_CHART_VERSION, SYSTEM_ROLE_LABEL
 
-from .cluster import SYSTEM_ROLE_LABEL
 from .identity_release import ChartRelease, ControllerArgs, release_with_identity
-from .placement import spread
+from .pods import spread
 
 CHART, CHART_REPO = "aws-load-balancer-controller", "https://aws.github.io/eks-charts"
 NAMESPACE = "kube-system"

@@ -30,12 +30,11 @@ from conventions import (
 from observability.rules import AlertPolicy, recorded_names, rule_groups
 from sizing.planner import Plan
 
-from .cluster import SYSTEM_ROLE_LABEL
-from .endpoint_picker import PICKER_LABELS, picker_replicas
-from .gpu_plugin import GPU_TAINT_TOLERATION
+from conventions import GPU_TOLERATION, SYSTEM_ROLE_LABEL, ZONE_KEY
+from deployment.gateway import PICKER_LABELS, picker_replicas
+from deployment.serving import APP_LABELS
+
 from .options import after
-from .placement import ZONE_KEY
-from .serving import APP_LABELS
 
 MONITORING_API = "monitoring.coreos.com/v1"
 RELEASE = "kps"                              # short: the chart prefixes every object name with it
@@ -125,7 +124,7 @@ def dcgm_values() -> dict:
     return {
         "image": {"tag": DCGM_EXPORTER_IMAGE_TAG},
         "nodeSelector": {LABEL_ROLE: "gpu"},
-        "tolerations": [dict(GPU_TAINT_TOLERATION)],
+        "tolerations": [dict(GPU_TOLERATION)],
         "serviceMonitor": {"enabled": False},      # scraped by the typed ServiceMonitor below
     }
 

@@ -21,42 +21,20 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from conventions import (
-    ANNOTATION_ENVIRONMENT, ANNOTATION_GPUS_PER_NODE, ANNOTATION_NODES_PER_REPLICA, ANNOTATION_REPLICA_CAPACITY_QPS,
-    ANNOTATION_TARGET_QPS, ANNOTATION_TENSOR_PARALLEL, ANNOTATION_ZONE, EFA_RESOURCE, KEDA_CHART_VERSION,
-    KEDA_NAMESPACE, LABEL_APP_NAME, LABEL_ENVIRONMENT, LABEL_POOL, LABEL_ROLE, METRICS_PROXY_IMAGE,
-    MONITORING_NAMESPACE, ROLE_SERVING_WORKER, VLLM_API_PORT, VLLM_IMAGE, VLLM_METRICS_PORT,
+    EFA_RESOURCE, GPU_RESOURCE, GPU_ROLE_LABEL, GPU_TOLERATION, HOST_KEY, KEDA_CHART_VERSION, KEDA_NAMESPACE, LABEL_APP_NAME,
+    LABEL_ENVIRONMENT, LABEL_POOL, LABEL_ROLE, LWS_API_VERSION, LWS_KIND, METRICS_PROXY_IMAGE, MODEL_CACHE_PATH,
+    MONITORING_NAMESPACE, ROLE_SERVING_WORKER, VLLM_API_PORT, VLLM_IMAGE, VLLM_METRICS_PORT, ZONE_KEY,
 )
-from settings import StackSettings
-from sizing.planner import Plan
+from deployment.engine import CONTAINER_CACHE_PATH, LEADER_ADDRESS, WORKER_INDEX, multi_node_args, vllm_args
+from deployment.serving import (
+    APP_LABELS, HUB_TOKEN_DIR, HUB_TOKEN_KEY, ReplicaPlacement, ServingSpec, leader_worker_set_spec,
+)
 
-from .drain import drain_timing, longest_request_s
-from .gpu_node_pool import MODEL_CACHE_PATH
-from .leader_worker_set import (
-    API_VERSION as LWS_API_VERSION, KIND as LWS_KIND, LEADER_ADDRESS, WORKER_INDEX, leader_worker_set_spec,
-    multi_node_args, one_pod_per_node,
-)
-from .placement import HOST_KEY, ZONE_KEY, spread
-from .pod_security import SCRATCH_MOUNT, SCRATCH_VOLUME, container_security, pod_security
+from .pods import SCRATCH_MOUNT, SCRATCH_VOLUME, container_security, egress_policies, one_pod_per_node, pod_security, spread
 
 KEDA_CHART, KEDA_REPO = "keda", "https://kedacore.github.io/charts"   # CRD in ../shared/crds
-GPU_RESOURCE = "nvidia.com/gpu"
-GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Equal", "value": "true", "effect": "NoSchedule"}
-APP_LABELS = {LABEL_APP_NAME: "vllm", LABEL_ROLE: "serving"}
-CONTAINER_CACHE_PATH = "/models"
-HUB_TOKEN_DIR = "/var/run/secrets/hub"       # the hub token as a file (huggingface_hub reads HF_TOKEN_PATH)
-HUB_TOKEN_KEY = "token"
 NGINX_UID = 101                               # nginx-unprivileged's own user
-METADATA_RANGE = "169.254.0.0/16"             # the instance metadata service (169.254.169.254) and link-local
-PRIVATE_RANGES = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
-
-# Platform figures (not workload figures), each with the reason for its value.
-HUB_DOWNLOAD_GB_PER_S = 0.25    # a cold start pulls the checkpoint from the hub (conservative)
-CACHE_LOAD_GB_PER_S = 1.0       # NVMe RAID0 read into host memory, then the GPUs
-ENGINE_WARMUP_S = 300           # CUDA graph capture and compilation before /health answers
 PROBE_PERIOD_S = 10
-SHM_GIB_PER_GPU = 4             # NCCL buffers for tensor-parallel all-reduce live in /dev/shm
-CPU_SHARE_OF_GPU_SLICE = 0.5    # of the node's vCPUs per GPU: room left for daemons and bursts
-MEMORY_GIB_PER_GPU = 48         # host memory for safetensors staging and the tokenizer workers
 
 # A worker's probe: its group's leader answers /health (LWS_LEADER_ADDRESS is the leader pod's DNS
 # name; the group NetworkPolicy admits the call). The engine serves only while every rank runs.
@@ -73,89 +51,6 @@ server {{
 }}
 """
 
-
-# -- figures derived from the plan (pure) ----------------------------------------------------
-def disruption_min_available(replicas: int, replicas_after_loss: int, max_per_node: int) -> int:
-    """PDB minAvailable: never below what the plan keeps after losing its worst failure domain,
-    and always low enough that one node (which holds at most `max_per_node`) can drain.
-
-    With zone or node redundancy `replicas - replicas_after_loss` is the worst domain's count,
-    at least one node's, so the target itself already lets a node drain. With no redundancy
-    (one node) no budget can do both; draining wins and the plan already says serving stops."""
-    if replicas - replicas_after_loss >= max_per_node:
-        return replicas_after_loss
-    return max(0, replicas - max_per_node)
-
-
-def disruption_budget(plan: Plan, max_per_node: int) -> dict:
-    """The PDB's spec for the plan's replicas. Replicas on one node each: minAvailable over the
-    serving pods. Replicas that span nodes: every pod of every group (leaders and workers), at most
-    one unavailable. Evicting any pod of a group takes the group down (its engine loses a rank and
-    LWS recreates the group), which makes all its pods unready, so no second eviction is allowed
-    until that group serves again: a drain costs at most one group at a time."""
-    if plan.nodes_per_replica > 1:
-        return {"maxUnavailable": 1, "selector": {"matchLabels": {LABEL_APP_NAME: "vllm"}}}
-    return {"minAvailable": disruption_min_available(plan.replicas, plan.replicas_after_loss, max_per_node),
-            "selector": {"matchLabels": dict(APP_LABELS)}}
-
-
-def startup_budget_s(weights_gb: float) -> int:
-    """Seconds a cold replica may take before its startup probe gives up: download the
-    checkpoint, load it, warm the engine."""
-    return math.ceil(weights_gb / HUB_DOWNLOAD_GB_PER_S + weights_gb / CACHE_LOAD_GB_PER_S + ENGINE_WARMUP_S)
-
-
-def vllm_args(plan: Plan, shutdown_timeout_s: int, checkpoint: str | None = None) -> list[str]:
-    """The container arguments, every value from `plan.engine_args` (the checkpoint from the stack's
-    `model.checkpoint` when it sets one, validated by settings)."""
-    a = plan.engine_args
-    return [
-        "--model", checkpoint or a["checkpoint"],
-        "--served-model-name", plan.request.model,
-        "--port", str(VLLM_API_PORT),
-        "--download-dir", CONTAINER_CACHE_PATH,
-        "--tensor-parallel-size", str(a["tensor_parallel_size"]),
-        # The MoE layout (sizing.parallel): vLLM 0.29.0 vllm/engine/arg_utils.py
-        # `--data-parallel-size` and `--enable-expert-parallel`; `--quantization fp8` quantizes a
-        # BF16 checkpoint at load when the plan serves fp8 without an FP8 checkpoint.
-        *(["--data-parallel-size", str(a["data_parallel_size"])] if a.get("data_parallel_size", 1) > 1 else []),
-        *(["--enable-expert-parallel"] if a.get("enable_expert_parallel") else []),
-        *(["--quantization", a["quantization"]] if a.get("quantization") else []),
-        "--kv-cache-dtype", a["kv_cache_dtype"],
-        "--max-model-len", str(a["max_model_len"]),
-        "--max-num-seqs", str(a["max_num_seqs"]),
-        "--enable-chunked-prefill",
-        "--max-num-batched-tokens", str(a["max_num_batched_tokens"]),
-        "--gpu-memory-utilization", str(a["gpu_memory_utilization"]),
-        "--shutdown-timeout", str(shutdown_timeout_s),
-    ] + (["--enable-prefix-caching"] if a["enable_prefix_caching"] else [])
-
-
-def target_qps(plan: Plan) -> float:
-    """The stack's total request rate (open loop: the workload's QPS; closed loop: what the
-    clients drive on the replicas left after a loss), from the plan's own throughput figure."""
-    w = plan.request.workload
-    return plan.output_tokens_per_hour / (w.output_tokens * 3600)
-
-
-def zone_node_slots(plan: Plan, zone: str) -> tuple[int, int]:
-    """(most replicas on one node, replicas the zone's nodes could hold with their idle GPUs)."""
-    nodes = [n for n in plan.nodes if n.zone == zone]
-    return max(n.replicas for n in nodes), sum(n.replicas + n.gpus_idle // plan.tp for n in nodes)
-
-
-def burst_queue_target(plan: Plan) -> int:
-    """Waiting requests per replica that still start within the TTFT SLO: the slack between the
-    SLO and the planned TTFT, in prompt prefills. KEDA adds replicas above it."""
-    slack_ms = plan.request.workload.ttft_slo_s * 1e3 - plan.real.ttft_ms
-    if not math.isfinite(slack_ms):
-        return 1
-    return max(1, math.floor(slack_ms / plan.prefill_ms))
-
-
-def served_checkpoint(plan: Plan, settings: StackSettings) -> str:
-    """The stack's `model.checkpoint` when set (a hub id or a path in the model cache), else the catalog's."""
-    return settings.model.checkpoint or plan.engine_args["checkpoint"]
 
 
 def vllm_env() -> list[dict]:
@@ -186,16 +81,6 @@ def vllm_env() -> list[dict]:
             {"name": "USER", "value": "vllm"}]
 
 
-def egress_policies(pod_labels: dict[str, str] | None = None, name: str = "https") -> dict[str, dict]:
-    """Egress for pods matching `pod_labels` (all pods when None): DNS to the cluster's resolver, and
-    HTTPS to public addresses only (the model hub, the gateway's public name, a package index),
-    never the instance metadata service or addresses inside the VPC."""
-    selector = {"matchLabels": dict(pod_labels)} if pod_labels else {}
-    public = {"ipBlock": {"cidr": "0.0.0.0/0", "except": [METADATA_RANGE, *PRIVATE_RANGES]}}
-    return {name: {"podSelector": selector, "policyTypes": ["Egress"],
-                   "egress": [{"to": [public], "ports": [{"protocol": "TCP", "port": 443}]}]}}
-
-
 def group_policies() -> dict[str, dict]:
     """A group's pods talk to each other on any port (torch.distributed's master port, NCCL's
     bootstrap sockets, the workers' probe of the leader's /health); workers fetch their shard of
@@ -208,27 +93,10 @@ def group_policies() -> dict[str, dict]:
     }
 
 
-def policy_annotations(plan: Plan, environment: str, zone: str) -> dict[str, str]:
-    """What the guard policies read from the workload alone (docs/contracts.md)."""
-    return {
-        ANNOTATION_ZONE: zone,
-        ANNOTATION_TARGET_QPS: str(round(target_qps(plan), 4)),
-        ANNOTATION_REPLICA_CAPACITY_QPS: str(round(plan.capacity_per_replica.qps, 4)),
-        ANNOTATION_TENSOR_PARALLEL: str(plan.tp),
-        ANNOTATION_GPUS_PER_NODE: str(plan.instance.gpus),
-        ANNOTATION_ENVIRONMENT: environment,
-        **({ANNOTATION_NODES_PER_REPLICA: str(plan.nodes_per_replica)} if plan.nodes_per_replica > 1 else {}),
-    }
-
-
 # -- the component ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ServingArgs:
-    plan: Plan
-    namespace: str                                # settings.serving.namespace
-    environment: str                              # dev, staging or prod: labels and policy annotations
-    burst_scaling: bool                           # settings.serving.burstScaling: KEDA into idle GPUs
-    checkpoint: str                               # served_checkpoint(plan, settings)
+    spec: ServingSpec                             # deployment.serving.serving_spec(plan, settings)
     provider: k8s.Provider
     hub_token: pulumi.Input[str]                  # a Pulumi secret: settings.pulumi_config.secret("hubToken")
     gateway_namespace: str                        # where the Envoy proxies run
@@ -238,19 +106,17 @@ class ServingArgs:
     efa_devices: int = 0                                  # EFA devices per node each group pod requests
 
 
-def vllm_container(plan: Plan, drain, startup_s: int, checkpoint: str) -> dict:
+def vllm_container(spec: ServingSpec) -> dict:
     """The engine: every argument from the plan; non-root, the hub token as a file, a memory limit."""
-    tp = plan.tp
-    cpu = max(1, int(plan.instance.vcpus / plan.instance.gpus * tp * CPU_SHARE_OF_GPU_SLICE))
-    memory = f"{MEMORY_GIB_PER_GPU * tp}Gi"
+    gpus, memory = str(spec.gpus_per_replica), f"{spec.memory_gib}Gi"
     return {
         "name": "vllm",
         "image": VLLM_IMAGE,
-        "args": vllm_args(plan, drain.shutdown_timeout_s, checkpoint),
+        "args": vllm_args(spec.launch),
         "env": vllm_env(),
         "ports": [{"name": "http", "containerPort": VLLM_API_PORT, "protocol": "TCP"}],
-        "resources": {"limits": {GPU_RESOURCE: str(tp), "memory": memory},
-                      "requests": {GPU_RESOURCE: str(tp), "cpu": str(cpu), "memory": memory}},
+        "resources": {"limits": {GPU_RESOURCE: gpus, "memory": memory},
+                      "requests": {GPU_RESOURCE: gpus, "cpu": str(spec.cpu), "memory": memory}},
         # Read-only root: every path it writes is moved onto a volume (vllm_env).
         "securityContext": container_security(),
         "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"},
@@ -258,14 +124,14 @@ def vllm_container(plan: Plan, drain, startup_s: int, checkpoint: str) -> dict:
                          {"name": "hub-token", "mountPath": HUB_TOKEN_DIR, "readOnly": True},
                          SCRATCH_MOUNT],
         "startupProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": PROBE_PERIOD_S,
-                         "failureThreshold": math.ceil(startup_s / PROBE_PERIOD_S)},
+                         "failureThreshold": math.ceil(spec.startup_s / PROBE_PERIOD_S)},
         "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 5,
                            "failureThreshold": 2},
         "livenessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": PROBE_PERIOD_S,
                           "timeoutSeconds": 5, "failureThreshold": 6},
         # Keep serving while the endpoint's removal reaches Envoy and the picker; then
         # SIGTERM starts vLLM's bounded drain (--shutdown-timeout).
-        "lifecycle": {"preStop": {"sleep": {"seconds": drain.pre_stop_s}}},
+        "lifecycle": {"preStop": {"sleep": {"seconds": spec.drain.pre_stop_s}}},
     }
 
 
@@ -292,31 +158,32 @@ class Serving(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: ServingArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llm-serving:serving:Serving", name, None, opts)
-        self.namespace_name = args.namespace
+        spec = args.spec
+        self.namespace_name = spec.namespace
         self.pod_labels = dict(APP_LABELS)
-        self.drain = drain_timing(longest_request_s(args.plan))
-        self.checkpoint = args.checkpoint
-        self.startup_s = startup_budget_s(args.plan.weights_gb)
+        self.drain = spec.drain
+        self.checkpoint = spec.checkpoint
+        self.startup_s = spec.startup_s
         ns_opts = self._namespace_and_config(name, args)
         self.deployments: dict[str, k8s.apps.v1.Deployment] = {}
         self.groups: list[k8s.apiextensions.CustomResource] = []
-        if args.plan.nodes_per_replica > 1:
+        if spec.nodes_per_replica > 1:
             self._replica_groups(name, args)
         else:
             self._zone_deployments(name, args)
         self._budget_and_service(name, args, ns_opts)
         self.network_policies = self._network_policies(name, args, ns_opts)
         self.service_name = "vllm"
-        self.register_outputs({"namespace": args.namespace, "service": self.service_name,
+        self.register_outputs({"namespace": spec.namespace, "service": self.service_name,
                                "deployments": {z: d.metadata["name"] for z, d in self.deployments.items()},
                                "leaderWorkerSets": [g.metadata["name"] for g in self.groups]})
 
     # -- steps ---------------------------------------------------------------------------------
     def _namespace_and_config(self, name: str, args: ServingArgs) -> pulumi.ResourceOptions:
         """The namespace, the hub token Secret and the metrics proxy's config; options for what lives there."""
-        ns = args.namespace
+        ns = args.spec.namespace
         self.namespace = k8s.core.v1.Namespace(
-            f"{name}-ns", metadata={"name": ns, "labels": {LABEL_ENVIRONMENT: args.environment}},
+            f"{name}-ns", metadata={"name": ns, "labels": {LABEL_ENVIRONMENT: args.spec.environment}},
             opts=pulumi.ResourceOptions(parent=self, provider=args.provider))
         ns_opts = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[self.namespace])
         self.hub_secret = k8s.core.v1.Secret(
@@ -329,10 +196,10 @@ class Serving(pulumi.ComponentResource):
 
     def _zone_deployments(self, name: str, args: ServingArgs) -> None:
         """One Deployment per zone with replicas (and, with burst scaling, KEDA and a ScaledObject each)."""
-        plan = args.plan
+        spec = args.spec
         self.scaled_objects: list[k8s.apiextensions.CustomResource] = []
         self.keda = None
-        if args.burst_scaling:
+        if spec.burst_scaling:
             self.keda = k8s.helm.v3.Release(
                 f"{name}-keda", name="keda", chart=KEDA_CHART, version=KEDA_CHART_VERSION,
                 repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=KEDA_REPO),
@@ -340,10 +207,8 @@ class Serving(pulumi.ComponentResource):
                 values={"nodeSelector": {LABEL_ROLE: "system"}},
                 opts=pulumi.ResourceOptions(parent=self, provider=args.provider))
         previous = None
-        for zone, count in plan.replicas_by_zone.items():
-            if count == 0:
-                continue
-            _, burst_max = zone_node_slots(plan, zone)
+        for zr in spec.zones:
+            zone, count = zr.zone, zr.replicas
             deploy_name = f"vllm-{zone}"
             labels = {**APP_LABELS, "llm-serving.io/zone": zone}
             # Zones roll one after another (Pulumi waits for each rollout): an update never
@@ -352,54 +217,54 @@ class Serving(pulumi.ComponentResource):
             timeout = f"{self.startup_s + 300}s"
             deployment = k8s.apps.v1.Deployment(
                 f"{name}-{zone}",
-                metadata={"name": deploy_name, "namespace": args.namespace, "labels": labels,
-                          "annotations": policy_annotations(plan, args.environment, zone)},
-                spec=self._deployment_spec(plan, zone, count, labels),
+                metadata={"name": deploy_name, "namespace": spec.namespace, "labels": labels,
+                          "annotations": spec.annotations[zone]},
+                spec=self._deployment_spec(spec, zone, count, labels),
                 opts=pulumi.ResourceOptions(
                     parent=self, provider=args.provider, depends_on=chain,
                     custom_timeouts=pulumi.CustomTimeouts(create=timeout, update=timeout),
                     # With burst scaling KEDA owns the replica count above the plan's floor.
-                    ignore_changes=["spec.replicas"] if args.burst_scaling else None))
+                    ignore_changes=["spec.replicas"] if spec.burst_scaling else None))
             self.deployments[zone] = deployment
             previous = deployment
-            if args.burst_scaling and burst_max > count:
+            if spec.burst_scaling and zr.burst_max > count:
                 self.scaled_objects.append(self._scaled_object(
-                    name, args, zone, deploy_name, count, burst_max, burst_queue_target(plan), deployment))
+                    name, args, zone, deploy_name, count, zr.burst_max, spec.burst_queue_target, deployment))
 
     def _replica_groups(self, name: str, args: ServingArgs) -> None:
         """One LeaderWorkerSet per replica, on the pool and zone the plan placed it in. Each waits
         until its group serves (`pulumi.com/waitFor`, the provider's generic await on the set's
         Available condition) before the next one rolls: an update never takes two groups at once."""
-        plan = args.plan
+        spec = args.spec
         self.scaled_objects, self.keda = [], None     # burst scaling fills idle GPUs of one node: not groups
         previous: list[pulumi.Resource] = []
         timeout = f"{self.startup_s + 300}s"
         controller = [args.group_controller] if args.group_controller is not None else []
-        for slot in (n for n in plan.nodes if n.group is not None and n.node % plan.nodes_per_replica == 0):
-            set_name = f"vllm-{slot.pool}-{slot.group}"
-            labels = {**APP_LABELS, "llm-serving.io/zone": slot.zone}
-            annotations = {**policy_annotations(plan, args.environment, slot.zone),
-                           "pulumi.com/waitFor": "condition=Available"}
-            group = k8s.apiextensions.CustomResource(
-                f"{name}-{slot.pool}-{slot.group}", api_version=LWS_API_VERSION, kind=LWS_KIND,
-                metadata={"name": set_name, "namespace": args.namespace, "labels": labels, "annotations": annotations},
-                spec=leader_worker_set_spec(plan.nodes_per_replica,
-                                            self._group_pod(plan, slot, labels, args.efa_devices, leader=True),
-                                            self._group_pod(plan, slot, labels, args.efa_devices, leader=False)),
+        for group in spec.groups:
+            set_name = f"vllm-{group.pool}-{group.group}"
+            labels = {**APP_LABELS, "llm-serving.io/zone": group.zone}
+            annotations = {**spec.annotations[group.zone], "pulumi.com/waitFor": "condition=Available"}
+            resource = k8s.apiextensions.CustomResource(
+                f"{name}-{group.pool}-{group.group}", api_version=LWS_API_VERSION, kind=LWS_KIND,
+                metadata={"name": set_name, "namespace": spec.namespace, "labels": labels, "annotations": annotations},
+                spec=leader_worker_set_spec(spec.nodes_per_replica,
+                                            self._group_pod(spec, group, labels, args.efa_devices, leader=True),
+                                            self._group_pod(spec, group, labels, args.efa_devices, leader=False)),
                 opts=pulumi.ResourceOptions(
                     parent=self, provider=args.provider,
                     depends_on=[self.namespace, self.hub_secret, self.metrics_conf, *controller, *previous],
                     custom_timeouts=pulumi.CustomTimeouts(create=timeout, update=timeout)))
-            self.groups.append(group)
-            previous = [group]
+            self.groups.append(resource)
+            previous = [resource]
 
-    def _group_pod(self, plan: Plan, slot, labels: dict, efa_devices: int, leader: bool) -> dict:
+    def _group_pod(self, spec: ServingSpec, group: ReplicaPlacement, labels: dict, efa_devices: int,
+                   leader: bool) -> dict:
         """A group's leader (API, metrics, rank 0) or worker (headless, rank LWS_WORKER_INDEX) pod,
         on the GPU nodes of the one pool (hence zone) the plan placed the group in."""
         pod_labels = labels if leader else {**labels, LABEL_ROLE: ROLE_SERVING_WORKER}
-        engine = vllm_container(plan, self.drain, self.startup_s, self.checkpoint)
+        engine = vllm_container(spec)
         rank = "0" if leader else f"$({WORKER_INDEX})"
-        engine["args"] = [*engine["args"], *multi_node_args(plan.engine_args["pipeline_parallel_size"], rank, leader)]
+        engine["args"] = [*engine["args"], *multi_node_args(spec.launch.engine, rank, leader)]
         if efa_devices:
             for part in ("limits", "requests"):
                 engine["resources"][part][EFA_RESOURCE] = str(efa_devices)
@@ -411,17 +276,16 @@ class Serving(pulumi.ComponentResource):
             for probe in ("startupProbe", "readinessProbe"):
                 engine[probe] = {k: v for k, v in engine[probe].items() if k != "httpGet"} | {
                     "exec": {"command": ["python3", "-c", LEADER_HEALTH_CHECK]}}
-        spec = self._pod_spec(plan, [engine, metrics_proxy_container()] if leader else [engine])
-        spec["nodeSelector"] = {LABEL_ROLE: "gpu", ZONE_KEY: slot.zone, LABEL_POOL: slot.pool}
-        spec["affinity"] = one_pod_per_node({LABEL_APP_NAME: "vllm"})
-        return {"metadata": {"labels": pod_labels}, "spec": spec}
+        pod = self._pod_spec(spec, [engine, metrics_proxy_container()] if leader else [engine])
+        pod["nodeSelector"] = {**GPU_ROLE_LABEL, ZONE_KEY: group.zone, LABEL_POOL: group.pool}
+        pod["affinity"] = one_pod_per_node({LABEL_APP_NAME: "vllm"})
+        return {"metadata": {"labels": pod_labels}, "spec": pod}
 
     def _budget_and_service(self, name: str, args: ServingArgs, ns_opts: pulumi.ResourceOptions) -> None:
-        plan, ns = args.plan, args.namespace
-        max_per_node = max(n.replicas for n in plan.nodes)
+        ns = args.spec.namespace
         self.pdb = k8s.policy.v1.PodDisruptionBudget(
             f"{name}-pdb", metadata={"name": "vllm", "namespace": ns},
-            spec={**disruption_budget(plan, max_per_node),
+            spec={**args.spec.disruption_budget,
                   # A replica still loading its model is not serving: evicting it costs nothing.
                   "unhealthyPodEvictionPolicy": "AlwaysAllow"},
             opts=ns_opts)
@@ -433,10 +297,9 @@ class Serving(pulumi.ComponentResource):
             opts=ns_opts)
 
     # -- pieces --------------------------------------------------------------------------------
-    def _deployment_spec(self, plan: Plan, zone: str, count: int, labels: dict) -> dict:
-        spec = self._pod_spec(plan, [vllm_container(plan, self.drain, self.startup_s, self.checkpoint),
-                                     metrics_proxy_container()])
-        spec["nodeSelector"] = {LABEL_ROLE: "gpu", ZONE_KEY: zone}
+    def _deployment_spec(self, serving: ServingSpec, zone: str, count: int, labels: dict) -> dict:
+        spec = self._pod_spec(serving, [vllm_container(serving), metrics_proxy_container()])
+        spec["nodeSelector"] = {**GPU_ROLE_LABEL, ZONE_KEY: zone}
         # Even over the zone's nodes, as the plan places them (round robin).
         spec["topologySpreadConstraints"] = spread(labels, keys=(HOST_KEY,))
         return {
@@ -447,7 +310,7 @@ class Serving(pulumi.ComponentResource):
             "template": {"metadata": {"labels": labels}, "spec": spec},
         }
 
-    def _pod_spec(self, plan: Plan, containers: list[dict]) -> dict:
+    def _pod_spec(self, spec: ServingSpec, containers: list[dict]) -> dict:
         """What every vLLM pod shares: security, GPU toleration, drain, volumes."""
         return {
             **pod_security(),      # vLLM never calls the API server: no token
@@ -456,7 +319,7 @@ class Serving(pulumi.ComponentResource):
             "terminationGracePeriodSeconds": self.drain.grace_period_s,
             "containers": containers,
             "volumes": [
-                {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{SHM_GIB_PER_GPU * plan.tp}Gi"}},
+                {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{spec.shm_gib}Gi"}},
                 {"name": "model-cache", "hostPath": {"path": MODEL_CACHE_PATH, "type": "Directory"}},
                 {"name": "metrics-proxy-conf", "configMap": {"name": self.metrics_conf.metadata["name"]}},
                 # Readable by the pod's group only (fsGroup): the token never sits in the env.
@@ -467,7 +330,7 @@ class Serving(pulumi.ComponentResource):
 
     def _scaled_object(self, name: str, args: ServingArgs, zone: str, deploy_name: str, floor: int,
                        ceiling: int, queue_target: int, deployment) -> k8s.apiextensions.CustomResource:
-        ns = args.namespace
+        ns = args.spec.namespace
         query = f'sum(vllm:num_requests_waiting{{namespace="{ns}",pod=~"{deploy_name}-.*"}})'
         return k8s.apiextensions.CustomResource(
             f"{name}-{zone}-burst", api_version="keda.sh/v1alpha1", kind="ScaledObject",
@@ -481,7 +344,7 @@ class Serving(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[deployment, self.keda]))
 
     def _network_policies(self, name: str, args: ServingArgs, opts: pulumi.ResourceOptions) -> list:
-        ns = args.namespace
+        ns = args.spec.namespace
 
         def from_namespace(n: str) -> dict:
             return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": n}}}
@@ -501,7 +364,7 @@ class Serving(pulumi.ComponentResource):
                 "podSelector": {"matchLabels": dict(APP_LABELS)}, "policyTypes": ["Ingress"],
                 "ingress": [{"from": [from_namespace(args.gateway_namespace)],
                              "ports": [{"protocol": "TCP", "port": VLLM_API_PORT}]}]},
-            **(group_policies() if args.plan.nodes_per_replica > 1 else {}),
+            **(group_policies() if args.spec.nodes_per_replica > 1 else {}),
             "vllm-metrics-from-monitoring": {
                 "podSelector": {"matchLabels": dict(APP_LABELS)}, "policyTypes": ["Ingress"],
                 "ingress": [{"from": [from_namespace(args.monitoring_namespace)],

@@ -54,6 +54,19 @@ ROLE_SERVING_WORKER = "serving-worker"   # a multi-node replica's worker pods: n
 # Rules about replicas that span nodes: the planner's refusal and the policy pack name them alike.
 RULE_GROUP_IN_ONE_ZONE = "replica-group-in-one-zone"
 RULE_ZONE_HOLDS_WHOLE_GROUPS = "zone-holds-whole-groups"
+# -- scheduling: the keys pods are placed by, and the GPU nodes' one taint --------------------------
+ZONE_KEY = "topology.kubernetes.io/zone"            # the well-known node labels spread and selectors use
+HOST_KEY = "kubernetes.io/hostname"
+SYSTEM_ROLE_LABEL = {LABEL_ROLE: "system"}          # the system node group's label: controllers and jobs
+GPU_ROLE_LABEL = {LABEL_ROLE: "gpu"}                # every GPU node group's label
+GPU_RESOURCE = "nvidia.com/gpu"                     # what the NVIDIA device plugin advertises
+# The GPU nodes' taint, in Kubernetes' spelling (EKS's API spells the effect NO_SCHEDULE:
+# components/gpu_node_pool.py maps it); every pod that may run there tolerates exactly it.
+GPU_TAINT = {"key": GPU_RESOURCE, "value": "true", "effect": "NoSchedule"}
+GPU_TOLERATION = {"key": GPU_TAINT["key"], "operator": "Equal", "value": GPU_TAINT["value"],
+                  "effect": GPU_TAINT["effect"]}
+SERVICE_CIDR = "172.20.0.0/16"                      # the cluster's Service range (components/cluster.py sets it)
+MODEL_CACHE_PATH = "/mnt/models"                    # the GPU nodes' NVMe model cache, a hostPath for serving pods
 EFA_RESOURCE = "vpc.amazonaws.com/efa"       # what the EFA device plugin advertises (one per EFA interface)
 TAG_PURCHASE_APPROVED = "llm-serving.io/purchase-approved"          # the capacity-block opt-in
 LABEL_GRAFANA_DASHBOARD = "grafana_dashboard"                       # the Grafana sidecar loads ConfigMaps with it
@@ -71,6 +84,9 @@ METRICS_PROXY_IMAGE = ("nginxinc/nginx-unprivileged:1.27.5-alpine"
 ENVOY_GATEWAY_VERSION = "v1.8.3"    # chart and CRDs (vendor/upstream): AI Gateway v1.0 tests EG v1.8.1+ (docs/gateway-versions.md)
 ENVOY_AI_GATEWAY_VERSION = "v1.0.0"
 INFERENCE_EXTENSION_VERSION = "v1.6.0"   # the InferencePool CRDs (the picker image stays at v1.5.0, below)
+# The last inference-extension release that ships the picker (v1.6.0 moved it to llm-d); it
+# serves the same `inference.networking.k8s.io/v1` InferencePool API as the v1.6.0 CRD.
+POOL_API = "inference.networking.k8s.io/v1"
 ENDPOINT_PICKER_IMAGE = "registry.k8s.io/gateway-api-inference-extension/epp:v1.5.0"
 KUBE_PROMETHEUS_STACK_CHART_VERSION = "88.2.0"   # ships prometheus-operator v0.93.0, the CRDs in ../shared/crds
 DCGM_EXPORTER_CHART_VERSION = "4.8.3"            # deploys DCGM 4.6.0 / exporter 4.8.3
@@ -80,6 +96,7 @@ NVIDIA_DEVICE_PLUGIN_CHART_VERSION = "0.19.3"
 # Replicas that span nodes: kubernetes-sigs/lws v0.10.0 (chart oci://registry.k8s.io/lws/charts/lws,
 # CRD in scripts/upstream-files.json) and aws/eks-charts stable/aws-efa-k8s-device-plugin.
 LWS_VERSION = "v0.10.0"
+LWS_API_VERSION, LWS_KIND = "leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"   # a replica group
 LWS_CHART_VERSION = "0.10.0"            # site/content/en/docs/installation at v0.10.0: CHART_VERSION=0.10.0
 EFA_DEVICE_PLUGIN_CHART_VERSION = "v0.5.30"   # app v0.5.20 (Chart.yaml at aws/eks-charts 5239609)
 GUIDELLM_IMAGE = "ghcr.io/vllm-project/guidellm:v0.8.1"

@@ -165,14 +165,14 @@ def _print_text(result) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from sizing.report import table_rows
+    from sizing.report import layout_label, table_rows
 
     plan_data, violations, outputs = result.plan, result.violations, result.outputs
     console = Console(width=160)
     console.print(resource_tree(result), no_wrap=True, overflow="ignore", crop=False)
 
     table = Table(title=f"Sizing plan: {plan_data['model']} {plan_data['weights']} on {plan_data['instance_type']}, "
-                        f"TP={plan_data['tp']}", title_justify="left")
+                        f"{layout_label(plan_data)}", title_justify="left")
     for col, justify in (("figure", "left"), ("ideal", "right"), ("real", "right")):
         table.add_column(col, justify=justify)
     for row in table_rows(plan_data):

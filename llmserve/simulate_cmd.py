@@ -53,8 +53,8 @@ def simulate(
     except WorkLimitError as exc:
         fail(str(exc))
     failure = requested_failure(fail_zone, fail_node, duration, p)
-    batched = max_num_batched_tokens or p.engine_args["max_num_batched_tokens"]
-    seqs = max_num_seqs or p.engine_args["max_num_seqs"]
+    batched = max_num_batched_tokens or p.engine_args.max_num_batched_tokens
+    seqs = max_num_seqs or p.engine_args.max_num_seqs
     if batched < seqs:
         fail(f"--max-num-batched-tokens: {batched} is below max_num_seqs {seqs} (vLLM refuses this too)")
     try:

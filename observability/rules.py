@@ -78,7 +78,7 @@ class Thresholds:
         w = plan.request.workload
         in_flight = plan.real.in_flight
         if not math.isfinite(in_flight):
-            in_flight = float(plan.engine_args["max_num_seqs"])
+            in_flight = float(plan.engine_args.max_num_seqs)
         return cls(
             ttft_slo_s=w.ttft_slo_s, tpot_slo_s=w.tpot_slo_s, slo_statistic=w.slo_statistic,
             binding=plan.capacity_per_replica.binding,

@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 import re
 
+from deployment.serving import replica_placements
 from sizing.model import ReplicaModel
 from sizing.planner import Plan
 
@@ -22,19 +23,9 @@ def replica_model(plan: Plan) -> ReplicaModel:
 
 
 def replica_specs(plan: Plan) -> tuple[ReplicaSpec, ...]:
-    """One per planned replica, named after its node: `<pool>/node-<i>/<j>`; a replica that spans
-    nodes is one spec named after its group, `<pool>/group-<g>`, holding all its nodes."""
-    out = []
-    groups: dict[tuple[str, int], list] = {}
-    for slot in plan.nodes:
-        if slot.group is not None:
-            groups.setdefault((slot.pool, slot.group), []).append(slot)
-            continue
-        for j in range(slot.replicas):
-            out.append(ReplicaSpec(f"{slot.pool}/node-{slot.node}/{j}", slot.zone, (f"{slot.pool}/node-{slot.node}",)))
-    for (pool, g), slots in groups.items():
-        out.append(ReplicaSpec(f"{pool}/group-{g}", slots[0].zone, tuple(f"{pool}/node-{s.node}" for s in slots)))
-    return tuple(out)
+    """One per planned replica, as the deployment places it (deployment.serving.replica_placements):
+    `<pool>/node-<i>/<j>`, or `<pool>/group-<g>` holding all its nodes for a replica that spans nodes."""
+    return tuple(ReplicaSpec(p.name, p.zone, p.nodes) for p in replica_placements(plan))
 
 
 def parse_fail_zone(text: str, duration_s: float) -> ZoneFailure:
@@ -83,14 +74,14 @@ def config_from_plan(plan: Plan, duration_s: float, qps: float | None = None, *,
         specs = specs[:replicas]
     return SimConfig(
         workload=WorkloadSpec(qps=rate, duration_s=duration_s, input_tokens=w.input_tokens,
-                              output_tokens=w.output_tokens, max_model_len=args["max_model_len"],
+                              output_tokens=w.output_tokens, max_model_len=args.max_model_len,
                               arrivals=arrivals, burstiness_cv=burstiness_cv,
                               # the plan's own lengths when it has a distribution (one everywhere)
                               lengths="distribution" if w.lengths is not None and lengths == "fixed" else lengths,
                               length_cv=length_cv, seed=seed, distribution=w.lengths),
         replicas=specs, cost=step_cost(model),
-        max_num_batched_tokens=max_num_batched_tokens or args["max_num_batched_tokens"],
-        max_num_seqs=max_num_seqs or args["max_num_seqs"],
+        max_num_batched_tokens=max_num_batched_tokens or args.max_num_batched_tokens,
+        max_num_seqs=max_num_seqs or args.max_num_seqs,
         kv_capacity_tokens=kv_capacity_tokens(model),
         ttft_slo_s=w.ttft_slo_s, tpot_slo_s=w.tpot_slo_s, router=router, failure=failure,
     )

@@ -23,6 +23,7 @@ from .model import (MAX_NODES_PER_REPLICA, Capacity, Memory, Point, ReplicaModel
                     candidate_tps, check_shape, engine_max_num_seqs, replica_words)
 from .parallel import serving_args
 from .profiles import Profile, get_profile
+from .vllm_engine import EngineArgs
 
 BINDING_WORDS = {
     "tpot": "{stat} TPOT reaches the {tpot:.0f} ms SLO (decode steps slow as the batch grows)",
@@ -151,9 +152,21 @@ class Plan:
         return None if per_hour is None or tokens <= 0 else per_hour / (tokens / 1e6)
 
     @cached_property
-    def engine_args(self) -> dict:
+    def engine_args(self) -> EngineArgs:
         """vLLM arguments from the plan (computed once; frozen dataclasses allow a cached property)."""
         return _engine_args(self)
+
+    @property
+    def checkpoint(self) -> str:
+        """The catalog's checkpoint for the planned weights (a stack's `model.checkpoint` overrides
+        it at deploy time: deployment.serving.served_checkpoint)."""
+        return _catalog_checkpoint(self)
+
+    @property
+    def gpus_per_replica(self) -> int:
+        """GPUs one replica takes (under `dp-ep` vLLM's tensor_parallel_size is 1 and its
+        data_parallel_size this): the plan's `tp` field, named for what it counts."""
+        return self.tp
 
 
 @dataclass(frozen=True)
@@ -166,7 +179,7 @@ class FleetView:
     closed_loop: dict | None = None
 
 
-def _engine_args(plan: Plan) -> dict:
+def _engine_args(plan: Plan) -> EngineArgs:
     """vLLM arguments derived from the plan (the serving component passes them as they are).
 
     max_num_batched_tokens is the replica model's step budget (`ReplicaModel._batched_tokens`):
@@ -175,24 +188,28 @@ def _engine_args(plan: Plan) -> dict:
     model = plan.replica_model.shape.model
     profile = get_profile(req.profile)
     rm = plan.replica_model
-    return {
+    return EngineArgs(
         **serving_args(rm.shape),
-        "pipeline_parallel_size": plan.nodes_per_replica,   # vLLM --pipeline-parallel-size (one stage per node)
-        "max_model_len": w.served_max_len,
+        pipeline_parallel_size=plan.nodes_per_replica,   # vLLM --pipeline-parallel-size (one stage per node)
+        max_model_len=w.served_max_len,
         # vLLM 0.29.0's own default for the GPU class (sizing.vllm_engine): its paged KV cache
         # admits what fits and preempts the newest when blocks run out, so no tighter cap is
         # needed. The reference profile keeps the seed's 512 (model.engine_max_num_seqs).
-        "max_num_seqs": engine_max_num_seqs(rm.shape, profile),
-        "max_num_batched_tokens": rm.batched_tokens,
-        "gpu_memory_utilization": profile.gpu_memory_utilization,
-        "kv_cache_dtype": "fp8" if req.kv_dtype == "fp8" else "auto",
+        max_num_seqs=engine_max_num_seqs(rm.shape, profile),
+        max_num_batched_tokens=rm.batched_tokens,
+        gpu_memory_utilization=profile.gpu_memory_utilization,
+        kv_cache_dtype="fp8" if req.kv_dtype == "fp8" else "auto",
         # vLLM 0.29.0 caches prefixes by default; a plan that counts on it says so explicitly.
-        "enable_prefix_caching": w.counts_on_prefix_cache,
-        "weights": req.weights,
-        "checkpoint": model.checkpoints.get(req.weights if req.weights in model.checkpoints else "bf16"),
+        enable_prefix_caching=w.counts_on_prefix_cache,
         # fp8 without a prequantized checkpoint: vLLM quantizes the BF16 weights at load
-        "quantization": "fp8" if req.weights == "fp8" and "fp8" not in model.checkpoints else None,
-    }
+        quantization="fp8" if req.weights == "fp8" and "fp8" not in model.checkpoints else None,
+    )
+
+
+def _catalog_checkpoint(plan: Plan) -> str:
+    """The catalog's checkpoint for the plan's weights (the BF16 one when no prequantized one exists)."""
+    checkpoints = plan.replica_model.shape.model.checkpoints
+    return checkpoints.get(plan.request.weights if plan.request.weights in checkpoints else "bf16")
 
 
 class PlanError(SizingError):

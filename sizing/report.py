@@ -22,7 +22,8 @@ def _request_fields(plan: Plan) -> dict:
     req, w = plan.request, plan.request.workload
     return {
         "model": req.model, "instance_type": plan.instance.id, "gpu": plan.instance.gpu.id,
-        "weights": req.weights, "kv_dtype": req.kv_dtype, "profile": req.profile, "tp": plan.tp, "layout": plan.layout,
+        "weights": req.weights, "kv_dtype": req.kv_dtype, "profile": req.profile,
+        "gpus_per_replica": plan.gpus_per_replica, "layout": plan.layout,
         "workload": {"qps": w.qps, "concurrency": w.concurrency, "input_tokens": w.input_tokens,
                      "output_tokens": w.output_tokens, "ttft_slo_s": w.ttft_slo_s, "tpot_slo_s": w.tpot_slo_s,
                      "slo_statistic": w.slo_statistic,
@@ -109,7 +110,8 @@ def _cost_and_engine_fields(plan: Plan) -> dict:
         "node_cost_per_million_output_tokens": _num(plan.per_million(plan.node_cost_per_hour), 3),
         "binding_constraint": plan.binding_constraint,
         "fill_idle_gpus": plan.fill_idle_gpus,
-        "engine_args": plan.engine_args,
+        "engine_args": plan.engine_args.as_dict(),     # vLLM's arguments only (sizing.vllm_engine.EngineArgs)
+        "checkpoint": plan.checkpoint,
         "notes": list(plan.notes),
     }
 
@@ -193,5 +195,5 @@ def _binding_key(d: dict) -> str:
 def layout_label(d: dict) -> str:
     """"TP=8", "DP+EP=8", or "TP=8 x PP=2 (2 nodes)" for replicas that span nodes (the plan's JSON)."""
     n = d.get("nodes_per_replica", 1)
-    one = f"{'TP' if d.get('layout', 'tp') == 'tp' else 'DP+EP'}={d['tp']}"
+    one = f"{'TP' if d.get('layout', 'tp') == 'tp' else 'DP+EP'}={d['gpus_per_replica']}"
     return one if n == 1 else f"{one} x PP={n} ({n} nodes)"

@@ -45,3 +45,10 @@ def plan_for(stack: str, overrides: dict | None = None):
 
     settings = settings_from_config(stack, with_overrides(stack_config(stack), overrides))
     return settings, plan(settings.plan_request())
+
+
+def vllm_args_of(plan, shutdown_timeout: int = 30, checkpoint: str | None = None) -> list[str]:
+    """The serving container's arguments for a plan, as the deployment launches it."""
+    from deployment.engine import VllmLaunch, vllm_args
+    return vllm_args(VllmLaunch(plan.engine_args, model=checkpoint or plan.checkpoint,
+                                served_model_name=plan.request.model, shutdown_timeout=shutdown_timeout))

@@ -10,11 +10,11 @@ from types import SimpleNamespace
 import pytest
 
 from conventions import PYTHON_IMAGE
-from components import accuracy_check
-from components.accuracy_gate import (GATE_TIMEOUT_S, LM_EVAL, REQUIREMENTS, TRANSFORMERS, GateJob, gate_spec,
-                                     rollout_digest)
-from components.api_keys import gate_key
-from components.gateway import gate_rate_limit
+from deployment import accuracy_check
+from components.accuracy_gate import LM_EVAL, REQUIREMENTS, TRANSFORMERS
+from deployment.api_keys import gate_key
+from deployment.gateway import gate_rate_limit
+from deployment.jobs import GATE_TIMEOUT_S, GateJob, gate_spec, rollout_digest
 from offline.engine import unwrap
 from offline.manifests import kubernetes_objects
 from tests.k8s_schema import validate

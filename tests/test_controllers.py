@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from components import load_balancer_controller as lbc
-from components.cluster import SERVICE_CIDR
-from components.gateway import AIGW_CONTROLLER_LABELS, GATEWAY_CLUSTER_IP
+from conventions import SERVICE_CIDR
+from components.gateway import AIGW_CONTROLLER_LABELS
+from deployment.gateway import GATEWAY_CLUSTER_IP
 from conventions import ANNOTATION_AWS_LB_TYPE, ANNOTATION_EXTERNAL_DNS_HOSTNAME
 from policies.controllers import contract_violations
 from offline.policy_run import evaluate, stack_resources

@@ -5,11 +5,10 @@ import math
 
 import pytest
 
-from components.endpoint_picker import picker_replicas
-from components.gateway import (
-    CLIENT_ID_HEADER, check_key_names, per_key_rate_limit, proxy_replicas, quota_capacity_qps, route_timeouts,
-)
-from components.drain import drain_timing, longest_request_s
+from deployment.gateway import picker_replicas
+from components.gateway import CLIENT_ID_HEADER, check_key_names
+from deployment.gateway import per_key_rate_limit, proxy_replicas, quota_capacity_qps, route_timeouts
+from deployment.drain import drain_timing, longest_request_s
 from offline.engine import is_secret
 from tests.stacks import plan_for
 
@@ -164,8 +163,8 @@ def test_circuit_breaking_holds_what_the_engines_can(recorded):
     recording = recorded("prod")
     breaker = one(recording, TRAFFIC)["spec"]["circuitBreaker"]
     proxies = proxy_replicas(2)
-    assert int(breaker["maxParallelRequests"]) * proxies >= plan.replicas * plan.engine_args["max_num_seqs"]
-    assert int(breaker["maxParallelRequests"]) * proxies < (plan.replicas * plan.engine_args["max_num_seqs"]) + proxies
+    assert int(breaker["maxParallelRequests"]) * proxies >= plan.replicas * plan.engine_args.max_num_seqs
+    assert int(breaker["maxParallelRequests"]) * proxies < (plan.replicas * plan.engine_args.max_num_seqs) + proxies
 
 
 # -- load-aware routing --------------------------------------------------------------------

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from conventions import GUIDELLM_IMAGE
-from components.loadtest import loadtest_rates
+from deployment.jobs import loadtest_rates
 from llmserve.cli import app
 from offline.engine import is_secret, unwrap
 from proving.loadtest_report import Benchmark, Report, ReportError, Stat, assess, parse_report, read_report

@@ -13,6 +13,7 @@ from sizing.catalog import load_catalog, model_from_config
 from sizing.model import Shape, SizingError, Workload, check_shape
 from sizing.planner import PlanError, PlanRequest, Pool, plan
 from sizing.profiles import get_profile
+from sizing.report import plan_to_dict
 from llmserve.cli import main
 
 CAT = load_catalog()
@@ -151,7 +152,7 @@ def test_deepseek_r1_fp8_on_h200_plans_one_node_replicas():
     p = plan(PlanRequest(Workload(qps=10), model="deepseek-ai/DeepSeek-R1", weights="fp8",
                          pools=_pools("p5en.48xlarge", 2), tp=8, layout="tp"))
     assert p.tp == p.instance.gpus == 8 and all(n.replicas <= 1 for n in p.nodes) and p.survives_failure
-    assert p.engine_args["tensor_parallel_size"] == 8 and p.engine_args["checkpoint"] == "deepseek-ai/DeepSeek-R1"
+    assert p.engine_args.tensor_parallel_size == 8 and p.checkpoint == "deepseek-ai/DeepSeek-R1"
 
 
 def test_deepseek_r1_on_h100_does_not_fit_one_p5_and_names_the_cheapest_alternative():
@@ -169,7 +170,9 @@ def test_dp_attention_with_ep_serving_args():
     p = plan(PlanRequest(Workload(qps=10), model="deepseek-r1", weights="fp8", pools=_pools("p5en.48xlarge", 2),
                          layout="dp-ep"))
     a = p.engine_args
-    assert (a["tensor_parallel_size"], a["data_parallel_size"], a["enable_expert_parallel"]) == (1, 8, True)
+    assert (a.tensor_parallel_size, a.data_parallel_size, a.enable_expert_parallel) == (1, 8, True)
+    d = plan_to_dict(p)      # GPUs per replica and vLLM's tensor_parallel_size, each under its own key
+    assert (d["gpus_per_replica"], d["engine_args"]["tensor_parallel_size"], d["engine_args"]["data_parallel_size"]) == (8, 1, 8)
     assert p.memory.kv_cache_tokens > 4 * plan(PlanRequest(Workload(qps=10), model="deepseek-r1", weights="fp8",
                                                      pools=_pools("p5en.48xlarge", 2), layout="tp")).memory.kv_cache_tokens
 
@@ -270,7 +273,7 @@ def test_the_sweep_ranks_layouts_and_says_why_each_refused_option_is_refused():
 
 
 def test_the_serving_args_carry_the_layout():
-    from components.serving import vllm_args
+    from tests.stacks import vllm_args_of as vllm_args
     p = plan(PlanRequest(Workload(qps=10), model="deepseek-r1", weights="fp8", pools=_pools("p5en.48xlarge", 2),
                          layout="dp-ep"))
     args = vllm_args(p, 30)

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from components.endpoint_picker import picker_replicas
+from deployment.gateway import picker_replicas
 from offline.engine import PLACEHOLDER_PREFIX, is_secret, unwrap
 from offline.manifests import kubernetes_objects
 from tests.k8s_schema import validate

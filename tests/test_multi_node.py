@@ -31,7 +31,7 @@ def pools(per_zone: int, zones=("us-east-1a", "us-east-1b")) -> list[dict]:
 def test_405b_bf16_spans_two_p5_nodes_per_replica_and_survives_a_zone_loss():
     _, p = plan_for(STACK)
     assert (p.tp, p.nodes_per_replica, p.replicas, p.replicas_by_zone) == (8, 2, 2, {"us-east-1a": 1, "us-east-1b": 1})
-    assert p.engine_args["pipeline_parallel_size"] == 2
+    assert p.engine_args.pipeline_parallel_size == 2
     assert (p.redundancy, p.survives_failure, p.replicas_after_loss) == ("zone", True, 1)
     assert p.capacity_after_zone_loss_qps == pytest.approx(p.capacity_per_replica.qps)
     assert p.gpus_used == 32 and [n.group for n in p.nodes] == [0, 0, 0, 0]
@@ -83,7 +83,7 @@ def test_nodes_left_over_in_a_pool_hold_no_group_and_the_plan_says_so():
 
 def test_a_model_that_fits_one_node_never_spans_nodes():
     _, p = plan_for("prod")
-    assert p.nodes_per_replica == 1 and "pipeline_parallel_size" in p.engine_args
+    assert p.nodes_per_replica == 1 and p.engine_args.pipeline_parallel_size == 1
 
 
 def test_the_pipeline_hop_costs_the_activations_over_efa():
@@ -313,7 +313,7 @@ def test_deepseek_r1_fp8_spans_two_p5_per_replica_and_survives_a_zone_loss():
     assert (p.layout, p.tp, p.nodes_per_replica, p.replicas_by_zone) == ("tp", 8, 2, {"us-east-1a": 1, "us-east-1b": 1})
     assert (p.redundancy, p.survives_failure, p.replicas_after_loss) == ("zone", True, 1)
     assert p.capacity_after_zone_loss_qps >= p.request.workload.qps
-    assert p.engine_args["pipeline_parallel_size"] == 2 and p.engine_args["checkpoint"] == "deepseek-ai/DeepSeek-R1"
+    assert p.engine_args.pipeline_parallel_size == 2 and p.checkpoint == "deepseek-ai/DeepSeek-R1"
 
 
 def test_deepseek_r1_with_one_p5_per_zone_is_refused_naming_the_rule():

@@ -365,7 +365,7 @@ def test_outputs_carry_cluster_name_secret_kubeconfig_and_the_plan(recorded, sta
     assert is_secret(out["kubeconfig"])
     assert out["plan"]["replicas"] == plan.replicas
     assert out["plan"]["replicasByZone"] == plan.replicas_by_zone
-    assert out["plan"]["tp"] == plan.tp
+    assert out["plan"]["gpusPerReplica"] == plan.gpus_per_replica
     assert out["plan"]["capacityAfterZoneLossQps"] == pytest.approx(plan.capacity_after_zone_loss_qps, abs=1e-3)
 
 

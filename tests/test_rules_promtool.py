@@ -63,7 +63,7 @@ def make_plan(name: str):
 
 def picker_count(name: str) -> int:
     """The endpoint pickers the stack runs (0 without the inference extension)."""
-    from components.endpoint_picker import picker_replicas
+    from deployment.gateway import picker_replicas
     settings = make_settings(name)
     return picker_replicas(len(settings.zones)) if settings.gateway.inferenceExtension else 0
 

@@ -6,8 +6,8 @@ import math
 import pytest
 
 from conventions import VLLM_API_PORT, VLLM_METRICS_PORT
-from components.drain import drain_timing, longest_request_s
-from components.serving import disruption_min_available, startup_budget_s, target_qps, zone_node_slots
+from deployment.drain import drain_timing, longest_request_s
+from deployment.serving import disruption_min_available, startup_budget_s, target_qps, zone_node_slots
 from offline.engine import is_secret
 from tests.k8s_schema import validate
 from tests.stacks import plan_for
@@ -97,8 +97,8 @@ def test_every_vllm_argument_is_the_plans(recorded, stack, overrides):
     for d in serving_deployments(recorded(stack, overrides)).values():
         f = flags(d)
         for arg, flag in FLAG_FOR_ARG.items():
-            assert f[flag] == str(plan.engine_args[arg]), flag
-        assert f["--model"] == plan.engine_args["checkpoint"]
+            assert f[flag] == str(getattr(plan.engine_args, arg)), flag
+        assert f["--model"] == plan.checkpoint
         assert "--enable-chunked-prefill" in f
         assert f["--shutdown-timeout"] == str(drain_timing(longest_request_s(plan)).shutdown_timeout_s)
         assert vllm_container(d)["resources"]["limits"]["nvidia.com/gpu"] == str(plan.tp)

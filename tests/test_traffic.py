@@ -176,20 +176,20 @@ def test_vllm_batch_defaults_by_gpu_class(gpu, defaults):
 
 def test_the_plan_leaves_max_num_seqs_to_vllm_and_never_budgets_below_it():
     p = plan(PlanRequest(Workload(qps=4), profile="calibrated"))
-    assert p.engine_args["max_num_seqs"] == 1024
-    assert p.engine_args["max_num_batched_tokens"] >= p.engine_args["max_num_seqs"]
+    assert p.engine_args.max_num_seqs == 1024
+    assert p.engine_args.max_num_batched_tokens >= p.engine_args.max_num_seqs
 
 
 # -- prefix caching --------------------------------------------------------------------------------------
 def test_a_shared_prefix_shows_ttft_and_capacity_with_and_without_and_enables_the_cache():
-    from components.serving import vllm_args
+    from tests.stacks import vllm_args_of as vllm_args
     w = Workload(qps=4, input_tokens=3000, output_tokens=300, shared_prefix_tokens=2000)
     p = plan(PlanRequest(w, profile="calibrated"))
     pc = p.prefix_caching
     assert pc["cached_prompt_tokens"] == 2000
     assert pc["with"]["ttft_ms"] < pc["without"]["ttft_ms"]
     assert pc["with"]["capacity_per_replica_qps"] > pc["without"]["capacity_per_replica_qps"]
-    assert p.engine_args["enable_prefix_caching"] and "--enable-prefix-caching" in vllm_args(p, 60)
+    assert p.engine_args.enable_prefix_caching and "--enable-prefix-caching" in vllm_args(p, 60)
     bare = plan(PlanRequest(w.without_prefix_cache(), profile="calibrated"))
     assert bare.prefix_caching is None and "--enable-prefix-caching" not in vllm_args(bare, 60)
 
@@ -218,7 +218,7 @@ def test_the_simulator_draws_from_the_plans_distribution():
 
 
 def test_the_load_test_carries_the_distribution_as_guidellm_synthetic_options():
-    from components.loadtest import synthetic_data
+    from deployment.jobs import synthetic_data
     d = from_pairs([(1000, 100), (3000, 300)])
     data = synthetic_data(Workload.with_lengths(d, qps=1, shared_prefix_tokens=512))
     assert data == {"kind": "synthetic_text", "prompt_tokens": 1488, "prompt_tokens_stdev": 1000,

@@ -114,7 +114,7 @@ def print_check(stack: str, url: str, live: FleetLive, result: CheckResult) -> N
 
 
 def _plan_figures(p: Plan) -> dict:
-    return {"profile": p.request.profile, "tp": p.tp, "replicas": p.replicas,
+    return {"profile": p.request.profile, "gpus_per_replica": p.gpus_per_replica, "replicas": p.replicas,
             "capacity_per_replica_qps": round(p.capacity_per_replica.qps, 2),
             "capacity_qps": round(p.capacity_qps, 2),
             "capacity_after_zone_loss_qps": round(p.capacity_after_zone_loss_qps, 2),

@@ -1,7 +1,8 @@
 """Drain timing, sized in one place from the plan: the pods' grace period, vLLM's drain, the
 kubelet's shutdown grace on the GPU nodes and the gateway's request timeouts all read it.
 
-Pure Python (no Pulumi): the serving stack, the GPU node pool and the gateway import it.
+Pure Python (no Pulumi), part of the deployment spec (deployment/spec.py): the serving stack, the
+GPU node pool and the gateway read it from there.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ def longest_request_s(plan: Plan) -> float:
     """The longest request a replica accepts, at the SLOs: the TTFT SLO plus every token the
     context allows (`max_model_len`) at the TPOT SLO. Drain and gateway timeouts both use it."""
     w = plan.request.workload
-    return w.ttft_slo_s + plan.engine_args["max_model_len"] * w.tpot_slo_s
+    return w.ttft_slo_s + plan.engine_args.max_model_len * w.tpot_slo_s
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,189 @@
+"""The proving jobs as deployment data: the load test's GuideLLM scenario and the accuracy gate's
+lm-eval run, what each is made of and how long each may take.
+
+Pure Python (no Pulumi): components/loadtest.py and components/accuracy_gate.py build the Jobs.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+
+from conventions import VLLM_IMAGE
+from settings import StackSettings
+from settings.schema import ACCURACY_TASK_METRICS, AccuracyGateSettings, LoadTestSettings
+from sizing.model import Workload
+from sizing.planner import Plan
+
+from .gateway import gate_rate_limit, proxy_replicas
+from .serving import served_checkpoint
+
+
+# -- the load test (GuideLLM) ----------------------------------------------------------------
+# GuideLLM 0.8.1 writes report schema version 2, the one `llmserve loadtest-report` reads.
+RESULTS_PATH = "/results"
+SCENARIO_PATH = "/config"
+SEED = 42
+LOAD_TEST_SETUP_MARGIN_S = 1800    # image pull, tokenizer download, warm-up, between-step drain
+
+
+# -- figures derived from the plan (pure) ----------------------------------------------------
+def loadtest_rates(plan: Plan, steps: int) -> list[float]:
+    """The planned QPS first, then `steps` evenly spaced rates up to the sized capacity (an
+    open-loop workload: the settings refuse a load test of a closed-loop one)."""
+    planned = float(plan.request.workload.qps)
+    sweep = [round(plan.capacity_qps * k / steps, 2) for k in range(1, steps + 1)]
+    return [planned] + [r for r in sweep if abs(r - planned) > 0.01 * planned]
+
+
+def gateway_url(hostname: str) -> str:
+    """The public hostname (resolved in the pod to the gateway's in-cluster address, see
+    one_shot_pod_spec): the jobs go through TLS, auth, quotas and routing like a client."""
+    return f"https://{hostname}"
+
+
+@dataclass(frozen=True)
+class LoadTestRun:
+    """What the GuideLLM run is made of, and nothing else from the stack."""
+    stack: str
+    load_test: LoadTestSettings        # steps, arrivals, results volume
+    hostname: str                      # the gateway's public name
+    key_name: str                      # the API key it sends: the first of gateway.apiKeyNames, which the
+                                       # gateway meters at the fleet's capacity while the load test is on
+    checkpoint: str                    # the tokenizer: what vLLM serves
+
+    @classmethod
+    def for_stack(cls, plan: Plan, settings: StackSettings) -> "LoadTestRun":
+        return cls(stack=settings.stack, load_test=settings.loadTest, hostname=settings.gateway.hostname,
+                   key_name=settings.gateway.apiKeyNames[0], checkpoint=served_checkpoint(plan, settings))
+
+
+def scenario(plan: Plan, run: LoadTestRun) -> dict:
+    """The GuideLLM run, in its scenario format (the `config` a report echoes back)."""
+    w, lt = plan.request.workload, run.load_test
+    spec = {
+        "backend": {"kind": "openai_http", "target": gateway_url(run.hostname), "model": plan.request.model,
+                    "request_format": "/v1/completions"},
+        "profile": {"kind": lt.arrivals, "rate": loadtest_rates(plan, lt.sweepSteps)},
+        "constraints": [{"kind": "max_duration", "seconds": lt.stepSeconds}],
+        "tokenizer": {"kind": "huggingface_auto", "model": run.checkpoint},
+        "data": [synthetic_data(w)],
+        "seed": {"kind": "static", "value": SEED},
+    }
+    digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
+    spec["outputs"] = [{"kind": "json", "path": f"{RESULTS_PATH}/guidellm-{run.stack}-{digest}.json"}]
+    labels = {"stack": run.stack, "plan-qps": f"{w.qps:g}", "plan-capacity-qps": f"{plan.capacity_qps:.2f}"}
+    return {"metadata": {"labels": labels}, "spec": spec}
+
+
+def synthetic_data(w: Workload) -> dict:
+    """The plan's lengths as GuideLLM 0.8.1's synthetic text options (guidellm/schemas/data/
+    deserializers/synthetic.py SyntheticTextDataArgs): a mean, and for a distribution its standard
+    deviation, min and max per field, which GuideLLM draws as a normal clipped to [min, max]
+    (guidellm/utils/random.py IntegerRangeSampler): the plan's means, spread and range, not its
+    shape. A shared prefix is GuideLLM's own prefix (prefix_tokens, one prefix for all requests),
+    sent before the prompt, so the prompt's part excludes it."""
+    prefix = min(w.shared_prefix_tokens, w.input_tokens - 1)
+    data = {"kind": "synthetic_text", "prompt_tokens": w.input_tokens - prefix, "output_tokens": w.output_tokens}
+    if w.lengths is not None and w.lengths.form != "fixed":
+        for field, name, offset in (("input", "prompt_tokens", prefix), ("output", "output_tokens", 0)):
+            mean, std, low, high = w.lengths.spread(field)
+            data[name] = max(1, round(mean) - offset)
+            if std >= 1:       # GuideLLM takes a standard deviation above 0 only
+                data[f"{name}_stdev"] = round(std)
+            data[f"{name}_min"], data[f"{name}_max"] = max(1, low - offset), max(1, high - offset)
+    if prefix > 0:
+        data["prefix_tokens"], data["prefix_count"] = prefix, 1
+    return data
+
+
+def run_deadline_s(plan: Plan, lt: LoadTestSettings) -> int:
+    return len(loadtest_rates(plan, lt.sweepSteps)) * lt.stepSeconds + LOAD_TEST_SETUP_MARGIN_S
+
+
+# The gate waits this long at least for lm-eval (the Job's deadline and Pulumi's await); more
+# when its quota needs longer for the tasks' questions (`gate_timeout_s`).
+GATE_TIMEOUT_S = 4 * 3600
+TASK_QUESTIONS = {"gsm8k": 1319, "gsm8k_cot": 1319, "mmlu_pro": 12032}   # the tasks' test splits
+GATE_SETUP_MARGIN_S = 1800         # image pull, lm-eval install, dataset download
+REQUEST_TIMEOUT_S = 600
+# Before judging: wait until the gateway answers with its real certificate (issued by
+# cert-manager a few minutes after `pulumi up` creates it) and the API key is accepted.
+READY_WAIT_S = 1800
+WORK = "/work"
+
+
+# -- what the gate runs (pure) ---------------------------------------------------------------
+@dataclass(frozen=True)
+class GateJob:
+    """What the gate's Job is made of, and nothing else from the stack."""
+    gate: AccuracyGateSettings         # tasks, baselines, maxDrop
+    hostname: str                      # the gateway's public name: the gate goes through it like a client
+    rate_limit_share: float            # gateway.rateLimitShare: the gate's quota is a part of it
+    zones: int                         # the serving zones: how many proxies split the quota
+    checkpoint: str                    # what vLLM serves (judged: a new one re-runs the gate)
+
+    @classmethod
+    def for_stack(cls, plan: Plan, settings: StackSettings) -> "GateJob":
+        return cls(gate=settings.accuracyGate, hostname=settings.gateway.hostname,
+                   rate_limit_share=settings.gateway.rateLimitShare, zones=len(settings.zones),
+                   checkpoint=served_checkpoint(plan, settings))
+
+
+def gate_spec(g: AccuracyGateSettings) -> dict:
+    """The tasks, their metrics and baselines, and the allowed drop (accuracy_check.py's input)."""
+    # tasks are known and have baselines (settings check both)
+    return {"max_drop": g.maxDrop,
+            "tasks": {t: {"metric": ACCURACY_TASK_METRICS[t], "baseline": g.baseline[t]} for t in g.tasks}}
+
+
+def concurrency(plan: Plan, job: GateJob) -> int:
+    """Requests in flight: what the gate's own quota carries at the plan's latency (Little's law on
+    one proxy's bucket, since its connections may all reach one), never more than one replica
+    holds at the planned load."""
+    n = plan.real.in_flight
+    if not (math.isfinite(n) and plan.load_per_replica_qps > 0):
+        return 1
+    limit = gate_rate_limit(plan, job.rate_limit_share, proxy_replicas(job.zones))
+    request_s = n / plan.load_per_replica_qps
+    return max(1, min(math.ceil(n), math.floor(limit.requests / limit.unit_s * request_s)))
+
+
+def gate_timeout_s(plan: Plan, job: GateJob) -> int:
+    """Long enough for every question at the gate's own quota (its buckets on all proxies: the load
+    balancer spreads its connections), with a quarter spare for retries; never under GATE_TIMEOUT_S."""
+    proxies = proxy_replicas(job.zones)
+    limit = gate_rate_limit(plan, job.rate_limit_share, proxies)
+    questions = sum(TASK_QUESTIONS[t] for t in job.gate.tasks)
+    quota_qps = limit.requests * proxies / limit.unit_s
+    return max(GATE_TIMEOUT_S, math.ceil(1.25 * questions / quota_qps) + GATE_SETUP_MARGIN_S + READY_WAIT_S)
+
+
+def lm_eval_command(plan: Plan, job: GateJob) -> list[str]:
+    model_args = ",".join([
+        f"model={plan.request.model}",
+        f"base_url={gateway_url(job.hostname)}/v1/completions",
+        f"num_concurrent={concurrency(plan, job)}",
+        "max_retries=3",
+        f"timeout={REQUEST_TIMEOUT_S}",
+        "tokenized_requests=False",      # the server tokenizes the text it is sent
+        # The served model's tokenizer and context: lm-eval truncates an over-long few-shot context
+        # (max_length - max_gen_toks) instead of sending what vLLM would refuse with a 400.
+        "tokenizer_backend=huggingface",
+        f"tokenizer={plan.checkpoint}",
+        f"max_length={plan.engine_args.max_model_len}",
+    ])
+    return ["lm_eval", "--model", "local-completions", "--model_args", model_args,
+            "--tasks", ",".join(job.gate.tasks), "--output_path", f"{WORK}/results"]
+
+
+def rollout_digest(plan: Plan, job: GateJob) -> str:
+    """Changes whenever what the gate judges changes, so the Job is replaced and runs again."""
+    # The engine as the digest has always read it (its arguments with the weights and the catalog's
+    # checkpoint), so a release of this tool does not re-run a gate on an unchanged rollout.
+    engine = {**plan.engine_args.as_dict(), "weights": plan.request.weights, "checkpoint": plan.checkpoint}
+    judged = {"engine": engine, "checkpoint": job.checkpoint, "image": VLLM_IMAGE,
+              "gate": gate_spec(job.gate), "command": lm_eval_command(plan, job)}
+    return hashlib.sha256(json.dumps(judged, sort_keys=True).encode()).hexdigest()[:16]
+
