@@ -5,22 +5,21 @@ Only wiring lives here; every number a component needs comes from the plan.
 import pulumi
 
 from conventions import GATEWAY_CONTROLLER_NAMESPACE
-from components.accuracy_gate import AccuracyGate, AccuracyGateArgs, GateJob
+from components.accuracy_gate import AccuracyGate, AccuracyGateArgs
 from components.cert_manager import CertManager, CertManagerArgs, GatewayCertificate, GatewayCertificateArgs
 from components.cluster import Cluster, ClusterArgs
 from components.external_dns import ExternalDns, ExternalDnsArgs
 from components.efa import EfaPlugin, EfaPluginArgs, EfaSecurityGroup, EfaSecurityGroupArgs
-from components.gpu_node_pool import GpuNodePool, GpuNodePoolArgs, efa_enabled
+from components.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
 from components.leader_worker_set import LwsController, LwsControllerArgs
 from components.gateway import Gateway, GatewayArgs
 from components.gpu_plugin import GpuPlugin, GpuPluginArgs
 from components.load_balancer_controller import LoadBalancerController, LoadBalancerControllerArgs
-from components.loadtest import LoadTest, LoadTestArgs, LoadTestRun
+from components.loadtest import LoadTest, LoadTestArgs
 from components.monitoring import Monitoring, MonitoringArgs
 from components.network import Network, NetworkArgs, network_zones
 from components.serving import Serving, ServingArgs
-from deployment.exports import plan_exports
-from deployment.serving import serving_spec
+from deployment.spec import deployment_spec
 from settings import SettingsError, sizing_problem
 from settings.pulumi_config import refuse_example_values, require_secrets, secret, settings_from_pulumi
 from sizing.model import SizingError
@@ -29,6 +28,7 @@ from sizing.planner import plan as make_plan
 try:
     settings = settings_from_pulumi()
     plan = make_plan(settings.plan_request())
+    spec = deployment_spec(plan, settings)      # every figure the components use, derived once
 except SettingsError as exc:       # one line per problem, each naming the key; no traceback
     raise pulumi.RunError(f"invalid stack config:\n{exc}") from None
 except SizingError as exc:
@@ -49,12 +49,12 @@ cluster = Cluster("llm", ClusterArgs(
     kubernetes_version=settings.kubernetesVersion, api_allowed_cidrs=settings.apiAllowedCidrs,
     admin_role_arns=settings.adminRoleArns, view_role_arns=settings.previewRoleArns, system_nodes=settings.systemNodes, tags=settings.tags,
     network=network))
-efa = any(efa_enabled(plan, ps) for ps in settings.gpuPools)    # on wherever a replica spans nodes
+efa = spec.efa                   # on wherever a pool asks for it or a replica spans nodes
 efa_sg = EfaSecurityGroup("efa", EfaSecurityGroupArgs(vpc_id=network.vpc.id, tags=settings.tags)) if efa else None
 gpu_pools: list[GpuNodePool] = []
-for pool, pool_settings in zip(plan.request.pools, settings.gpuPools):     # each updates after the one before
-    gpu_pools.append(GpuNodePool(f"gpu-{pool.label}", GpuNodePoolArgs(
-        tags=settings.tags, plan=plan, pool=pool, pool_settings=pool_settings, cluster=cluster, network=network,
+for pool_spec in spec.node_pools:     # each updates after the one before
+    gpu_pools.append(GpuNodePool(f"gpu-{pool_spec.pool.label}", GpuNodePoolArgs(
+        tags=settings.tags, spec=pool_spec, cluster=cluster, network=network,
         efa_security_group_id=efa_sg.security_group.id if efa_sg else None),
         opts=pulumi.ResourceOptions(depends_on=[p.node_group for p in gpu_pools[-1:]])))
 
@@ -83,14 +83,14 @@ lws = None
 if efa:
     serving_after.append(EfaPlugin("efa-plugin", EfaPluginArgs(provider=cluster.k8s_provider),
                                    opts=pulumi.ResourceOptions(depends_on=gpu_pools)).release)
-if plan.nodes_per_replica > 1:     # replicas that span nodes: one LeaderWorkerSet each, after its controller
+if spec.spans_nodes:     # replicas that span nodes: one LeaderWorkerSet each, after its controller
     lws = LwsController("lws", LwsControllerArgs(provider=cluster.k8s_provider),
                         opts=pulumi.ResourceOptions(depends_on=[cluster.system_node_group]))
     serving_after.append(lws.release)
 serving = Serving("serving", ServingArgs(
-    spec=serving_spec(plan, settings), provider=cluster.k8s_provider, hub_token=secret("hubToken"), gateway_namespace=GATEWAY_CONTROLLER_NAMESPACE,
+    spec=spec.serving, provider=cluster.k8s_provider, hub_token=secret("hubToken"), gateway_namespace=GATEWAY_CONTROLLER_NAMESPACE,
     group_controller=lws.release if lws else None,
-    efa_devices=min(p.efa_interfaces for p in gpu_pools) if plan.nodes_per_replica > 1 else 0),
+    efa_devices=min(p.efa_interfaces for p in gpu_pools) if spec.spans_nodes else 0),
     opts=pulumi.ResourceOptions(depends_on=serving_after))
 certificate = GatewayCertificate("gateway-certificate", GatewayCertificateArgs(
     hostname=gw_settings.hostname, namespace=serving.namespace_name, secret_name=gw_settings.tlsSecretName,
@@ -101,23 +101,21 @@ certificate = GatewayCertificate("gateway-certificate", GatewayCertificateArgs(
     opts=pulumi.ResourceOptions(depends_on=[
         serving.namespace, *((cert_manager.release, cert_manager.issuer) if cert_manager else ())]))
 gateway = Gateway("llm-gateway", GatewayArgs(
-    plan=plan, gateway=gw_settings, zones=settings.zones, allowed_cidrs=settings.gatewayAllowedCidrs,
-    accuracy_gate_enabled=settings.accuracy_gate_enabled, load_test_enabled=settings.loadTest.enabled,
-    provider=cluster.k8s_provider, api_keys=secret("apiKeys"),
+    spec=spec.gateway, provider=cluster.k8s_provider, api_keys=secret("apiKeys"),
     namespace=serving.namespace_name, service_name=serving.service_name, tls_secret_name=certificate.secret_name,
     controllers=(*gateway_controllers, certificate)), opts=pulumi.ResourceOptions(depends_on=[serving]))
 
 # -- proving the rollout: the FP8 accuracy gate (awaited: a failed gate fails `pulumi up`; on by
 # default in staging and prod), then the load test against the plan (opt-in: loadTest.enabled)
 proof = [serving, gateway]
-if settings.accuracy_gate_enabled:
+if spec.accuracy_gate is not None:
     proof.append(AccuracyGate("accuracy-gate", AccuracyGateArgs(
-        plan=plan, job=GateJob.for_stack(plan, settings), provider=cluster.k8s_provider,
+        spec=spec.accuracy_gate, provider=cluster.k8s_provider,
         namespace=serving.namespace_name,
         api_keys=secret("apiKeys")), opts=pulumi.ResourceOptions(depends_on=list(proof))))
-if settings.loadTest.enabled:
+if spec.load_test is not None:
     LoadTest("load-test", LoadTestArgs(
-        plan=plan, run=LoadTestRun.for_stack(plan, settings), provider=cluster.k8s_provider,
+        spec=spec.load_test, provider=cluster.k8s_provider,
         namespace=serving.namespace_name,
         api_keys=secret("apiKeys"), hub_token=secret("hubToken")), opts=pulumi.ResourceOptions(depends_on=list(proof)))
 
@@ -133,4 +131,4 @@ pulumi.export("clusterName", cluster.cluster_name)
 pulumi.export("kubeconfig", cluster.kubeconfig)
 pulumi.export("gatewayHostname", settings.gateway.hostname)     # the name clients use (external-dns publishes it when the stack has its hosted zone)
 pulumi.export("gatewayAddress", gateway.address)                 # the load balancer, once it exists
-pulumi.export("plan", plan_exports(plan))      # the figures of `size --json`, camelCase (deployment/exports.py)
+pulumi.export("plan", spec.exports)      # the figures of `size --json`, camelCase (deployment/exports.py)

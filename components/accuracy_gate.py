@@ -27,10 +27,7 @@ import pulumi_kubernetes as k8s
 from conventions import PYTHON_IMAGE
 from deployment import accuracy_check
 from deployment.api_keys import gate_key
-from deployment.jobs import (
-    READY_WAIT_S, WORK, GateJob, gate_spec, gate_timeout_s, gateway_url, lm_eval_command, rollout_digest,
-)
-from sizing.planner import Plan
+from deployment.jobs import READY_WAIT_S, WORK, GateSpec, gateway_url
 
 from .options import after, own
 from .pods import job_egress, one_shot_pod_spec
@@ -71,13 +68,13 @@ def install_command() -> list[str]:
             "-r", f"/gate/{REQUIREMENTS.name}"]
 
 
-def shell_script(plan: Plan, job: GateJob) -> str:
+def shell_script(spec: GateSpec) -> str:
     """The gate container's: wait for the gateway, lm-eval (installed by the init container), the
     check; no install here."""
-    quoted = " ".join(f"'{a}'" for a in lm_eval_command(plan, job))
+    quoted = " ".join(f"'{a}'" for a in spec.lm_eval_command)
     return "\n".join([
         "set -eu",
-        f"python /gate/wait_for_gateway.py '{gateway_url(job.hostname)}' {READY_WAIT_S} {KEY_FILE}",
+        f"python /gate/wait_for_gateway.py '{gateway_url(spec.job.hostname)}' {READY_WAIT_S} {KEY_FILE}",
         f"export PYTHONPATH={WORK}/py PATH={WORK}/py/bin:$PATH",
         # lm-eval's local-completions reads its Bearer key from OPENAI_API_KEY: set for lm_eval's
         # process alone, from the mounted file, so the key is in no pod spec and no other process.
@@ -89,8 +86,7 @@ def shell_script(plan: Plan, job: GateJob) -> str:
 # -- the component ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class AccuracyGateArgs:
-    plan: Plan
-    job: GateJob                        # GateJob.for_stack(plan, settings)
+    spec: GateSpec                      # deployment.jobs.gate_job_spec(plan, settings)
     provider: k8s.Provider
     namespace: str
     api_keys: pulumi.Input[str]         # the apiKeys Pulumi secret: JSON {name: key}
@@ -103,12 +99,12 @@ class AccuracyGate(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: AccuracyGateArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llm-serving:accuracy_gate:AccuracyGate", name, None, own(opts))
-        plan, job, ns = args.plan, args.job, args.namespace
+        spec, ns = args.spec, args.namespace
         child = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=after(opts))
-        self.gate = gate_spec(job.gate)
-        self.digest = rollout_digest(plan, job)
-        self.timeout_s = gate_timeout_s(plan, job)
-        self.hostname = job.hostname
+        self.gate = spec.gate
+        self.digest = spec.digest
+        self.timeout_s = spec.timeout_s
+        self.hostname = spec.job.hostname
         # The gate's own key (the gateway meters it at the gate's share), never a tenant's.
         self.credentials = k8s.core.v1.Secret(
             f"{name}-credentials", metadata={"namespace": ns, "labels": LABELS}, type="Opaque",
@@ -119,7 +115,7 @@ class AccuracyGate(pulumi.ComponentResource):
             data={"gate.json": json.dumps(self.gate, indent=2),
                   "accuracy_check.py": Path(accuracy_check.__file__).read_text(),
                   "wait_for_gateway.py": WAIT_FOR_GATEWAY,
-                  "run.sh": shell_script(plan, job),
+                  "run.sh": shell_script(spec),
                   REQUIREMENTS.name: REQUIREMENTS.read_text()},
             opts=child)
         # HTTPS out: the package index (init container) and the gateway's public name (the gate).

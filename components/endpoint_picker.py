@@ -25,7 +25,7 @@ import pulumi_kubernetes as k8s
 from conventions import ENDPOINT_PICKER_IMAGE, PICKER_GRPC_PORT, PICKER_HEALTH_PORT, PICKER_METRICS_PORT, VLLM_API_PORT
 
 from conventions import HOST_KEY, POOL_API, SYSTEM_ROLE_LABEL, ZONE_KEY
-from deployment.gateway import PICKER_LABELS, picker_replicas
+from deployment.gateway import PICKER_LABELS
 from deployment.serving import APP_LABELS
 
 from .options import after
@@ -60,7 +60,7 @@ PREFIX_AWARE_CONFIG = picker_config((("queue-scorer", 2), ("kv-cache-utilization
 
 @dataclass(frozen=True)
 class EndpointPickerArgs:
-    zones: int                      # the serving zones: one picker per zone, at least two
+    replicas: int                   # deployment.gateway.picker_replicas: one per zone, at least two
     provider: k8s.Provider
     namespace: str                  # the serving namespace: a pool selects pods in its own namespace
     gateway_namespace: str          # where the Envoy proxies that call the picker run
@@ -123,7 +123,7 @@ class EndpointPicker(pulumi.ComponentResource):
         super().__init__("llm-serving:endpoint_picker:EndpointPicker", name, None, opts)
         ns = args.namespace
         self.pool_name, self.picker_name = "vllm", "vllm-epp"
-        self.replicas = picker_replicas(args.zones)
+        self.replicas = args.replicas
         o = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=after(opts))
 
         account = self._access(name, ns, args, o)

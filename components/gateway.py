@@ -26,13 +26,8 @@ from conventions import (
     GATEWAY_CONTROLLER_NAMESPACE, INFERENCE_EXTENSION_VERSION, MONITORING_NAMESPACE, VLLM_API_PORT,
 )
 from conventions import HOST_KEY, POOL_API, SYSTEM_ROLE_LABEL, ZONE_KEY
-from deployment.api_keys import GATE_KEY_NAME, gate_key, parse_api_keys
-from deployment.gateway import (
-    GATEWAY_CLUSTER_IP, circuit_limits, gate_rate_limit, load_test_rate_limit, per_key_rate_limit, proxy_replicas,
-    quota_capacity_qps, quota_shares, route_timeouts,
-)
-from settings.schema import GatewaySettings
-from sizing.planner import Plan
+from deployment.api_keys import gate_key, parse_api_keys
+from deployment.gateway import GATEWAY_CLUSTER_IP, GatewaySpec, proxy_replicas
 
 from .endpoint_picker import EndpointPicker, EndpointPickerArgs
 from .options import after
@@ -141,12 +136,7 @@ def envoy_proxy_spec(gateway_name: str, proxies: int, allowed_cidrs: tuple[str, 
 # -- the component ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class GatewayArgs:
-    plan: Plan
-    gateway: GatewaySettings               # hostname, key names, quota share, TLS, DNS, inference extension
-    zones: tuple[str, ...]                 # the serving zones: proxy (and picker) replicas spread over them
-    allowed_cidrs: tuple[str, ...]         # who may reach the load balancer (gatewayAllowedCidrs)
-    accuracy_gate_enabled: bool            # the gate's own key and quota share
-    load_test_enabled: bool                # the load test's key may reach the sweep's top rate
+    spec: GatewaySpec                      # deployment.gateway.gateway_spec(plan, settings)
     provider: k8s.Provider
     api_keys: pulumi.Input[str]            # a Pulumi secret: JSON {name: key}
     namespace: str                         # the serving namespace (routes, policies, pool live there)
@@ -165,8 +155,10 @@ class Gateway(pulumi.ComponentResource):
     def __init__(self, name: str, args: GatewayArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llm-serving:gateway:Gateway", name, None, opts)
         self._name, self._args, self._after = name, args, after(opts)
-        gw = args.gateway
-        self._quota_figures(args)
+        spec = args.spec
+        gw = spec.settings
+        self.rate_limit, self.gate_key = spec.tenant_rate_limit, spec.gate_key
+        self.timeouts, self.proxy_replicas = spec.timeouts, spec.proxies
         child = pulumi.ResourceOptions(parent=self, provider=args.provider)
 
         crds = self._controllers(name, args, child)
@@ -178,13 +170,11 @@ class Gateway(pulumi.ComponentResource):
         self._routing(crds)
         self._auth(child)
         # What the quotas may share out, for the guard policy that sums the rules against it.
-        budget_share = sum(quota_shares(gw.rateLimitShare, args.accuracy_gate_enabled))
-        budget = {ANNOTATION_QUOTA_BUDGET_QPS: f"{quota_capacity_qps(args.plan) * budget_share:.4f}",
+        budget = {ANNOTATION_QUOTA_BUDGET_QPS: f"{spec.quota_budget_qps:.4f}",
                   ANNOTATION_PROXIES: str(self.proxy_replicas)}
         self.traffic_policy = self._cr("traffic", EG_API, "BackendTrafficPolicy",
                                        {"name": "openai", "namespace": args.namespace, "annotations": budget},
-                                       self._traffic_spec(args.plan, gw.apiKeyNames, self.proxy_replicas),
-                                       deps=[self.route])
+                                       self._traffic_spec(spec), deps=[self.route])
         # The load balancer's address, once Envoy Gateway has provisioned it (unknown in a preview).
         self.address = self.gateway.status.apply(gateway_address)
         self.register_outputs({"gateway": name, "hostname": gw.hostname, "address": self.address,
@@ -192,22 +182,6 @@ class Gateway(pulumi.ComponentResource):
                                "rateLimitPerKey": f"{self.rate_limit.requests}/{self.rate_limit.unit}"})
 
     # -- pieces --------------------------------------------------------------------------------
-    def _quota_figures(self, args: GatewayArgs) -> None:
-        gw, plan = args.gateway, args.plan
-        proxies = proxy_replicas(len(args.zones))
-        gate_on = args.accuracy_gate_enabled
-        self.rate_limit = per_key_rate_limit(quota_capacity_qps(plan), quota_shares(gw.rateLimitShare, gate_on)[0],
-                                             len(gw.apiKeyNames), proxies)
-        # The accuracy gate's own key (derived from the apiKeys secret), metered at its own share.
-        self.gate_key = GATE_KEY_NAME if gate_on else None
-        self.settings_share = gw.rateLimitShare
-        # While the load test is on, its key (LoadTestRun.key_name) may reach the sweep's top
-        # rate: the test measures the engines, not the quota. Run it in staging or before prod
-        # takes traffic; the other keys keep their shares.
-        self.load_test_key = gw.apiKeyNames[0] if args.load_test_enabled else None
-        self.timeouts = route_timeouts(plan)
-        self.proxy_replicas = proxies
-
     def _cr(self, suffix: str, api: str, kind: str, metadata: dict, spec: dict, deps=(), with_status=False):
         cls = StatusCustomResource if with_status else k8s.apiextensions.CustomResource
         return cls(
@@ -216,9 +190,9 @@ class Gateway(pulumi.ComponentResource):
 
     def _listener(self) -> None:
         """EnvoyProxy -> GatewayClass -> Gateway (the HTTPS listener with its certificate)."""
-        name, args, gw = self._name, self._args, self._args.gateway
+        name, args, gw = self._name, self._args, self._args.spec.settings
         proxy_config = self._cr("envoyproxy", EG_API, "EnvoyProxy", {"name": name, "namespace": GATEWAY_CONTROLLER_NAMESPACE},
-                                envoy_proxy_spec(name, self.proxy_replicas, args.allowed_cidrs,
+                                envoy_proxy_spec(name, self.proxy_replicas, args.spec.allowed_cidrs,
                                                  gw.hostname if gw.manages_dns else None))
         self.gateway_class = self._cr("class", GATEWAY_API, "GatewayClass", {"name": name}, {
             "controllerName": "gateway.envoyproxy.io/gatewayclass-controller",
@@ -234,13 +208,13 @@ class Gateway(pulumi.ComponentResource):
 
     def _routing(self, crds: list) -> None:
         """The OpenAI route: to the endpoint picker's InferencePool, or straight to the vLLM Service."""
-        name, args, gw = self._name, self._args, self._args.gateway
+        name, args, gw = self._name, self._args, self._args.spec.settings
         self.picker = None
         if gw.inferenceExtension:
             self.picker = EndpointPicker(f"{name}-picker", EndpointPickerArgs(
-                zones=len(args.zones), provider=args.provider, namespace=args.namespace,
+                replicas=args.spec.pickers, provider=args.provider, namespace=args.namespace,
                 gateway_namespace=GATEWAY_CONTROLLER_NAMESPACE, monitoring_namespace=args.monitoring_namespace,
-                prefix_aware=args.plan.request.workload.prefix_hit_fraction > 0),
+                prefix_aware=args.spec.prefix_aware),
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[*crds, *self._after]))
             backend = {"group": POOL_API.split("/")[0], "kind": "InferencePool", "name": self.picker.pool_name}
         else:
@@ -256,7 +230,7 @@ class Gateway(pulumi.ComponentResource):
 
     def _auth(self, child: pulumi.ResourceOptions) -> None:
         """The client keys Secret and the SecurityPolicy that checks every request against it."""
-        name, args, gw, ns = self._name, self._args, self._args.gateway, self._args.namespace
+        name, args, gw, ns = self._name, self._args, self._args.spec.settings, self._args.namespace
         self.api_key_secret = k8s.core.v1.Secret(
             f"{name}-api-keys", metadata={"name": "gateway-api-keys", "namespace": ns}, type="Opaque",
             string_data=pulumi.Output.from_input(args.api_keys).apply(
@@ -276,13 +250,13 @@ class Gateway(pulumi.ComponentResource):
         CRD once at start-up and never again (AI Gateway v1.0.0
         `internal/controller/controller.go` skips its InferencePool controller for good).
         Returns what custom resources must wait for."""
-        inference = args.gateway.inferenceExtension
+        inference = args.spec.settings.inferenceExtension
         pool_crd = [k8s.yaml.v2.ConfigFile(f"{name}-inference-crds", file=INFERENCE_CRDS_URL, opts=opts)] \
             if inference else []
         eg = k8s.helm.v3.Release(
             f"{name}-envoy-gateway", name="envoy-gateway", chart=EG_CHART, version=ENVOY_GATEWAY_VERSION,
             namespace=GATEWAY_CONTROLLER_NAMESPACE, create_namespace=True,
-            values=envoy_gateway_values(len(args.zones), inference),
+            values=envoy_gateway_values(args.spec.zones, inference),
             opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=pool_crd)))
         if not inference:
             return [eg]
@@ -301,12 +275,8 @@ class Gateway(pulumi.ComponentResource):
             keys[self.gate_key] = gate_key(text)
         return keys
 
-    def _traffic_spec(self, plan: Plan, key_names: tuple[str, ...], proxies: int) -> dict:
-        limits = {key: self.rate_limit for key in key_names}
-        if self.gate_key is not None:
-            limits[self.gate_key] = gate_rate_limit(plan, self.settings_share, proxies)
-        if self.load_test_key is not None:
-            limits[self.load_test_key] = load_test_rate_limit(plan, proxies)
+    def _traffic_spec(self, gateway: GatewaySpec) -> dict:
+        limits = gateway.rate_limits
         spec = {
             "targetRefs": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "openai"}],
             "rateLimit": {"local": {"rules": [{
@@ -318,7 +288,7 @@ class Gateway(pulumi.ComponentResource):
             "retry": {"numRetries": 1, "retryOn": {"triggers": ["connect-failure", "retriable-status-codes"],
                                                    "httpStatusCodes": [RETRY_STATUS]}},
             "timeout": {"tcp": {"connectTimeout": self.timeouts.connect}},
-            "circuitBreaker": circuit_limits(plan, proxies),
+            "circuitBreaker": gateway.circuit_limits,
         }
         if self.picker is None:
             spec["loadBalancer"] = {"type": "LeastRequest"}

@@ -21,9 +21,10 @@ import pulumi_aws as aws
 from conventions import (
     GPU_TAINT, LABEL_POOL, LABEL_ROLE, LABEL_ZONE, MODEL_CACHE_PATH, TAG_GPUS_PER_NODE, TAG_PURCHASE_APPROVED,
 )
-from deployment.drain import CRITICAL_PODS_S, drain_timing, longest_request_s, node_shutdown_grace_s
+from deployment.drain import CRITICAL_PODS_S
+from deployment.node_pools import NodePoolSpec
 from settings.schema import GpuPoolSettings
-from sizing.planner import Plan, Pool
+from sizing.planner import Pool
 
 from .cluster import Cluster, hardened_launch_template
 from .network import Network
@@ -83,10 +84,9 @@ MODEL_CACHE_SCRIPT = textwrap.dedent(f"""\
     """)
 
 
-def user_data(plan: Plan) -> str:
+def user_data(shutdown_grace_s: int) -> str:
     """The launch template's user data: AL2023 MIME multipart (NodeConfig + the cache script), base64."""
-    grace = node_shutdown_grace_s(drain_timing(longest_request_s(plan)))
-    parts = [("application/node.eks.aws", node_config(grace)), ('text/x-shellscript; charset="us-ascii"', MODEL_CACHE_SCRIPT)]
+    parts = [("application/node.eks.aws", node_config(shutdown_grace_s)), ('text/x-shellscript; charset="us-ascii"', MODEL_CACHE_SCRIPT)]
     body = "MIME-Version: 1.0\n" f'Content-Type: multipart/mixed; boundary="{MIME_BOUNDARY}"\n\n'
     for content_type, text in parts:
         body += f"--{MIME_BOUNDARY}\nContent-Type: {content_type}\n\n{text}\n"
@@ -111,18 +111,10 @@ def gpu_update_config() -> aws.eks.NodeGroupUpdateConfigArgs:
 @dataclass(frozen=True)
 class GpuNodePoolArgs:
     tags: Mapping[str, str]
-    plan: Plan
-    pool: Pool                       # the plan's pool (zone, instance type, nodes, label)
-    pool_settings: GpuPoolSettings   # capacity reservation / block, EFA
+    spec: NodePoolSpec               # deployment.node_pools.node_pool_specs(plan, settings)
     cluster: Cluster
     network: Network
     efa_security_group_id: pulumi.Input[str] | None = None   # components/efa.py: all traffic within itself
-
-
-def efa_enabled(plan: Plan, pool_settings: GpuPoolSettings) -> bool:
-    """EFA on when the pool asks for it, and always when a replica spans nodes: its pipeline
-    stages talk over the network (the plan's inter-node cost is the instance's EFA bandwidth)."""
-    return pool_settings.efa or plan.nodes_per_replica > 1
 
 
 # `opts.depends_on` names the node groups updated before this one: pools update one after another,
@@ -141,13 +133,13 @@ class GpuNodePool(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: GpuNodePoolArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llm-serving:gpu:GpuNodePool", name, None, opts)
-        pool = args.pool
+        pool = args.spec.pool
         child = pulumi.ResourceOptions(parent=self)
-        tags = {**args.tags, TAG_GPUS_PER_NODE: str(args.plan.instance.gpus)}
+        tags = {**args.tags, TAG_GPUS_PER_NODE: str(args.spec.gpus_per_node)}
         self.zone, self.label = pool.zone, pool.label
         self.efa_interfaces = 0           # EFA devices per node (what the serving pods request)
 
-        reservation_id, uses_block = self._capacity(name, args.pool_settings, tags, child)
+        reservation_id, uses_block = self._capacity(name, args.spec.settings, tags, child)
         capacity_spec = market = None
         if reservation_id is not None:
             capacity_spec = aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs(
@@ -159,12 +151,12 @@ class GpuNodePool(pulumi.ComponentResource):
         self.launch_template = hardened_launch_template(
             f"{name}-lt", name_tag=name, root_gib=GPU_ROOT_VOLUME_GIB, tags=tags, opts=child,
             description=f"GPU nodes of pool {pool.label} ({pool.instance_type}, {pool.zone})",
-            user_data=user_data(args.plan),
+            user_data=user_data(args.spec.shutdown_grace_s),
             # A Capacity Block node group must name the instance type in its launch template.
             instance_type=pool.instance_type if uses_block else None,
             capacity_reservation_specification=capacity_spec,
             instance_market_options=market,
-            network_interfaces=self._efa(args) if efa_enabled(args.plan, args.pool_settings) else None,
+            network_interfaces=self._efa(args) if args.spec.efa else None,
         )
         self.node_group = self._node_group(name, args, uses_block, tags, after(opts))
         self.register_outputs({
@@ -174,7 +166,7 @@ class GpuNodePool(pulumi.ComponentResource):
         })
 
     def _efa(self, args: GpuNodePoolArgs) -> list[aws.ec2.LaunchTemplateNetworkInterfaceArgs]:
-        interfaces = _efa_interfaces(args.pool, args.cluster, args.efa_security_group_id)
+        interfaces = _efa_interfaces(args.spec.pool, args.cluster, args.efa_security_group_id)
         self.efa_interfaces = len(interfaces)
         return interfaces
 
@@ -201,7 +193,7 @@ class GpuNodePool(pulumi.ComponentResource):
 
     def _node_group(self, name: str, args: GpuNodePoolArgs, uses_block: bool, tags: dict[str, str],
                     update_after: list[pulumi.Resource]) -> aws.eks.NodeGroup:
-        pool, cluster = args.pool, args.cluster
+        pool, cluster = args.spec.pool, args.cluster
         return aws.eks.NodeGroup(
             f"{name}-ng",
             cluster_name=cluster.eks_cluster.name,

@@ -23,9 +23,8 @@ import pulumi_kubernetes as k8s
 
 from conventions import GUIDELLM_IMAGE
 from deployment.api_keys import client_key
-from deployment.jobs import RESULTS_PATH, SCENARIO_PATH, LoadTestRun, run_deadline_s, scenario
+from deployment.jobs import RESULTS_PATH, SCENARIO_PATH, LoadTestSpec
 from deployment.serving import HUB_TOKEN_DIR, HUB_TOKEN_KEY
-from sizing.planner import Plan
 
 from .options import after, own
 from .pods import job_egress, one_shot_pod_spec
@@ -59,8 +58,7 @@ def guidellm_container(secret_ref: dict) -> dict:
 # -- the component ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class LoadTestArgs:
-    plan: Plan
-    run: LoadTestRun                    # LoadTestRun.for_stack(plan, settings)
+    spec: LoadTestSpec                  # deployment.jobs.load_test_spec(plan, settings)
     provider: k8s.Provider
     namespace: str                      # the serving namespace (its policies restrict ingress only)
     api_keys: pulumi.Input[str]         # the apiKeys Pulumi secret: JSON {name: key}
@@ -74,10 +72,10 @@ class LoadTest(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: LoadTestArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llm-serving:loadtest:LoadTest", name, None, own(opts))
-        plan, run, ns = args.plan, args.run, args.namespace
+        run, ns = args.spec.run, args.namespace
         child = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=after(opts))
-        self.scenario = scenario(plan, run)
-        self.report_path = self.scenario["spec"]["outputs"][0]["path"]
+        self.scenario = args.spec.scenario
+        self.report_path = args.spec.report_path
         key_name = run.key_name
         self.credentials = k8s.core.v1.Secret(
             f"{name}-credentials", metadata={"namespace": ns, "labels": LABELS}, type="Opaque",
@@ -104,7 +102,7 @@ class LoadTest(pulumi.ComponentResource):
                 "llm-serving.io/report-path": self.report_path}},
             spec={
                 "backoffLimit": 0,            # a failed load test is read, not retried over the results
-                "activeDeadlineSeconds": run_deadline_s(plan, run.load_test),
+                "activeDeadlineSeconds": args.spec.deadline_s,
                 "template": {
                     "metadata": {"labels": LABELS},
                     "spec": one_shot_pod_spec(container, [

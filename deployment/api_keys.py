@@ -10,7 +10,6 @@ import hashlib
 import hmac
 import json
 
-from settings.schema import GATE_KEY_NAME  # noqa: F401 (re-exported: the gateway and the gate share it)
 
 SET_IT = "set it with `pulumi config set --secret apiKeys '{\"<name>\": \"<key>\", ...}'`"
 

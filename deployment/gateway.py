@@ -11,6 +11,8 @@ import math
 from dataclasses import dataclass
 
 from conventions import SERVICE_CIDR
+from settings import StackSettings
+from settings.schema import GATE_KEY_NAME, GatewaySettings
 from sizing.planner import Plan
 
 from .drain import longest_request_s
@@ -112,3 +114,43 @@ PICKER_LABELS = {"app.kubernetes.io/name": "endpoint-picker", "llm-serving.io/ro
 def picker_replicas(zones: int) -> int:
     """One per zone, never fewer than two: a zone loss or a node drain leaves one answering."""
     return max(MIN_PICKER_REPLICAS, zones)
+
+
+@dataclass(frozen=True)
+class GatewaySpec:
+    """Everything components/gateway.py (and its endpoint picker) builds, from the plan and the
+    stack's gateway settings."""
+    settings: GatewaySettings                 # hostname, key names, quota share, TLS, DNS, inference extension
+    zones: int                                # the serving zones: the controller and proxies spread over them
+    allowed_cidrs: tuple[str, ...]            # who may reach the load balancer
+    proxies: int
+    pickers: int
+    tenant_rate_limit: RateLimit              # each tenant key's bucket per proxy
+    rate_limits: dict[str, RateLimit]         # every metered key (tenants, the gate's, the load test's): its bucket
+    gate_key: str | None                      # the accuracy gate's key name, while the gate is on
+    timeouts: RouteTimeouts
+    circuit_limits: dict
+    quota_budget_qps: float                   # what all quotas may sum to (the guard policy's annotation)
+    prefix_aware: bool                        # the plan counts on per-conversation prefix reuse (picker scorer)
+
+
+def gateway_spec(plan: Plan, settings: StackSettings) -> GatewaySpec:
+    gw, gate_on = settings.gateway, settings.accuracy_gate_enabled
+    proxies = proxy_replicas(len(settings.zones))
+    capacity = quota_capacity_qps(plan)
+    tenant = per_key_rate_limit(capacity, quota_shares(gw.rateLimitShare, gate_on)[0], len(gw.apiKeyNames), proxies)
+    limits = {key: tenant for key in gw.apiKeyNames}
+    if gate_on:      # the accuracy gate's own key (derived from the apiKeys secret), at its own share
+        limits[GATE_KEY_NAME] = gate_rate_limit(plan, gw.rateLimitShare, proxies)
+    if settings.loadTest.enabled:
+        # While the load test is on, its key (LoadTestRun.key_name) may reach the sweep's top rate:
+        # the test measures the engines, not the quota. Run it in staging or before prod takes
+        # traffic; the other keys keep their shares.
+        limits[gw.apiKeyNames[0]] = load_test_rate_limit(plan, proxies)
+    return GatewaySpec(
+        settings=gw, zones=len(settings.zones), allowed_cidrs=tuple(settings.gatewayAllowedCidrs),
+        proxies=proxies, pickers=picker_replicas(len(settings.zones)), tenant_rate_limit=tenant,
+        rate_limits=limits, gate_key=GATE_KEY_NAME if gate_on else None, timeouts=route_timeouts(plan),
+        circuit_limits=circuit_limits(plan, proxies),
+        quota_budget_qps=capacity * sum(quota_shares(gw.rateLimitShare, gate_on)),
+        prefix_aware=plan.request.workload.prefix_hit_fraction > 0)

@@ -187,3 +187,37 @@ def rollout_digest(plan: Plan, job: GateJob) -> str:
               "gate": gate_spec(job.gate), "command": lm_eval_command(plan, job)}
     return hashlib.sha256(json.dumps(judged, sort_keys=True).encode()).hexdigest()[:16]
 
+
+
+# -- the jobs' slices of the deployment spec --------------------------------------------------
+@dataclass(frozen=True)
+class LoadTestSpec:
+    """Everything components/loadtest.py builds."""
+    run: LoadTestRun
+    scenario: dict                   # the GuideLLM scenario (its report path inside)
+    deadline_s: int                  # the Job's activeDeadlineSeconds
+
+    @property
+    def report_path(self) -> str:
+        return self.scenario["spec"]["outputs"][0]["path"]
+
+
+def load_test_spec(plan: Plan, settings: StackSettings) -> LoadTestSpec:
+    run = LoadTestRun.for_stack(plan, settings)
+    return LoadTestSpec(run=run, scenario=scenario(plan, run), deadline_s=run_deadline_s(plan, run.load_test))
+
+
+@dataclass(frozen=True)
+class GateSpec:
+    """Everything components/accuracy_gate.py builds."""
+    job: GateJob
+    gate: dict                       # accuracy_check.py's input: tasks, metrics, baselines, max drop
+    digest: str                      # changes with what the gate judges: a new digest re-runs the Job
+    timeout_s: int
+    lm_eval_command: tuple[str, ...]
+
+
+def gate_job_spec(plan: Plan, settings: StackSettings) -> GateSpec:
+    job = GateJob.for_stack(plan, settings)
+    return GateSpec(job=job, gate=gate_spec(job.gate), digest=rollout_digest(plan, job),
+                    timeout_s=gate_timeout_s(plan, job), lm_eval_command=tuple(lm_eval_command(plan, job)))

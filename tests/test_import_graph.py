@@ -4,14 +4,15 @@ part contains reaches up into the CLI."""
 from __future__ import annotations
 
 import ast
+import sys
 from functools import lru_cache
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("conventions", "inputs", "sizing", "settings", "components", "observability", "policies", "simulator",
-            "offline", "twin", "proving", "llmserve")
+PACKAGES = ("conventions", "inputs", "sizing", "settings", "deployment", "components", "observability", "policies",
+            "simulator", "offline", "twin", "proving", "llmserve")
 CLI = "llmserve"
 LIBRARIES = tuple(p for p in PACKAGES if p != CLI)
 # Which parts each part may import (besides itself and third-party code): the layers of the README.
@@ -19,12 +20,14 @@ ALLOWED = {
     "conventions": set(),
     "sizing": {"conventions"},
     "settings": {"conventions", "sizing"},
-    "observability": {"conventions", "sizing", "settings"},
-    "simulator": {"conventions", "sizing", "settings"},
-    "components": {"conventions", "sizing", "settings", "observability"},
+    # The plan as deployment data (no Pulumi): above settings and sizing, below what renders it.
+    "deployment": {"conventions", "sizing", "settings"},
+    "observability": {"conventions", "sizing", "settings", "deployment"},
+    "simulator": {"conventions", "sizing", "settings", "deployment"},
+    "components": {"conventions", "sizing", "settings", "deployment", "observability"},
     "policies": {"conventions"},
-    "offline": {"conventions", "sizing", "settings", "observability", "policies", "__main__"},
-    "twin": {"conventions", "sizing", "settings", "observability", "simulator"},
+    "offline": {"conventions", "sizing", "settings", "deployment", "observability", "policies", "__main__"},
+    "twin": {"conventions", "sizing", "settings", "deployment", "observability", "simulator"},
     "proving": {"conventions", "sizing", "settings", "simulator"},     # the load-test report and its verdict
     "llmserve": set(PACKAGES) - {"llmserve"},
 }
@@ -157,3 +160,48 @@ def test_no_import_cycle_between_modules():
         visit(node)
     assert len(graph) > 50
     assert cycles == []
+
+
+def test_the_deployment_layer_imports_no_pulumi():
+    """deployment/ is plain data: the simulator, the twin and `size` read it without the SDK."""
+    for path in sorted((ROOT / "deployment").rglob("*.py")):
+        pulumi = sorted(n for n in imported_names(path) if n.split(".")[0].startswith("pulumi"))
+        assert not pulumi, f"{path.name} imports {pulumi}"
+
+
+# What sibling component modules may share besides each other's component classes and their Args:
+# the shared pod parts and the resource-option helpers. Every other name (a figure, a constant, a
+# builder) lives in deployment/ or conventions, so a component is a Pulumi shell over its slice.
+SHARED_COMPONENT_HELPERS = {"components.pods", "components.options"}
+MOST_NAMES_CROSSING_COMPONENTS = 4
+
+
+def names_crossing_components() -> set[tuple[str, str]]:
+    """(importing module, name) for every name one component module takes from a sibling that is
+    neither a class (a component, its Args, a resource type) nor one of the shared helpers."""
+    crossing = set()
+    for path in sorted((ROOT / "components").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.ImportFrom) and node.level == 1):
+                continue
+            source = f"components.{node.module}" if node.module else "components"
+            if source in SHARED_COMPONENT_HELPERS:
+                continue
+            for alias in node.names:
+                if node.module is None or not alias.name[:1].isupper() or alias.name.isupper():
+                    crossing.add((path.stem, alias.name))
+    return crossing
+
+
+def test_components_share_wiring_not_figures():
+    crossing = names_crossing_components()
+    assert len({name for _, name in crossing}) <= MOST_NAMES_CROSSING_COMPONENTS, sorted(crossing)
+
+
+def test_the_crossing_count_sees_constants_functions_and_modules(tmp_path, monkeypatch):
+    """The rule's own check: an UPPER constant, a function and a module count; a class does not."""
+    (tmp_path / "components").mkdir()
+    (tmp_path / "components" / "a.py").write_text(
+        "from .b import LIMIT, helper, Widget, WidgetArgs\nfrom . import c\nfrom .pods import spread\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert names_crossing_components() == {("a", "LIMIT"), ("a", "helper"), ("a", "c")}

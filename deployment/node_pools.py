@@ -1,0 +1,36 @@
+"""The GPU node pools as deployment data: one per (zone, pool) of the plan, with what each node
+group needs from the plan (its GPUs per node, EFA, the kubelet's shutdown grace).
+
+Pure Python (no Pulumi): components/gpu_node_pool.py builds each group.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from settings import StackSettings
+from settings.schema import GpuPoolSettings
+from sizing.planner import Plan, Pool
+
+from .drain import drain_timing, longest_request_s, node_shutdown_grace_s
+
+
+def efa_enabled(plan: Plan, pool_settings: GpuPoolSettings) -> bool:
+    """EFA on when the pool asks for it, and always when a replica spans nodes: its pipeline
+    stages talk over the network (the plan's inter-node cost is the instance's EFA bandwidth)."""
+    return pool_settings.efa or plan.nodes_per_replica > 1
+
+
+@dataclass(frozen=True)
+class NodePoolSpec:
+    pool: Pool                       # the plan's pool (zone, instance type, nodes, label)
+    settings: GpuPoolSettings        # capacity reservation / block, EFA
+    gpus_per_node: int
+    efa: bool
+    shutdown_grace_s: int            # the kubelet's shutdownGracePeriod (deployment.drain)
+
+
+def node_pool_specs(plan: Plan, settings: StackSettings) -> tuple[NodePoolSpec, ...]:
+    """One per pool, in the plan's order (each node group updates after the one before)."""
+    grace = node_shutdown_grace_s(drain_timing(longest_request_s(plan)))
+    return tuple(NodePoolSpec(pool, ps, plan.instance.gpus, efa_enabled(plan, ps), grace)
+                 for pool, ps in zip(plan.request.pools, settings.gpuPools))
