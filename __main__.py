@@ -21,8 +21,8 @@ from components.network import Network, NetworkArgs, network_zones
 from components.serving import Serving, ServingArgs, served_checkpoint
 from settings import SettingsError, sizing_problem
 from settings.pulumi_config import refuse_example_values, require_secrets, secret, settings_from_pulumi
-from sizing.model import SizingError
 from sizing.planner import plan as make_plan
+from sizing.workload import SizingError
 
 try:
     settings = settings_from_pulumi()

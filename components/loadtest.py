@@ -26,7 +26,7 @@ import conventions
 from conventions import GUIDELLM_IMAGE
 from settings import StackSettings
 from settings.schema import LoadTestSettings
-from sizing.model import Workload
+from sizing.workload import Workload
 from sizing.planner import Plan
 
 from .api_keys import client_key

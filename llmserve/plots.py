@@ -5,7 +5,8 @@ import math
 from pathlib import Path
 
 from sizing.catalog import load_catalog
-from sizing.model import ReplicaModel, Shape
+from sizing.memory import Shape
+from sizing.model import ReplicaModel
 from sizing.planner import Plan
 from sizing.profiles import get_profile
 

@@ -18,11 +18,13 @@ from functools import cached_property
 from conventions import RULE_ZONE_HOLDS_WHOLE_GROUPS
 
 from .catalog import Instance, load_catalog, resolve_model
+from .checks import MAX_NODES_PER_REPLICA, candidate_tps, check_shape, replica_words
 from .fit import _unloaded
-from .model import (MAX_NODES_PER_REPLICA, Capacity, Memory, Point, ReplicaModel, Shape, SizingError, Workload,
-                    candidate_tps, check_shape, engine_max_num_seqs, replica_words)
+from .memory import Memory, Shape, engine_max_num_seqs
+from .model import Capacity, Point, ReplicaModel
 from .parallel import serving_args
 from .profiles import Profile, get_profile
+from .workload import SizingError, Workload
 
 BINDING_WORDS = {
     "tpot": "{stat} TPOT reaches the {tpot:.0f} ms SLO (decode steps slow as the batch grows)",
@@ -181,7 +183,7 @@ def _engine_args(plan: Plan) -> dict:
         "max_model_len": w.served_max_len,
         # vLLM 0.29.0's own default for the GPU class (sizing.vllm_engine): its paged KV cache
         # admits what fits and preempts the newest when blocks run out, so no tighter cap is
-        # needed. The reference profile keeps the seed's 512 (model.engine_max_num_seqs).
+        # needed. The reference profile keeps the seed's 512 (memory.engine_max_num_seqs).
         "max_num_seqs": engine_max_num_seqs(rm.shape, profile),
         "max_num_batched_tokens": rm.batched_tokens,
         "gpu_memory_utilization": profile.gpu_memory_utilization,
@@ -254,10 +256,7 @@ def place_groups(counts: dict[str, int], pools: tuple[Pool, ...], tp: int, gpus_
 
 def place_on_nodes(counts: dict[str, int], pools: tuple[Pool, ...], tp: int, gpus_per_node: int) -> tuple[NodeSlot, ...]:
     """Within each zone, round-robin its replicas over its nodes; a TP group stays on one node."""
-    nodes: list[list] = []
-    for p in pools:
-        for i in range(p.nodes):
-            nodes.append([p, i, 0])
+    nodes = [[p, i, 0] for p in pools for i in range(p.nodes)]    # [pool, node, replicas on it]
     for zone, count in counts.items():
         in_zone = [n for n in nodes if n[0].zone == zone]
         for k in range(count):
