@@ -21,7 +21,8 @@ def _num(x: float | None, nd: int = 4):
 def _request_fields(plan: Plan) -> dict:
     req, w = plan.request, plan.request.workload
     return {
-        "model": req.model, "instance_type": plan.instance.id, "gpu": plan.instance.gpu.id,
+        # the model sized, as the planner resolved it: the catalog key, or `config:PATH` for a config.json
+        "model": plan.replica_model.shape.model.id, "instance_type": plan.instance.id, "gpu": plan.instance.gpu.id,
         "weights": req.weights, "kv_dtype": req.kv_dtype, "profile": req.profile, "tp": plan.tp, "layout": plan.layout,
         "workload": {"qps": w.qps, "concurrency": w.concurrency, "input_tokens": w.input_tokens,
                      "output_tokens": w.output_tokens, "ttft_slo_s": w.ttft_slo_s, "tpot_slo_s": w.tpot_slo_s,
