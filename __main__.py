@@ -22,8 +22,8 @@ from components.serving import Serving, ServingArgs
 from deployment.spec import deployment_spec
 from settings import SettingsError, sizing_problem
 from settings.pulumi_config import refuse_example_values, require_secrets, secret, settings_from_pulumi
-from sizing.model import SizingError
 from sizing.planner import plan as make_plan
+from sizing.workload import SizingError
 
 try:
     settings = settings_from_pulumi()

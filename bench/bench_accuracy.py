@@ -26,9 +26,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from sizing.catalog import load_catalog  # noqa: E402
-from sizing.model import ReplicaModel, Shape, Workload  # noqa: E402
+from sizing.memory import Shape  # noqa: E402
+from sizing.model import ReplicaModel  # noqa: E402
 from sizing.profiles import get_profile  # noqa: E402
 from sizing.vllm_engine import batch_defaults  # noqa: E402
+from sizing.workload import Workload  # noqa: E402
 
 FIGURES = ("ttft_ms", "tpot_ms", "output_tok_s")
 TARGETS = {"ttft_ms": 0.15, "tpot_ms": 0.05, "output_tok_s": 0.05}     # median absolute error

@@ -39,10 +39,10 @@ def size_against_floor(runs: int) -> tuple[str, bool]:
 def sweep_rate(seconds: float = 2.0, profile_name: str = "reference", statistic: str = "mean") -> tuple[float, int]:
     """Configurations evaluated per second, over the sweep's own grid at five loads."""
     from sizing.catalog import load_catalog
-    from sizing.model import Workload
-    from sizing.model import candidate_tps
+    from sizing.checks import candidate_tps
     from sizing.profiles import get_profile
     from sizing.sweep import SWEEP_WEIGHTS, clear_cache, evaluate
+    from sizing.workload import Workload
 
     catalog, profile = load_catalog(), get_profile(profile_name)
     model = catalog.model("llama-3-70b")

@@ -1,6 +1,6 @@
 """How a replica's engine is launched: the vLLM server's arguments, from one table of field to flag.
 
-The plan decides the engine's figures (`sizing.vllm_engine.EngineArgs`, named as vLLM 0.29.0's
+The plan decides the engine's figures (`sizing.engine_args.EngineArgs`, named as vLLM 0.29.0's
 `vllm/engine/arg_utils.py` `EngineArgs` names them); the deployment adds what to serve, under which
 name, on which port, and how long to drain. `VllmLaunch` holds both, and `FLAGS` is the only place
 a flag is spelled: `vllm_args` and `multi_node_args` read every value through it. The flags are
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from conventions import VLLM_API_PORT
-from sizing.vllm_engine import EngineArgs
+from sizing.engine_args import EngineArgs
 
 LEADER_ADDRESS, WORKER_INDEX = "LWS_LEADER_ADDRESS", "LWS_WORKER_INDEX"   # what LWS sets in every group pod
 CONTAINER_CACHE_PATH = "/models"          # the node's model cache, where the serving container mounts it

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from conventions import VLLM_IMAGE
 from settings import StackSettings
 from settings.schema import ACCURACY_TASK_METRICS, AccuracyGateSettings, LoadTestSettings
-from sizing.model import Workload
+from sizing.workload import Workload
 from sizing.planner import Plan
 
 from .gateway import gate_rate_limit, proxy_replicas

@@ -4,18 +4,15 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from sizing.catalog import load_catalog
-from sizing.model import ReplicaModel, Shape
+from sizing.model import ReplicaModel
 from sizing.planner import Plan
-from sizing.profiles import get_profile
 
 
 def latency_curves(plan: Plan, points: int = 200) -> dict:
-    req = plan.request
-    shape = Shape(load_catalog().model(req.model), plan.instance, plan.tp, req.weights, req.kv_dtype)
-    profile = get_profile(req.profile)
-    models = {"ideal": ReplicaModel(shape, req.workload, profile, real=False),
-              "real": plan.replica_model}        # the one step model the plan's figures come from
+    """Both curves of the replica the plan sized (its shape: the model, whether the catalog's or a
+    config.json's, its layout and nodes), never the model looked up again by name."""
+    real = plan.replica_model            # the one step model the plan's figures come from
+    models = {"ideal": ReplicaModel(real.shape, plan.request.workload, real.profile, real=False), "real": real}
     top = 1.15 * max(plan.capacity_per_replica_ideal.qps, plan.load_per_replica_qps, 1e-6)
     qps = [top * (i + 1) / points for i in range(points)]
     curves = {}
@@ -69,7 +66,7 @@ def plot_latency_vs_qps(plan: Plan, path: Path) -> None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="upper left")
     req = plan.request
-    fig.suptitle(f"{req.model} {req.weights}, TP={plan.tp} on {plan.instance.id}: "
+    fig.suptitle(f"{plan.replica_model.shape.model.id} {req.weights}, TP={plan.tp} on {plan.instance.id}: "
                  f"{w.input_tokens} in / {w.output_tokens} out, profile {req.profile}", fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=110, format="png")    # exactly `path`: no ".png" appended

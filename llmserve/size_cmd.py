@@ -89,8 +89,8 @@ def _request(loaded, given: dict, source: str | None, fit: bool = True):
 
 def _plan(req, source: str | None):
     from settings import sizing_problem
-    from sizing.model import SizingError
     from sizing.planner import plan
+    from sizing.workload import SizingError
 
     try:
         return plan(req.plan_request())

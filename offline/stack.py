@@ -58,8 +58,8 @@ class LoadedStack:
     def plan(self):
         """The sizing plan (`sizing.planner.Plan`); a plan the sizing refuses names its key."""
         from settings import sizing_problem
-        from sizing.model import SizingError
         from sizing.planner import plan
+        from sizing.workload import SizingError
 
         try:
             return plan(self.request.plan_request())

@@ -17,8 +17,10 @@ from conventions import PROJECT, ZONE_LETTERS
 from inputs import InputError, safe_yaml
 from inputs.files import check_path_length, read_text
 from sizing.catalog import CatalogError, load_catalog, resolve_model
-from sizing.model import MAX_NODES_PER_REPLICA, Shape, SizingError, candidate_tps, check_shape
+from sizing.checks import MAX_NODES_PER_REPLICA, candidate_tps, check_shape
+from sizing.memory import Shape
 from sizing.profiles import get_profile
+from sizing.workload import SizingError
 
 from .accuracy_fit import gate_fit_problems
 from .names import AWS_REGIONS, region as valid_region

@@ -16,10 +16,10 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr,
 
 from conventions import SERVING_NAMESPACE
 from sizing.catalog import CatalogError, load_catalog
-from sizing.model import Workload
 from sizing.planner import PlanRequest, Pool
 from sizing.profiles import load_profiles
 from sizing.traffic import LengthDistribution, LengthsError, Percentiles, from_percentiles, parse_lengths_text
+from sizing.workload import Workload
 
 from inputs import InputError
 from inputs.files import read_text

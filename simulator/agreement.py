@@ -7,9 +7,10 @@ as percentiles), the calibrated profile, SLOs at p95; one replica, Poisson arriv
 """
 from __future__ import annotations
 
-from sizing.model import Point, Workload
+from sizing.model import Point
 from sizing.planner import Plan, PlanRequest, plan
 from sizing.traffic import Percentiles, from_percentiles
+from sizing.workload import Workload
 
 from .plan import config_from_plan, simulated_capacity_qps
 from .loop import simulate

@@ -12,7 +12,8 @@ Approximations, stated where they matter (README):
 """
 from __future__ import annotations
 
-from sizing.model import GB, ReplicaModel
+from sizing.memory import GB
+from sizing.model import ReplicaModel
 from sizing.step import StepModel
 
 StepCost = StepModel     # the simulator's name for it

@@ -26,9 +26,11 @@ import yaml
 from inputs import safe_yaml
 
 from .catalog import DATA_DIR, Instance, load_catalog
-from .model import ReplicaModel, Shape, Workload
-from .step import build_step
+from .memory import Shape
+from .model import ReplicaModel
 from .profiles import Profile, get_profile
+from .step import build_step
+from .workload import Workload
 
 CALIBRATION_CSV = DATA_DIR / "calibration_measurements.csv"
 PROFILES_YAML = DATA_DIR / "profiles.yaml"

@@ -2,8 +2,9 @@
 not import each other)."""
 from __future__ import annotations
 
-from .model import ReplicaModel, Workload
+from .model import ReplicaModel
 from .queueing import QUANTILES
+from .workload import Workload
 
 
 def unloaded_reason(rm: ReplicaModel, w: Workload) -> str:

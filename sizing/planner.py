@@ -18,12 +18,13 @@ from functools import cached_property
 from conventions import RULE_ZONE_HOLDS_WHOLE_GROUPS
 
 from .catalog import Instance, load_catalog, resolve_model
+from .checks import MAX_NODES_PER_REPLICA, candidate_tps, check_shape, replica_words
 from .fit import _unloaded
-from .model import (MAX_NODES_PER_REPLICA, Capacity, Memory, Point, ReplicaModel, Shape, SizingError, Workload,
-                    candidate_tps, check_shape, engine_max_num_seqs, replica_words)
-from .parallel import serving_args
+from .engine_args import EngineArgs, catalog_checkpoint, engine_args_for
+from .memory import Memory, Shape
+from .model import Capacity, Point, ReplicaModel
 from .profiles import Profile, get_profile
-from .vllm_engine import EngineArgs
+from .workload import SizingError, Workload
 
 BINDING_WORDS = {
     "tpot": "{stat} TPOT reaches the {tpot:.0f} ms SLO (decode steps slow as the batch grows)",
@@ -154,13 +155,13 @@ class Plan:
     @cached_property
     def engine_args(self) -> EngineArgs:
         """vLLM arguments from the plan (computed once; frozen dataclasses allow a cached property)."""
-        return _engine_args(self)
+        return engine_args_for(self)
 
     @property
     def checkpoint(self) -> str:
         """The catalog's checkpoint for the planned weights (a stack's `model.checkpoint` overrides
         it at deploy time: deployment.serving.served_checkpoint)."""
-        return _catalog_checkpoint(self)
+        return catalog_checkpoint(self)
 
     @property
     def gpus_per_replica(self) -> int:
@@ -177,39 +178,6 @@ class FleetView:
     real: Point
     clients_per_replica: float | None = None
     closed_loop: dict | None = None
-
-
-def _engine_args(plan: Plan) -> EngineArgs:
-    """vLLM arguments derived from the plan (the serving component passes them as they are).
-
-    max_num_batched_tokens is the replica model's step budget (`ReplicaModel._batched_tokens`):
-    the TTFT the plan promises assumes exactly these chunks."""
-    req, w = plan.request, plan.request.workload
-    model = plan.replica_model.shape.model
-    profile = get_profile(req.profile)
-    rm = plan.replica_model
-    return EngineArgs(
-        **serving_args(rm.shape),
-        pipeline_parallel_size=plan.nodes_per_replica,   # vLLM --pipeline-parallel-size (one stage per node)
-        max_model_len=w.served_max_len,
-        # vLLM 0.29.0's own default for the GPU class (sizing.vllm_engine): its paged KV cache
-        # admits what fits and preempts the newest when blocks run out, so no tighter cap is
-        # needed. The reference profile keeps the seed's 512 (model.engine_max_num_seqs).
-        max_num_seqs=engine_max_num_seqs(rm.shape, profile),
-        max_num_batched_tokens=rm.batched_tokens,
-        gpu_memory_utilization=profile.gpu_memory_utilization,
-        kv_cache_dtype="fp8" if req.kv_dtype == "fp8" else "auto",
-        # vLLM 0.29.0 caches prefixes by default; a plan that counts on it says so explicitly.
-        enable_prefix_caching=w.counts_on_prefix_cache,
-        # fp8 without a prequantized checkpoint: vLLM quantizes the BF16 weights at load
-        quantization="fp8" if req.weights == "fp8" and "fp8" not in model.checkpoints else None,
-    )
-
-
-def _catalog_checkpoint(plan: Plan) -> str:
-    """The catalog's checkpoint for the plan's weights (the BF16 one when no prequantized one exists)."""
-    checkpoints = plan.replica_model.shape.model.checkpoints
-    return checkpoints.get(plan.request.weights if plan.request.weights in checkpoints else "bf16")
 
 
 class PlanError(SizingError):
@@ -271,10 +239,7 @@ def place_groups(counts: dict[str, int], pools: tuple[Pool, ...], tp: int, gpus_
 
 def place_on_nodes(counts: dict[str, int], pools: tuple[Pool, ...], tp: int, gpus_per_node: int) -> tuple[NodeSlot, ...]:
     """Within each zone, round-robin its replicas over its nodes; a TP group stays on one node."""
-    nodes: list[list] = []
-    for p in pools:
-        for i in range(p.nodes):
-            nodes.append([p, i, 0])
+    nodes = [[p, i, 0] for p in pools for i in range(p.nodes)]    # [pool, node, replicas on it]
     for zone, count in counts.items():
         in_zone = [n for n in nodes if n[0].zone == zone]
         for k in range(count):

@@ -21,7 +21,8 @@ def _num(x: float | None, nd: int = 4):
 def _request_fields(plan: Plan) -> dict:
     req, w = plan.request, plan.request.workload
     return {
-        "model": req.model, "instance_type": plan.instance.id, "gpu": plan.instance.gpu.id,
+        # the model sized, as the planner resolved it: the catalog key, or `config:PATH` for a config.json
+        "model": plan.replica_model.shape.model.id, "instance_type": plan.instance.id, "gpu": plan.instance.gpu.id,
         "weights": req.weights, "kv_dtype": req.kv_dtype, "profile": req.profile,
         "gpus_per_replica": plan.gpus_per_replica, "layout": plan.layout,
         "workload": {"qps": w.qps, "concurrency": w.concurrency, "input_tokens": w.input_tokens,
@@ -110,7 +111,7 @@ def _cost_and_engine_fields(plan: Plan) -> dict:
         "node_cost_per_million_output_tokens": _num(plan.per_million(plan.node_cost_per_hour), 3),
         "binding_constraint": plan.binding_constraint,
         "fill_idle_gpus": plan.fill_idle_gpus,
-        "engine_args": plan.engine_args.as_dict(),     # vLLM's arguments only (sizing.vllm_engine.EngineArgs)
+        "engine_args": plan.engine_args.as_dict(),     # vLLM's arguments only (sizing.engine_args.EngineArgs)
         "checkpoint": plan.checkpoint,
         "notes": list(plan.notes),
     }

@@ -18,9 +18,12 @@ from operator import attrgetter
 from dataclasses import dataclass, fields
 
 from .catalog import Instance, load_catalog, resolve_model
+from .checks import MAX_NODES_PER_REPLICA, candidate_tps, check_shape
 from .fit import unloaded_reason
-from .model import MAX_NODES_PER_REPLICA, ReplicaModel, Shape, SizingError, Workload, candidate_tps, check_shape
+from .memory import Shape
+from .model import ReplicaModel
 from .profiles import Profile, get_profile
+from .workload import SizingError, Workload
 
 SWEEP_WEIGHTS = ("fp8", "bf16", "fp4")
 SWEEP_ITERATIONS = 5    # capacity to 1% of its range: enough to count replicas, and 10,000+ configs/s

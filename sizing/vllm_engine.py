@@ -20,8 +20,6 @@ Read in the vllm 0.29.0 wheel (PyPI, vllm-0.29.0-cp38-abi3-manylinux_2_28_x86_64
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-
 GIB = 2**30
 BLOCK_TOKENS = 16          # CacheConfig.DEFAULT_BLOCK_SIZE
 NULL_BLOCKS = 1            # the BlockPool's null block, never given to a request
@@ -54,23 +52,3 @@ def blocks_for(tokens: float, block: int = BLOCK_TOKENS) -> int:
     """Blocks a sequence of `tokens` holds: vLLM allocates whole blocks as it grows."""
     return -(-int(tokens) // block) if tokens > 0 else 0
 
-
-@dataclass(frozen=True)
-class EngineArgs:
-    """The vLLM 0.29.0 engine arguments a plan decides, each named as vLLM names it
-    (`vllm/engine/arg_utils.py` `EngineArgs`): nothing else. The checkpoint and the served name are
-    the deployment's (deployment/engine.py, which also holds the one table from field to flag)."""
-    tensor_parallel_size: int
-    data_parallel_size: int
-    enable_expert_parallel: bool
-    pipeline_parallel_size: int          # one stage per node: > 1 only for replicas that span nodes
-    max_model_len: int                   # the served context limit (Workload.served_max_len)
-    max_num_seqs: int
-    max_num_batched_tokens: int
-    gpu_memory_utilization: float
-    kv_cache_dtype: str                  # "fp8" or "auto"
-    enable_prefix_caching: bool
-    quantization: str | None             # "fp8": vLLM quantizes a BF16 checkpoint at load
-
-    def as_dict(self) -> dict:
-        return asdict(self)

@@ -26,8 +26,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from settings import SettingsError, read_stack_config, settings_from_config
-from sizing.model import SizingError
 from sizing.planner import plan as make_plan
+from sizing.workload import SizingError
 from tests.conftest import UPSTREAM
 from tests.inprocess_cli import CaseTimeout, CliResult, run_cli
 from tests.stacks import stack_config

@@ -10,10 +10,12 @@ import pytest
 from sizing import parallel
 from sizing.architecture import ConfigError, parse_config
 from sizing.catalog import load_catalog, model_from_config
-from sizing.model import Shape, SizingError, Workload, check_shape
+from sizing.checks import check_shape
+from sizing.memory import Shape
 from sizing.planner import PlanError, PlanRequest, Pool, plan
 from sizing.profiles import get_profile
 from sizing.report import plan_to_dict
+from sizing.workload import SizingError, Workload
 from llmserve.cli import main
 
 CAT = load_catalog()

@@ -9,7 +9,7 @@ from conventions import EFA_RESOURCE, LWS_CHART_VERSION, VLLM_API_PORT
 from offline.policy_run import evaluate, stack_resources
 from policies.controllers import contract_violations
 from sizing.catalog import load_catalog
-from sizing.model import Shape
+from sizing.memory import Shape
 from sizing.planner import PlanError, PlanRequest, Pool, plan
 from sizing.step import pp_terms
 from sizing.sweep import sweep

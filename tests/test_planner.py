@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from sizing.model import Workload
 from sizing.planner import PlanError, PlanRequest, Pool, plan, replicas_for_n_plus_one, spread
 from sizing.report import plan_to_dict
+from sizing.workload import Workload
 
 P5 = "p5.48xlarge"
 

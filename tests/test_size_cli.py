@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import math
+from pathlib import Path
 
 import pytest
 
@@ -160,6 +162,61 @@ def test_plot_writes_a_png(capsys, tmp_path):
     code, out, _ = run(capsys, "size", "--plot", str(path))
     assert code == 0 and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert f"Plot written to {path}." in out
+
+
+def model_config(tmp_path) -> str:
+    """A config.json given by path: the shipped Llama 3.1 8B's (sizing/data/models/), a model that is
+    not the request's default `llama-3-70b`."""
+    path = tmp_path / "Llama-3.1-8B" / "config.json"
+    path.parent.mkdir()
+    path.write_text((Path(__file__).parent.parent / "sizing/data/models/llama-3.1-8b.json").read_text())
+    return str(path)
+
+
+@pytest.mark.parametrize("name", [[], ["--model", "my-llama"]], ids=["no-name", "named"])
+def test_plot_of_a_model_config_writes_a_png(capsys, tmp_path, name):
+    """The plot draws the replica the plan sized: a name beside the config (not a catalog key) is
+    not looked up again."""
+    path = tmp_path / "p.png"
+    code, out, err = run(capsys, "size", "--model-config", model_config(tmp_path), *name, "--plot", str(path))
+    assert (code, err) == (0, "") and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"Plot written to {path}." in out
+
+
+def test_plot_curves_of_a_model_config_are_its_models(tmp_path):
+    """Both curves of a config.json plan are those of the same model from the catalog (before, the
+    ideal curve was the default llama-3-70b's)."""
+    from llmserve.plots import latency_curves
+    from sizing.planner import PlanRequest, plan
+    from sizing.workload import Workload
+
+    def curves(**model) -> dict:
+        c = latency_curves(plan(PlanRequest(workload=Workload(), **model)), points=20)
+        return {kind: {k: [round(x, 9) if math.isfinite(x) else None for x in v] for k, v in figures.items()}
+                for kind, figures in c.items() if kind != "qps"}
+
+    assert curves(model_config=model_config(tmp_path)) == curves(model="llama-3.1-8b") != curves(model="llama-3-70b")
+
+
+@pytest.mark.parametrize("argv,model", [
+    ([], "llama-3-70b"),
+    (["--model", "meta-llama/Llama-3.1-8B-Instruct"], "llama-3.1-8b"),     # a Hugging Face id: the catalog key
+    (["--stack", "prod-deepseek-r1"], "deepseek-r1"),
+])
+def test_json_model_names_the_catalog_model_sized(capsys, argv, model):
+    code, out, _ = run(capsys, "size", *argv, "--json")
+    assert code == 0 and json.loads(out)["model"] == model
+
+
+@pytest.mark.parametrize("name", [[], ["--model", "my-llama"]], ids=["no-name", "named"])
+def test_json_model_names_the_model_config_sized(capsys, tmp_path, name):
+    """`--model-config`: the model sized is the file's (`config:PATH`), whatever `--model` says
+    (before, the default llama-3-70b, or the name given)."""
+    path = model_config(tmp_path)
+    code, out, _ = run(capsys, "size", "--model-config", path, *name, "--json")
+    d = json.loads(out)
+    assert code == 0 and d["model"] == f"config:{path}"
+    assert d["weights_gb"] < 10       # the 8B's weights at fp8 (9.1 GB), not the 70B's (70.6 GB)
 
 
 def test_sweep_ranks_feasible_options_by_cost(capsys):

@@ -7,9 +7,12 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from sizing.catalog import load_catalog
-from sizing.model import ReplicaModel, Shape, SizingError, Workload, check_shape, memory
+from sizing.checks import check_shape
+from sizing.memory import Shape, memory
+from sizing.model import ReplicaModel
 from sizing.profiles import get_profile
 from sizing.queueing import erlang_c_wait, md1_wait, poisson_quantile
+from sizing.workload import SizingError, Workload
 
 CAT = load_catalog()
 REF = get_profile("reference")

@@ -7,10 +7,12 @@ from __future__ import annotations
 import pytest
 
 from sizing.catalog import load_catalog
-from sizing.model import ReplicaModel, Shape, Workload
+from sizing.memory import Shape
+from sizing.model import ReplicaModel
 from sizing.planner import PlanRequest, plan
 from sizing.profiles import get_profile
 from sizing.report import plan_to_dict
+from sizing.workload import Workload
 
 TOL = 0.03
 

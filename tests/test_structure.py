@@ -1,5 +1,6 @@
 """Functions short enough to read at once: no function in the project is longer than 60 lines
-(long constructors are split into named steps), except the declared data tables listed below."""
+(long constructors are split into named steps), except the declared data tables listed below; and
+modules of one concept each: no module of the sizing engine is over 600 lines."""
 from __future__ import annotations
 
 import ast
@@ -9,6 +10,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_FUNCTION_LINES = 60
+MAX_SIZING_MODULE_LINES = 600     # sizing/ splits by concept (workload, memory, checks, replica model, ...)
 # Directories that are not the project's own source: virtual environments, fetched upstream
 # copies and build output (every name starting with "." is skipped as well).
 NOT_SOURCE = {"__pycache__", "build", "dist", "node_modules", "shared"}
@@ -68,3 +70,11 @@ def test_no_function_is_longer_than_the_limit():
             for path in project_files() for name, lines in long_functions(path)
             if (path.relative_to(ROOT).as_posix(), name) not in DATA_TABLES]
     assert over == [], f"split into named steps (at most {MAX_FUNCTION_LINES} lines each): {over}"
+
+
+def test_no_sizing_module_is_longer_than_the_limit():
+    modules = sorted((ROOT / "sizing").rglob("*.py"))
+    assert {"workload.py", "memory.py", "checks.py", "model.py", "planner.py"} <= {p.name for p in modules}
+    over = {p.relative_to(ROOT).as_posix(): n for p in modules
+            if (n := len(p.read_text().splitlines())) > MAX_SIZING_MODULE_LINES}
+    assert over == {}, f"split by concept (at most {MAX_SIZING_MODULE_LINES} lines a module): {over}"

@@ -10,12 +10,15 @@ import time
 import pytest
 
 from sizing.catalog import load_catalog
-from sizing.model import ReplicaModel, Shape, SizingError, Workload, check_shape, memory
+from sizing.checks import check_shape
+from sizing.memory import Shape, memory
+from sizing.model import ReplicaModel
 from sizing.planner import PlanRequest, plan
 from sizing.profiles import get_profile
 from sizing.step import build_step
 from sizing.traffic import LengthsError, Percentiles, fixed, from_pairs, from_percentiles, parse_lengths_text
 from sizing.vllm_engine import batch_defaults
+from sizing.workload import SizingError, Workload
 
 CATALOG = load_catalog()
 

@@ -30,9 +30,10 @@ from inputs.files import read_text
 from simulator import config_from_plan, replica_model, replica_specs, simulate
 from simulator.cost import step_cost
 from simulator.workload import WorkLimitError, check_work
-from sizing.model import ReplicaModel, Workload
+from sizing.model import ReplicaModel
 from sizing.planner import Plan, PlanRequest, plan as make_plan
 from sizing.profiles import MAX_PROFILES_BYTES, Profile, load_profiles
+from sizing.workload import Workload
 
 from . import efficiency as eff
 from .promapi import FleetLive

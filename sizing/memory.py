@@ -1,0 +1,131 @@
+"""A replica's shape and its memory: weights, activation peak, CUDA graphs and the KV cache.
+
+`Shape`: a model at some precision on some GPUs of one node type, in a layout, over one or more
+nodes. `memory(shape, workload, profile)` is its per-replica memory as vLLM 0.29.0 accounts it at
+start-up (or the seed's way, under the reference profile): the KV cache in tokens and the running
+sequences it holds, capped by the engine's max_num_seqs (`engine_max_num_seqs`). The step budget's
+bounds (`CHUNK_MIN` .. `CHUNK_MAX`) live here because the activation peak depends on it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import parallel
+from .catalog import Instance, Model
+from .profiles import Profile
+from .vllm_engine import BLOCK_TOKENS, NULL_BLOCKS, batch_defaults, blocks_for, reported_memory_bytes
+from .workload import Workload
+
+GB = 1e9
+CHUNK_MIN, CHUNK_MAX, CHUNK_ALIGN = 512, 8192, 256   # max_num_batched_tokens' chunk: bounds and step
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What a replica is: a model at some precision on `tp` GPUs of one node type, split by
+    `layout` (`sizing.parallel`: tp, or dp-ep for data-parallel attention with expert parallelism;
+    `tp` is the node's share of the replica's GPUs either way), or on `nodes` such nodes: TP within
+    each node, pipeline stages across them (vLLM's multi-node layout: `--tensor-parallel-size`
+    GPUs per node, `--pipeline-parallel-size` nodes)."""
+    model: Model
+    instance: Instance
+    tp: int
+    weights: str = "fp8"
+    kv_dtype: str = "bf16"
+    layout: str = "tp"
+    nodes: int = 1
+
+    @property
+    def gpus(self) -> int:
+        """GPUs one replica holds: tp on each of its nodes."""
+        return self.tp * self.nodes
+
+
+@dataclass(frozen=True)
+class Memory:
+    """Per replica, as vLLM accounts it at start-up (`kv_accounting: vllm`), or the seed's way."""
+    weights_gb: float
+    weights_per_gpu_gb: float
+    usable_per_gpu_gb: float       # gpu_memory_utilization x HBM - overheads, per GPU
+    activation_gb: float           # per GPU: the peak of a max_num_batched_tokens step
+    cuda_graph_gb: float           # per GPU
+    kv_budget_gb: float
+    kv_bytes_per_token: float
+    kv_cache_tokens: int           # vLLM's "GPU KV cache size: N tokens"
+    max_model_len: int
+    max_seqs_kv: int               # running sequences the KV cache holds at saturation (see memory())
+    max_seqs: int                  # that, capped by the engine's max_num_seqs
+    total_gb: float
+
+    @property
+    def max_concurrency(self) -> float:
+        """vLLM's "Maximum concurrency for max_model_len tokens per request"."""
+        return self.kv_cache_tokens / self.max_model_len if self.max_model_len else 0.0
+
+
+def activation_gb(model: Model, tp: int, batched_tokens: int, max_seqs: int) -> float:
+    """Per GPU, the activation peak of a step of `batched_tokens` tokens as vLLM's start-up
+    profiling run sees it: the MLP's gate/up output and the residual stream (BF16) plus the
+    sampler's FP32 logits for max_num_seqs sequences."""
+    tokens = batched_tokens * (2 * 2 * model.ffn / tp + 4 * model.hidden)
+    logits = max_seqs * model.vocab * 4 / tp
+    return (tokens + logits) / GB
+
+
+def memory(shape: Shape, workload: Workload, profile: Profile, batched_tokens: int | None = None) -> Memory:
+    """The replica's memory; `batched_tokens` (max_num_batched_tokens) sets the activation peak
+    (default: the smallest chunk beside the profile's max_num_seqs).
+
+    `kv_accounting: vllm` follows vLLM 0.29.0 (`sizing.vllm_engine`): gpu_memory_utilization x the
+    memory the driver reports, less weights, activation peak, CUDA graphs and runtime memory, in
+    blocks of 16 tokens, one held back; a running sequence holds the blocks of the tokens it has
+    so far, so at saturation the batch is the blocks over a sequence's average resident blocks.
+    `fixed` (the seed) reserves each sequence's whole mean request."""
+    m, gpu, tp = shape.model, shape.instance.gpu, shape.tp
+    batched_tokens = batched_tokens or CHUNK_MIN + profile.max_num_seqs
+    w = parallel.replica_weight_bytes(shape)
+    # KV bytes per token at the mean request's context (sliding-window layers hold at most their window)
+    kv_tok = parallel.kv_bytes_per_token(shape, workload.input_tokens + workload.output_tokens)
+    vllm = profile.kv_accounting == "vllm"
+    seqs_cap = engine_max_num_seqs(shape, profile)
+    act = activation_gb(m, tp, batched_tokens, seqs_cap) if vllm else 0.0
+    graphs = profile.cuda_graph_gb if vllm else 0.0
+    total_gb = reported_memory_bytes(gpu) / GB if vllm else gpu.memory_gb
+    usable = total_gb * profile.gpu_memory_utilization - profile.runtime_overhead_gb - act - graphs
+    budget = shape.gpus * usable * GB - w      # weights and KV spread over every stage's GPUs
+    if vllm:
+        block = profile.block_tokens
+        blocks = max(0, int(budget // (block * kv_tok))) if budget > 0 else 0
+        kv_cache_tokens = blocks * block
+        per_seq = (resident_blocks(workload, block) if profile.kv_reservation == "grow"
+                   else blocks_for(workload.input_tokens + workload.output_tokens, block))
+        seqs = int(max(0, blocks - NULL_BLOCKS) // per_seq)
+    else:
+        kv_cache_tokens = max(0, int(budget // kv_tok)) if budget > 0 else 0
+        seqs = max(0, int(budget // ((workload.input_tokens + workload.output_tokens) * kv_tok))) if budget > 0 else 0
+    return Memory(
+        weights_gb=w / GB, weights_per_gpu_gb=w / shape.gpus / GB, usable_per_gpu_gb=usable, activation_gb=act,
+        cuda_graph_gb=graphs, kv_budget_gb=max(budget, 0) / GB, kv_bytes_per_token=kv_tok,
+        kv_cache_tokens=kv_cache_tokens, max_model_len=workload.served_max_len,
+        max_seqs_kv=seqs, max_seqs=min(seqs, seqs_cap), total_gb=shape.gpus * gpu.memory_gb,
+    )
+
+
+def engine_max_num_seqs(shape: Shape, profile: Profile) -> int:
+    """The engine's cap on running sequences: vLLM 0.29.0's default for the GPU class under vLLM
+    accounting (the plan sets no other, `sizing.vllm_engine.batch_defaults`); the seed's figure
+    under the reference profile."""
+    return batch_defaults(shape.instance.gpu)[1] if profile.kv_accounting == "vllm" else profile.max_num_seqs
+
+
+def resident_blocks(workload: Workload, block: int = BLOCK_TOKENS) -> float:
+    """Blocks a running sequence holds on average over its life: its context averaged over its
+    decode steps, plus half a block (the last block is partly filled), less the blocks of a
+    prefix found in the cache: those are shared, held once for all the batch (not counted)."""
+    return (workload.decode_context_tokens - workload.cached_prompt_tokens) / block + 0.5
+
+
+def kv_blocks_needed(tokens: int, block: int = BLOCK_TOKENS) -> int:
+    """vLLM's start-up check (check_enough_kv_cache_memory): blocks for one max_model_len request
+    plus the null block."""
+    return blocks_for(tokens, block) + NULL_BLOCKS
