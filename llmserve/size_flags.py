@@ -90,33 +90,32 @@ class Flag:
 
 
 LOAD = ("workload.qps", "workload.concurrency")   # a load flag replaces the stack's load, open or closed
-# In the order they apply: --zones first (it lays out the pools), --instance after --gpu (it wins).
-FLAGS: dict[str, Flag] = {
-    "--model-config": Flag("model.config"),
-    "--model": Flag("model.id"),
-    "--layout": Flag("model.layout"),
-    "--weights": Flag("model.weights"),
-    "--kv-dtype": Flag("model.kvCacheDtype"),
-    "--tp": Flag("model.tensorParallel"),
+# How a flag fills its key, where it does more than set it (settings.schema.REQUEST_TABLE names the key).
+APPLY: dict[str, Flag] = {
     "--qps": Flag("workload.qps", replaces=LOAD),
     "--concurrency": Flag("workload.concurrency", replaces=LOAD),
     "--lengths": Flag("workload.lengthsFile", _lengths_file),
     "--input-tokens": Flag("workload.inputTokens", _length, replaces=("workload.lengthsFile",)),
     "--output-tokens": Flag("workload.outputTokens", _length, replaces=("workload.lengthsFile",)),
-    "--max-model-len": Flag("workload.maxModelLen"),
-    "--shared-prefix-tokens": Flag("workload.sharedPrefixTokens"),
-    "--prefix-hit-fraction": Flag("workload.prefixHitFraction"),
-    "--ttft-slo": Flag("workload.ttftSeconds"),
-    "--tpot-slo": Flag("workload.tpotSeconds"),
-    "--slo-statistic": Flag("workload.sloStatistic"),
-    "--replicas": Flag("replicas"),
-    "--profile": Flag("sizing.profile"),
-    "--gpu-hour-price": Flag("sizing.gpuHourPrice"),
+}
+# The pool flags lay out `gpuPools` (the request's `pools`): --zones first (it lays out the
+# pools), --instance after --gpu (it wins).
+POOL_FLAGS: dict[str, Flag] = {
     "--zones": Flag("gpuPools.zone", _zones),
     "--gpu": Flag("gpuPools.instanceType", _gpu),
     "--instance": Flag("gpuPools.instanceType", _each_pool),
     "--nodes-per-zone": Flag("gpuPools.nodes", _each_pool),
 }
+
+
+def _flags() -> dict[str, Flag]:
+    """Every request flag, in the order they apply: the request table's, then the pool flags."""
+    from settings.schema import REQUEST_TABLE
+    table = {row.flag: APPLY.get(row.flag, Flag(row.key)) for row in REQUEST_TABLE if row.flag}
+    return {**table, **POOL_FLAGS}
+
+
+FLAGS: dict[str, Flag] = _flags()
 
 
 def request_body(base: dict, given: dict[str, Any], reference: bool) -> tuple[dict, list[str]]:

@@ -7,6 +7,7 @@ with `Config.require_secret`, so they stay Pulumi secrets end to end.
 from __future__ import annotations
 
 import ipaddress
+from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from pathlib import Path
@@ -399,15 +400,20 @@ class PlanRequestSettings(_Strict):
         return self.model_dump(include=set(PlanRequestSettings.model_fields), exclude_unset=True)
 
     def plan_request(self) -> PlanRequest:
-        return PlanRequest(
-            workload=self.workload.sizing_workload(),
-            model=self.model.id, weights=self.model.weights, kv_dtype=self.model.kvCacheDtype,
-            pools=tuple(Pool(p.zone, p.instanceType, p.nodes, p.name or "") for p in self.gpuPools),
-            tp=self.model.tensorParallel, model_config=self.model.config, layout=self.model.layout,
-            replicas=None if self.replicas == "auto" else self.replicas,
-            profile=self.sizing.profile, gpu_hour_price=self.sizing.gpuHourPrice,
-            instance_price=self.sizing.instancePrice,
-        )
+        """The sizing request, every field read through REQUEST_TABLE (pools and replicas converted)."""
+        converted = {
+            "pools": tuple(Pool(p.zone, p.instanceType, p.nodes, p.name or "") for p in self.gpuPools),
+            "replicas": None if self.replicas == "auto" else self.replicas,
+        }
+        fields = {row.field: converted[row.field] if row.field in converted else self._setting(row.key)
+                  for row in REQUEST_TABLE if not row.field.startswith("workload.")}
+        return PlanRequest(workload=self.workload.sizing_workload(), **fields)
+
+    def _setting(self, key: str):
+        value = self
+        for part in key.split("."):
+            value = getattr(value, part)
+        return value
 
 
 # The reference design (no stack file): the reference workload (10 QPS, 1000 in / 300 out, the
@@ -415,19 +421,43 @@ class PlanRequestSettings(_Strict):
 REFERENCE_REQUEST = {"region": "us-east-1", "workload": {"qps": 10.0},
                      "gpuPools": [{"zone": "us-east-1a"}, {"zone": "us-east-1b"}]}
 
+@dataclass(frozen=True)
+class RequestKey:
+    """One field of the sizing request: where a stack file sets it and which `llmserve size` flag
+    sets it (None: none does). The one table behind `plan_request()`, `REQUEST_KEYS` (a sizing
+    error names the key to change) and the CLI's flags (llmserve/size_flags.py)."""
+    field: str              # a PlanRequest field, or `workload.<Workload field>`
+    key: str                # the llm-serving: key
+    flag: str | None = None
+
+
+REQUEST_TABLE: tuple[RequestKey, ...] = (
+    RequestKey("model_config", "model.config", "--model-config"),
+    RequestKey("model", "model.id", "--model"),
+    RequestKey("layout", "model.layout", "--layout"),
+    RequestKey("weights", "model.weights", "--weights"),
+    RequestKey("kv_dtype", "model.kvCacheDtype", "--kv-dtype"),
+    RequestKey("tp", "model.tensorParallel", "--tp"),
+    RequestKey("workload.qps", "workload.qps", "--qps"),
+    RequestKey("workload.concurrency", "workload.concurrency", "--concurrency"),
+    RequestKey("workload.lengths", "workload.lengthsFile", "--lengths"),
+    RequestKey("workload.input_tokens", "workload.inputTokens", "--input-tokens"),
+    RequestKey("workload.output_tokens", "workload.outputTokens", "--output-tokens"),
+    RequestKey("workload.max_model_len", "workload.maxModelLen", "--max-model-len"),
+    RequestKey("workload.shared_prefix_tokens", "workload.sharedPrefixTokens", "--shared-prefix-tokens"),
+    RequestKey("workload.prefix_hit_fraction", "workload.prefixHitFraction", "--prefix-hit-fraction"),
+    RequestKey("workload.ttft_slo_s", "workload.ttftSeconds", "--ttft-slo"),
+    RequestKey("workload.tpot_slo_s", "workload.tpotSeconds", "--tpot-slo"),
+    RequestKey("workload.slo_statistic", "workload.sloStatistic", "--slo-statistic"),
+    RequestKey("replicas", "replicas", "--replicas"),
+    RequestKey("profile", "sizing.profile", "--profile"),
+    RequestKey("gpu_hour_price", "sizing.gpuHourPrice", "--gpu-hour-price"),
+    RequestKey("instance_price", "sizing.instancePrice"),
+    RequestKey("pools", "gpuPools"),      # the CLI's pool flags (--zones, --gpu, ...) lay out pools
+)
 # The settings key (under llm-serving:) each `PlanRequest` field comes from, as plan_request()
 # fills it: a `SizingError(field=...)` names the key the user can change.
-REQUEST_KEYS = {
-    "model": "model.id", "model_config": "model.config", "layout": "model.layout", "weights": "model.weights", "kv_dtype": "model.kvCacheDtype", "tp": "model.tensorParallel",
-    "pools": "gpuPools", "replicas": "replicas", "profile": "sizing.profile",
-    "gpu_hour_price": "sizing.gpuHourPrice", "instance_price": "sizing.instancePrice",
-    "workload.qps": "workload.qps", "workload.concurrency": "workload.concurrency",
-    "workload.input_tokens": "workload.inputTokens", "workload.output_tokens": "workload.outputTokens",
-    "workload.ttft_slo_s": "workload.ttftSeconds", "workload.tpot_slo_s": "workload.tpotSeconds",
-    "workload.slo_statistic": "workload.sloStatistic", "workload.max_model_len": "workload.maxModelLen",
-    "workload.shared_prefix_tokens": "workload.sharedPrefixTokens",
-    "workload.prefix_hit_fraction": "workload.prefixHitFraction",
-}
+REQUEST_KEYS = {row.field: row.key for row in REQUEST_TABLE}
 
 
 class StackSettings(PlanRequestSettings):

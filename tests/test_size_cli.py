@@ -332,3 +332,49 @@ def test_a_load_without_a_steady_state_says_unstable_and_why(capsys):
     assert d["unstable_reason"] == "prefill alone needs 108% of the replica"
     code, out, _ = run(capsys, "size", "--qps", "30", "--replicas", "2", "--tp", "4")
     assert "Unstable at 30 QPS per replica: prefill alone needs 108% of the replica." in out
+
+
+# -- the request's one table: stack keys, sizing fields and `size` flags --------------------------
+# `size` options that choose where the request comes from or what is printed: not request fields.
+NOT_REQUEST_OPTIONS = {"--stack", "--config", "--json", "--plot", "--sweep"}
+
+
+def test_every_size_option_fills_the_request_or_is_declared_not_to():
+    """An option without a FLAGS row would be silently ignored."""
+    import typer.main
+    from llmserve.cli import app
+    from llmserve.size_flags import FLAGS
+    options = {p.opts[0] for p in typer.main.get_command(app).commands["size"].params}
+    assert options - NOT_REQUEST_OPTIONS == set(FLAGS)
+    assert not NOT_REQUEST_OPTIONS & set(FLAGS)
+
+
+def test_the_flags_the_request_keys_and_plan_request_come_from_one_table():
+    import dataclasses
+    from llmserve.size_flags import FLAGS, POOL_FLAGS
+    from settings.schema import REQUEST_KEYS, REQUEST_TABLE
+    from sizing.planner import PlanRequest
+    from sizing.workload import Workload
+    assert REQUEST_KEYS == {row.field: row.key for row in REQUEST_TABLE}
+    assert {f: FLAGS[f].key for f in FLAGS if f not in POOL_FLAGS} == {r.flag: r.key for r in REQUEST_TABLE if r.flag}
+    assert all(flag.key.startswith(f"{REQUEST_KEYS['pools']}.") for flag in POOL_FLAGS.values())
+    request_fields = {f.name for f in dataclasses.fields(PlanRequest)} - {"workload", "nodes_per_replica"}
+    assert {r.field for r in REQUEST_TABLE if not r.field.startswith("workload.")} == request_fields
+    workload_fields = {f.name for f in dataclasses.fields(Workload)}
+    assert {r.field.removeprefix("workload.") for r in REQUEST_TABLE if r.field.startswith("workload.")} <= workload_fields
+
+
+def test_plan_request_reads_every_table_row_from_the_stack():
+    """A value set under each key reaches its request field (pools and replicas converted)."""
+    from settings.load import request_from_body
+    from settings.schema import REQUEST_TABLE
+    settings = request_from_body({"region": "us-east-1", "workload": {"qps": 4.0},
+                                  "model": {"id": "llama-3.1-8b", "weights": "bf16", "kvCacheDtype": "fp8", "tensorParallel": 2},
+                                  "sizing": {"profile": "calibrated", "gpuHourPrice": 3.0, "instancePrice": 90.0},
+                                  "gpuPools": [{"zone": "us-east-1a"}, {"zone": "us-east-1b"}]})
+    req = settings.plan_request()
+    assert (req.model, req.weights, req.kv_dtype, req.tp, req.profile) == ("llama-3.1-8b", "bf16", "fp8", 2, "calibrated")
+    for row in REQUEST_TABLE:
+        if row.field.startswith("workload.") or row.field in ("pools", "replicas"):
+            continue
+        assert getattr(req, row.field) == settings._setting(row.key), row.key
