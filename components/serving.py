@@ -108,7 +108,7 @@ class ServingArgs:
 
 def vllm_container(spec: ServingSpec) -> dict:
     """The engine: every argument from the plan; non-root, the hub token as a file, a memory limit."""
-    gpus, memory = str(spec.gpus_per_replica), f"{spec.memory_gib}Gi"
+    gpus, memory = str(spec.gpus_per_pod), f"{spec.memory_gib}Gi"
     return {
         "name": "vllm",
         "image": VLLM_IMAGE,

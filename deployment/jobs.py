@@ -17,7 +17,7 @@ from sizing.workload import Workload
 from sizing.planner import Plan
 
 from .gateway import gate_rate_limit, proxy_replicas
-from .serving import served_checkpoint
+from .serving import served_checkpoint, served_model_name
 
 
 # -- the load test (GuideLLM) ----------------------------------------------------------------
@@ -52,18 +52,20 @@ class LoadTestRun:
     key_name: str                      # the API key it sends: the first of gateway.apiKeyNames, which the
                                        # gateway meters at the fleet's capacity while the load test is on
     checkpoint: str                    # the tokenizer: what vLLM serves
+    served_name: str                   # the model name it asks for (vLLM's --served-model-name)
 
     @classmethod
     def for_stack(cls, plan: Plan, settings: StackSettings) -> "LoadTestRun":
         return cls(stack=settings.stack, load_test=settings.loadTest, hostname=settings.gateway.hostname,
-                   key_name=settings.gateway.apiKeyNames[0], checkpoint=served_checkpoint(plan, settings))
+                   key_name=settings.gateway.apiKeyNames[0], checkpoint=served_checkpoint(plan, settings),
+                   served_name=served_model_name(plan, settings))
 
 
 def scenario(plan: Plan, run: LoadTestRun) -> dict:
     """The GuideLLM run, in its scenario format (the `config` a report echoes back)."""
     w, lt = plan.request.workload, run.load_test
     spec = {
-        "backend": {"kind": "openai_http", "target": gateway_url(run.hostname), "model": plan.request.model,
+        "backend": {"kind": "openai_http", "target": gateway_url(run.hostname), "model": run.served_name,
                     "request_format": "/v1/completions"},
         "profile": {"kind": lt.arrivals, "rate": loadtest_rates(plan, lt.sweepSteps)},
         "constraints": [{"kind": "max_duration", "seconds": lt.stepSeconds}],
@@ -123,12 +125,13 @@ class GateJob:
     rate_limit_share: float            # gateway.rateLimitShare: the gate's quota is a part of it
     zones: int                         # the serving zones: how many proxies split the quota
     checkpoint: str                    # what vLLM serves (judged: a new one re-runs the gate)
+    served_name: str                   # the model name it asks for (vLLM's --served-model-name)
 
     @classmethod
     def for_stack(cls, plan: Plan, settings: StackSettings) -> "GateJob":
         return cls(gate=settings.accuracyGate, hostname=settings.gateway.hostname,
                    rate_limit_share=settings.gateway.rateLimitShare, zones=len(settings.zones),
-                   checkpoint=served_checkpoint(plan, settings))
+                   checkpoint=served_checkpoint(plan, settings), served_name=served_model_name(plan, settings))
 
 
 def gate_spec(g: AccuracyGateSettings) -> dict:
@@ -162,7 +165,7 @@ def gate_timeout_s(plan: Plan, job: GateJob) -> int:
 
 def lm_eval_command(plan: Plan, job: GateJob) -> list[str]:
     model_args = ",".join([
-        f"model={plan.request.model}",
+        f"model={job.served_name}",
         f"base_url={gateway_url(job.hostname)}/v1/completions",
         f"num_concurrent={concurrency(plan, job)}",
         "max_retries=3",

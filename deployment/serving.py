@@ -74,7 +74,7 @@ def target_qps(plan: Plan) -> float:
 def zone_node_slots(plan: Plan, zone: str) -> tuple[int, int]:
     """(most replicas on one node, replicas the zone's nodes could hold with their idle GPUs)."""
     nodes = [n for n in plan.nodes if n.zone == zone]
-    return max(n.replicas for n in nodes), sum(n.replicas + n.gpus_idle // plan.gpus_per_replica for n in nodes)
+    return max(n.replicas for n in nodes), sum(n.replicas + n.gpus_idle // plan.tp for n in nodes)
 
 
 def burst_queue_target(plan: Plan) -> int:
@@ -91,13 +91,22 @@ def served_checkpoint(plan: Plan, settings: StackSettings) -> str:
     return settings.model.checkpoint or plan.checkpoint
 
 
+def served_model_name(plan: Plan, settings: StackSettings) -> str:
+    """The name clients ask for: `model.id` as the stack gives it; for a stack that sizes a local
+    config.json (`model.config`) without an id, the model sized (its folder's name), never the
+    default id of a model it is not."""
+    if settings.model.config and "id" not in settings.model.model_fields_set:
+        return plan.replica_model.shape.model.name
+    return plan.request.model
+
+
 def policy_annotations(plan: Plan, environment: str, zone: str) -> dict[str, str]:
     """What the guard policies read from the workload alone (docs/contracts.md)."""
     return {
         ANNOTATION_ZONE: zone,
         ANNOTATION_TARGET_QPS: str(round(target_qps(plan), 4)),
         ANNOTATION_REPLICA_CAPACITY_QPS: str(round(plan.capacity_per_replica.qps, 4)),
-        ANNOTATION_TENSOR_PARALLEL: str(plan.gpus_per_replica),     # GPUs per replica (the policies' reading)
+        ANNOTATION_TENSOR_PARALLEL: str(plan.tp),      # GPUs a replica takes on each node (the policies' reading)
         ANNOTATION_GPUS_PER_NODE: str(plan.instance.gpus),
         ANNOTATION_ENVIRONMENT: environment,
         **({ANNOTATION_NODES_PER_REPLICA: str(plan.nodes_per_replica)} if plan.nodes_per_replica > 1 else {}),
@@ -167,7 +176,7 @@ class ServingSpec:
     environment: str
     burst_scaling: bool                       # settings.serving.burstScaling (single-node replicas only)
     launch: VllmLaunch
-    gpus_per_replica: int
+    gpus_per_pod: int                         # GPUs a replica takes on each node (one pod per node)
     nodes_per_replica: int
     cpu: int                                  # per replica pod (per group pod when it spans nodes)
     memory_gib: int
@@ -186,14 +195,15 @@ class ServingSpec:
 
 
 def serving_spec(plan: Plan, settings: StackSettings) -> ServingSpec:
-    gpus = plan.gpus_per_replica
+    gpus = plan.tp
     drain = drain_timing(longest_request_s(plan))
     zones = tuple(ZoneReplicas(z, n, zone_node_slots(plan, z)[1]) for z, n in plan.replicas_by_zone.items() if n)
     launch = VllmLaunch(plan.engine_args, model=served_checkpoint(plan, settings),
-                        served_model_name=plan.request.model, shutdown_timeout=drain.shutdown_timeout_s)
+                        served_model_name=served_model_name(plan, settings),
+                        shutdown_timeout=drain.shutdown_timeout_s)
     return ServingSpec(
         namespace=settings.serving.namespace, environment=settings.environment,
-        burst_scaling=settings.serving.burstScaling, launch=launch, gpus_per_replica=gpus,
+        burst_scaling=settings.serving.burstScaling, launch=launch, gpus_per_pod=gpus,
         nodes_per_replica=plan.nodes_per_replica,
         cpu=max(1, int(plan.instance.vcpus / plan.instance.gpus * gpus * CPU_SHARE_OF_GPU_SLICE)),
         memory_gib=MEMORY_GIB_PER_GPU * gpus, shm_gib=SHM_GIB_PER_GPU * gpus,

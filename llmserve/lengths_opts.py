@@ -13,7 +13,7 @@ def lengths_line(w: dict) -> str:
         f = d[name]
         fields.append(f"{name.split('_')[0]} mean {f['mean']:,.0f}, p50 {f['p50']:,}, p95 {f['p95']:,}, max {f['max']:,}")
     source = f" from {d['source']} ({d['requests']:,} requests)" if "source" in d else ""
-    return (f"Lengths ({d['form']}{source}): {'; '.join(fields)}. Served max_model_len {w['max_model_len']:,} "
+    return (f"Lengths ({d['form']}{source}): {'; '.join(fields)}. Served max_model_len {w['served_max_model_len']:,} "
             "tokens: a longer request gets vLLM's 400.")
 
 

@@ -36,7 +36,7 @@ def show_sweep(req: PlanRequest, as_json: bool) -> None:
         group = o.nodes_per_replica > 1
         table.add_row(str(rank), f"{o.nodes_per_replica} x {o.instance}" if group else o.instance,
                       f"tp x pp={o.nodes_per_replica}" if group else o.layout,
-                      f"{o.tp} x {o.nodes_per_replica}" if group else str(o.tp), o.weights, f"{o.capacity_qps:.1f} QPS",
+                      f"{o.tp} x {o.nodes_per_replica}" if group else str(o.tp), o.weights, f"{o.capacity_per_replica_qps:.1f} QPS",
                       o.binding,
                       str(o.replicas), str(o.nodes), money(o.node_cost_per_million), money(o.cost_per_million),
                       money(o.node_cost_per_hour))

@@ -198,8 +198,12 @@ def semantic_problems(s: StackSettings) -> list[str]:
                         f"own key less than {1 - MAX_TENANT_SHARE_WITH_GATE:.0%} of the capacity; use at most "
                         f"{MAX_TENANT_SHARE_WITH_GATE:g}, or set accuracyGate.enabled: false")
     if s.accuracy_gate_enabled:
-        problems += gate_fit_problems(s.accuracyGate.tasks, s.workload.sizing_workload().served_max_len,
+        problems += gate_fit_problems(s.accuracyGate.tasks, s.workload.sizing_workload().served_max_model_len,
                                       f"{PROJECT}:accuracyGate.tasks")
+    if s.model.config and not s.model.checkpoint:
+        problems.append(f"{PROJECT}:model.checkpoint: model.config sizes a local config.json, which names no "
+                        "weights to serve; set model.checkpoint to the hub id or the /models/<folder> path of "
+                        "the checkpoint that config.json belongs to")
     if s.loadTest.enabled and s.workload.qps is None:
         problems.append(f"{PROJECT}:loadTest.enabled: the workload is closed-loop (concurrency); the rate "
                         "sweep needs workload.qps, or set loadTest.enabled: false")

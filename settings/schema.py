@@ -156,7 +156,7 @@ class WorkloadSettings(_Strict):
 
     def sizing_workload(self) -> Workload:
         common = dict(ttft_slo_s=self.ttftSeconds, tpot_slo_s=self.tpotSeconds, qps=self.qps,
-                      concurrency=self.concurrency, slo_statistic=self.sloStatistic, max_model_len=self.maxModelLen,
+                      concurrency=self.concurrency, slo_statistic=self.sloStatistic, stated_max_model_len=self.maxModelLen,
                       shared_prefix_tokens=self.sharedPrefixTokens, prefix_hit_fraction=self.prefixHitFraction)
         if self._lengths is not None:
             return Workload.with_lengths(self._lengths, **common)
@@ -443,7 +443,7 @@ REQUEST_TABLE: tuple[RequestKey, ...] = (
     RequestKey("workload.lengths", "workload.lengthsFile", "--lengths"),
     RequestKey("workload.input_tokens", "workload.inputTokens", "--input-tokens"),
     RequestKey("workload.output_tokens", "workload.outputTokens", "--output-tokens"),
-    RequestKey("workload.max_model_len", "workload.maxModelLen", "--max-model-len"),
+    RequestKey("workload.stated_max_model_len", "workload.maxModelLen", "--max-model-len"),
     RequestKey("workload.shared_prefix_tokens", "workload.sharedPrefixTokens", "--shared-prefix-tokens"),
     RequestKey("workload.prefix_hit_fraction", "workload.prefixHitFraction", "--prefix-hit-fraction"),
     RequestKey("workload.ttft_slo_s", "workload.ttftSeconds", "--ttft-slo"),

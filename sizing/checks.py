@@ -70,19 +70,19 @@ def check_shape(shape: Shape, workload: Workload, profile: Profile) -> Memory:
 def check_served_length(shape: Shape, workload: Workload, profile: Profile, mem: Memory) -> None:
     """max_model_len within the model's context, and one request of it in the KV cache: vLLM
     0.29.0 refuses to start otherwise (kv_cache_utils.check_enough_kv_cache_memory)."""
-    m, served = shape.model, workload.served_max_len
+    m, served = shape.model, workload.served_max_model_len
     limit = m.context_tokens
     if limit and served > limit:
         raise SizingError(
             f"max_model_len {served:,} is above the {limit:,}-token context of {m.id} (max_position_embeddings); "
-            f"state a maximum of at most {limit:,} (longer requests are refused)", "workload.max_model_len")
+            f"state a maximum of at most {limit:,} (longer requests are refused)", "workload.stated_max_model_len")
     block = profile.block_tokens
     have = mem.kv_cache_tokens // block
     if have < kv_blocks_needed(served, block):
         raise SizingError(
             f"no room for one request of max_model_len {served:,} tokens: the KV cache beside the weights "
             f"holds {max(have - NULL_BLOCKS, 0) * block:,} tokens at {layout_words(shape)} on {shape.instance.gpu.id}, and "
-            "vLLM refuses to start (raise TP, use fp8 KV, or lower the stated maximum)", "workload.max_model_len")
+            "vLLM refuses to start (raise TP, use fp8 KV, or lower the stated maximum)", "workload.stated_max_model_len")
 
 
 MAX_NODES_PER_REPLICA = 4     # the planner and the sweep try replicas of up to this many nodes (PP=2..4)

@@ -21,7 +21,7 @@ class EngineArgs:
     data_parallel_size: int
     enable_expert_parallel: bool
     pipeline_parallel_size: int          # one stage per node: > 1 only for replicas that span nodes
-    max_model_len: int                   # the served context limit (Workload.served_max_len)
+    max_model_len: int                   # the served context limit (Workload.served_max_model_len)
     max_num_seqs: int
     max_num_batched_tokens: int
     gpu_memory_utilization: float
@@ -45,7 +45,7 @@ def engine_args_for(plan) -> EngineArgs:
     return EngineArgs(
         **serving_args(rm.shape),
         pipeline_parallel_size=plan.nodes_per_replica,   # vLLM --pipeline-parallel-size (one stage per node)
-        max_model_len=w.served_max_len,
+        max_model_len=w.served_max_model_len,
         # vLLM 0.29.0's own default for the GPU class (sizing.vllm_engine): its paged KV cache
         # admits what fits and preempts the newest when blocks run out, so no tighter cap is
         # needed. The reference profile keeps the seed's 512 (memory.engine_max_num_seqs).

@@ -106,7 +106,7 @@ def memory(shape: Shape, workload: Workload, profile: Profile, batched_tokens: i
     return Memory(
         weights_gb=w / GB, weights_per_gpu_gb=w / shape.gpus / GB, usable_per_gpu_gb=usable, activation_gb=act,
         cuda_graph_gb=graphs, kv_budget_gb=max(budget, 0) / GB, kv_bytes_per_token=kv_tok,
-        kv_cache_tokens=kv_cache_tokens, max_model_len=workload.served_max_len,
+        kv_cache_tokens=kv_cache_tokens, max_model_len=workload.served_max_model_len,
         max_seqs_kv=seqs, max_seqs=min(seqs, seqs_cap), total_gb=shape.gpus * gpu.memory_gb,
     )
 

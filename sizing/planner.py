@@ -165,9 +165,9 @@ class Plan:
 
     @property
     def gpus_per_replica(self) -> int:
-        """GPUs one replica takes (under `dp-ep` vLLM's tensor_parallel_size is 1 and its
-        data_parallel_size this): the plan's `tp` field, named for what it counts."""
-        return self.tp
+        """GPUs one replica takes, over all its nodes. `tp` is the GPUs it takes on each node (under
+        `dp-ep` vLLM's tensor_parallel_size is 1 and its data_parallel_size this)."""
+        return self.tp * self.nodes_per_replica
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,8 @@ def _request_fields(plan: Plan) -> dict:
                      "output_tokens": w.output_tokens, "ttft_slo_s": w.ttft_slo_s, "tpot_slo_s": w.tpot_slo_s,
                      "slo_statistic": w.slo_statistic,
                      # the lengths' form and the percentiles sized for; the served limit they give
-                     "lengths": w.distribution.summary(), "max_model_len": w.served_max_len,
+                     "lengths": w.distribution.summary(), "stated_max_model_len": w.stated_max_model_len,
+                     "served_max_model_len": w.served_max_model_len,
                      "shared_prefix_tokens": w.shared_prefix_tokens, "prefix_hit_fraction": w.prefix_hit_fraction},
         # with the prefix cache the workload states and without it (absent when it states none)
         "prefix_caching": _num_tree(plan.prefix_caching),
@@ -196,5 +197,5 @@ def _binding_key(d: dict) -> str:
 def layout_label(d: dict) -> str:
     """"TP=8", "DP+EP=8", or "TP=8 x PP=2 (2 nodes)" for replicas that span nodes (the plan's JSON)."""
     n = d.get("nodes_per_replica", 1)
-    one = f"{'TP' if d.get('layout', 'tp') == 'tp' else 'DP+EP'}={d['gpus_per_replica']}"
+    one = f"{'TP' if d.get('layout', 'tp') == 'tp' else 'DP+EP'}={d['gpus_per_replica'] // n}"
     return one if n == 1 else f"{one} x PP={n} ({n} nodes)"

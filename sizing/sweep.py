@@ -44,7 +44,7 @@ class Option:
     nodes_per_replica: int = 1
     layout: str = "tp"
     reason: str = ""
-    capacity_qps: float = 0.0
+    capacity_per_replica_qps: float = 0.0   # one replica (a plan's capacity_qps is the fleet's)
     binding: str = ""
     replicas: int = 0
     nodes: int = 0
@@ -69,7 +69,7 @@ def evaluate(model, instance: Instance, tp: int, weights: str, kv_dtype: str, wo
     survivors = math.ceil(demand / per_replica - 1e-9)
     if per_replica < USEFUL_SHARE * demand:
         unit = "clients" if workload.is_closed_loop else "QPS"
-        return Option(feasible=False, capacity_qps=cap.qps, binding=cap.binding, reason=(
+        return Option(feasible=False, capacity_per_replica_qps=cap.qps, binding=cap.binding, reason=(
             f"a replica carries {per_replica:.3g} {unit}, under {USEFUL_SHARE:.0%} of the {demand:g} {unit} asked "
             f"({survivors:,} replicas before N+1): not a useful option"), **ident)
     slots = instance.gpus // tp
@@ -94,7 +94,7 @@ def evaluate(model, instance: Instance, tp: int, weights: str, kv_dtype: str, wo
         rate = demand
     mtok_per_hour = rate * workload.output_tokens * 3600 / 1e6
     return Option(
-        feasible=True, capacity_qps=cap.qps, binding=cap.binding, replicas=replicas, nodes=nodes, gpus=gpus,
+        feasible=True, capacity_per_replica_qps=cap.qps, binding=cap.binding, replicas=replicas, nodes=nodes, gpus=gpus,
         cost_per_hour=cost, node_cost_per_hour=node_cost,
         cost_per_million=cost / mtok_per_hour if cost is not None else None,
         node_cost_per_million=node_cost / mtok_per_hour if node_cost is not None else None, **ident)

@@ -42,7 +42,7 @@ class Workload:
     # The lengths as a distribution (sizing.traffic); None: every request is input/output_tokens.
     # With one, input_tokens and output_tokens are its means (`with_lengths`).
     lengths: LengthDistribution | None = None
-    max_model_len: int | None = None   # the served limit, stated; None: the longest the lengths allow
+    stated_max_model_len: int | None = None   # workload.maxModelLen; None: the longest the lengths allow
     # Prefix caching (vLLM's automatic prefix caching, on by default in 0.29.0): the prompt tokens
     # every request shares (a system prompt or template), or the share of prompt tokens found in
     # the cache (multi-turn chats). 0: the plan does not count on it.
@@ -81,10 +81,10 @@ class Workload:
         return replace(self, shared_prefix_tokens=0, prefix_hit_fraction=0.0)
 
     @property
-    def served_max_len(self) -> int:
+    def served_max_model_len(self) -> int:
         """vLLM's max_model_len: the stated maximum, else the longest request the traffic holds."""
         d = self.lengths      # fixed lengths: their sum (what `distribution` would say, without building it)
-        return self.max_model_len or (d.max_request_tokens if d else self.input_tokens + self.output_tokens)
+        return self.stated_max_model_len or (d.max_request_tokens if d else self.input_tokens + self.output_tokens)
 
     @property
     def prompt_attention_tokens(self) -> float:
@@ -117,10 +117,10 @@ def check_finite_workload(w: Workload) -> None:
                           "workload.shared_prefix_tokens")
     if not (isinstance(w.prefix_hit_fraction, (int, float)) and 0 <= w.prefix_hit_fraction < 1):
         raise SizingError(f"must be from 0 to below 1 (got {w.prefix_hit_fraction!r})", "workload.prefix_hit_fraction")
-    if w.max_model_len is not None and (isinstance(w.max_model_len, bool) or not isinstance(w.max_model_len, int)
-                                        or w.max_model_len <= 0):
-        raise SizingError(f"must be a whole number of tokens above 0 (got {w.max_model_len!r})",
-                          "workload.max_model_len")
+    if w.stated_max_model_len is not None and (isinstance(w.stated_max_model_len, bool) or not isinstance(w.stated_max_model_len, int)
+                                        or w.stated_max_model_len <= 0):
+        raise SizingError(f"must be a whole number of tokens above 0 (got {w.stated_max_model_len!r})",
+                          "workload.stated_max_model_len")
     if w.slo_statistic not in STATISTICS:
         raise SizingError(f"unknown statistic '{w.slo_statistic}'; choose one of: {', '.join(STATISTICS)}",
                           "workload.slo_statistic")

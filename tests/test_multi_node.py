@@ -32,6 +32,7 @@ def test_405b_bf16_spans_two_p5_nodes_per_replica_and_survives_a_zone_loss():
     _, p = plan_for(STACK)
     assert (p.tp, p.nodes_per_replica, p.replicas, p.replicas_by_zone) == (8, 2, 2, {"us-east-1a": 1, "us-east-1b": 1})
     assert p.engine_args.pipeline_parallel_size == 2
+    assert (p.gpus_per_replica, p.engine_args.tensor_parallel_size) == (16, 8)    # each named for what it counts
     assert (p.redundancy, p.survives_failure, p.replicas_after_loss) == ("zone", True, 1)
     assert p.capacity_after_zone_loss_qps == pytest.approx(p.capacity_per_replica.qps)
     assert p.gpus_used == 32 and [n.group for n in p.nodes] == [0, 0, 0, 0]

@@ -276,3 +276,38 @@ def test_the_stacks_checkpoint_is_what_vllm_serves(build_program):
     recording = build_program("prod", {"model": model})
     args = vllm_container(next(iter(serving_deployments(recording).values())))["args"]
     assert args[args.index("--model") + 1] == "my-org/llama-3-70b-fp8"
+
+
+# -- the served name of a stack that sizes a local config.json --------------------------------------
+def config_stack(tmp_path, model: dict) -> dict:
+    """Overrides: the model sized from a copy of the shipped Llama 3.1 8B config.json, in a folder
+    named for it, on one H100 of each zone."""
+    from pathlib import Path
+    path = tmp_path / "my-8b" / "config.json"
+    path.parent.mkdir()
+    path.write_text((Path(__file__).parent.parent / "sizing/data/models/llama-3.1-8b.json").read_text())
+    return {"model": {"config": str(path), "weights": "bf16", "kvCacheDtype": "bf16", **model},
+            "workload": {"qps": 2.0, "maxModelLen": 8192}}
+
+
+@pytest.mark.parametrize("model,served", [
+    ({"checkpoint": "meta-llama/Llama-3.1-8B-Instruct"}, "my-8b"),
+    ({"checkpoint": "meta-llama/Llama-3.1-8B-Instruct", "id": "team-8b"}, "team-8b"),
+], ids=["no-id: the folder's name", "id: as given"])
+def test_a_model_config_is_served_under_its_own_name_everywhere(tmp_path, model, served):
+    """Never the default id (`llama-3-70b`) of a model it is not: vLLM, the load test and the gate agree."""
+    from deployment.jobs import gate_job_spec, load_test_spec
+    from deployment.serving import serving_spec
+    settings, plan = plan_for("prod", {**config_stack(tmp_path, model), "loadTest": {"enabled": True}})
+    launch = serving_spec(plan, settings).launch
+    assert (launch.served_model_name, launch.model) == (served, "meta-llama/Llama-3.1-8B-Instruct")
+    assert load_test_spec(plan, settings).scenario["spec"]["backend"]["model"] == served
+    assert f"model={served}," in gate_job_spec(plan, settings).lm_eval_command[4]
+
+
+def test_a_model_config_without_a_checkpoint_is_refused_naming_the_key(tmp_path):
+    from settings import SettingsError
+    with pytest.raises(SettingsError) as err:
+        plan_for("prod", config_stack(tmp_path, {}))
+    assert any(p.startswith("llm-serving:model.checkpoint: model.config sizes a local config.json")
+               for p in err.value.problems)

@@ -113,7 +113,8 @@ def test_the_plan_says_the_form_and_the_percentiles_it_sized_for():
     lengths = out["workload"]["lengths"]
     assert lengths["form"] == "percentiles" and lengths["input_tokens"]["max"] == 7000
     assert abs(lengths["input_tokens"]["p50"] - 800) <= 10 and abs(lengths["input_tokens"]["p95"] - 3000) <= 60
-    assert out["workload"]["max_model_len"] == out["engine_args"]["max_model_len"] == 8000
+    assert out["workload"]["served_max_model_len"] == out["engine_args"]["max_model_len"] == 8000
+    assert out["workload"]["stated_max_model_len"] is None      # none stated: the longest request the form allows
 
 
 def test_long_prompts_raise_the_p95_ttft_beyond_the_means_workload():
@@ -126,12 +127,12 @@ def test_long_prompts_raise_the_p95_ttft_beyond_the_means_workload():
 # -- the served context limit -----------------------------------------------------------------------
 @pytest.mark.parametrize("workload,served", [
     (Workload(), 1300),
-    (Workload(max_model_len=8192), 8192),
+    (Workload(stated_max_model_len=8192), 8192),
     (Workload.with_lengths(from_percentiles(Percentiles(800, 3000, 7000), Percentiles(250, 700, 1000))), 8000),
     (Workload.with_lengths(from_pairs([(1000, 300), (5100, 900)])), 6144),      # the longest, rounded up
 ])
 def test_max_model_len_is_the_stated_or_longest_request_never_the_mean(workload, served):
-    assert workload.served_max_len == served
+    assert workload.served_max_model_len == served
 
 
 @pytest.mark.parametrize("model,max_len,message", [
@@ -145,8 +146,8 @@ def test_a_served_limit_the_model_or_the_kv_cache_cannot_hold_is_refused(model, 
     s = (shape(tp=2, instance="g6e.48xlarge", kv="bf16") if model == "llama-3-70b"
          else shape(tp=1, kv="bf16", model=model))
     with pytest.raises(SizingError) as exc:
-        check_shape(s, Workload(max_model_len=max_len), get_profile("calibrated"))
-    assert str(exc.value) == message and exc.value.field == "workload.max_model_len"
+        check_shape(s, Workload(stated_max_model_len=max_len), get_profile("calibrated"))
+    assert str(exc.value) == message and exc.value.field == "workload.stated_max_model_len"
 
 
 def test_prod_serves_at_least_4096_tokens_and_keeps_the_reference_means(capsys):
