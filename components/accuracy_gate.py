@@ -24,7 +24,7 @@ from pathlib import Path
 import pulumi
 import pulumi_kubernetes as k8s
 
-from conventions import PYTHON_IMAGE
+from conventions import LABEL_ROLE, PYTHON_IMAGE
 from deployment import accuracy_check
 from deployment.api_keys import gate_key
 from deployment.jobs import READY_WAIT_S, WORK, GateSpec, gateway_url
@@ -42,7 +42,7 @@ TRANSFORMERS = "transformers==5.24.0"
 KEY_DIR = "/var/run/secrets/accuracy-gate"    # the gate's key as a file (the credentials Secret), not an env var
 KEY_FILE = f"{KEY_DIR}/api-key"
 LABELS = {"app.kubernetes.io/name": "lm-eval", "app.kubernetes.io/part-of": "llm-serving",
-          "llm-serving.io/role": "accuracy-gate"}
+          LABEL_ROLE: "accuracy-gate"}
 
 
 WAIT_FOR_GATEWAY = """\

@@ -101,7 +101,7 @@ def ai_gateway_values() -> dict:
         "replicaCount": AIGW_CONTROLLER_REPLICAS,
         "nodeSelector": dict(SYSTEM_ROLE_LABEL),
         "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
-            "weight": 100, "podAffinityTerm": {"topologyKey": "topology.kubernetes.io/zone",
+            "weight": 100, "podAffinityTerm": {"topologyKey": ZONE_KEY,
                                                "labelSelector": {"matchLabels": dict(AIGW_CONTROLLER_LABELS)}}}]}},
     }}
 

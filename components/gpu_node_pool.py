@@ -19,7 +19,7 @@ import pulumi
 import pulumi_aws as aws
 
 from conventions import (
-    GPU_TAINT, LABEL_POOL, LABEL_ROLE, LABEL_ZONE, MODEL_CACHE_PATH, TAG_GPUS_PER_NODE, TAG_PURCHASE_APPROVED,
+    GPU_ROLE_LABEL, GPU_TAINT, LABEL_POOL, LABEL_ZONE, MODEL_CACHE_PATH, TAG_GPUS_PER_NODE, TAG_PURCHASE_APPROVED,
 )
 from deployment.drain import CRITICAL_PODS_S
 from deployment.node_pools import NodePoolSpec
@@ -207,7 +207,7 @@ class GpuNodePool(pulumi.ComponentResource):
             update_config=gpu_update_config(),
             launch_template=aws.eks.NodeGroupLaunchTemplateArgs(
                 id=self.launch_template.id, version=self.launch_template.latest_version.apply(str)),
-            labels={LABEL_POOL: pool.label, LABEL_ROLE: "gpu", LABEL_ZONE: pool.zone},
+            labels={LABEL_POOL: pool.label, **GPU_ROLE_LABEL, LABEL_ZONE: pool.zone},
             taints=[NODE_GROUP_GPU_TAINT],
             tags=tags,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[*cluster.node_dependencies, *update_after]),

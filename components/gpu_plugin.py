@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from conventions import GPU_PLUGIN_NAMESPACE, GPU_TOLERATION, LABEL_ROLE, NVIDIA_DEVICE_PLUGIN_CHART_VERSION
+from conventions import GPU_PLUGIN_NAMESPACE, GPU_ROLE_LABEL, GPU_TOLERATION, LABEL_ROLE, NVIDIA_DEVICE_PLUGIN_CHART_VERSION
 
 
 CHART = "nvidia-device-plugin"
@@ -19,7 +19,7 @@ CHART_REPO = "https://nvidia.github.io/k8s-device-plugin"
 
 
 def plugin_values() -> dict:
-    gpu_nodes = {LABEL_ROLE: "gpu"}
+    gpu_nodes = dict(GPU_ROLE_LABEL)
     return {
         "nodeSelector": gpu_nodes,
         # Replaces the chart's NFD-based nodeSelectorTerms list (lists are replaced, not merged).

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from conventions import LABEL_ROLE, LWS_CHART_VERSION, LWS_NAMESPACE, LWS_VERSION, ZONE_KEY
+from conventions import LWS_CHART_VERSION, LWS_NAMESPACE, LWS_VERSION, SYSTEM_ROLE_LABEL, ZONE_KEY
 
 CHART = "oci://registry.k8s.io/lws/charts/lws"
 MANAGER_IMAGE = "registry.k8s.io/lws/lws"
@@ -35,7 +35,7 @@ def controller_values() -> dict:
     return {
         "image": {"manager": {"repository": MANAGER_IMAGE, "tag": LWS_VERSION, "pullPolicy": "IfNotPresent"}},
         "replicaCount": 2,
-        "nodeSelector": {LABEL_ROLE: "system"},
+        "nodeSelector": dict(SYSTEM_ROLE_LABEL),
         "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
             {"weight": 100, "podAffinityTerm": {"topologyKey": ZONE_KEY, "labelSelector": {"matchLabels": labels}}}]}},
     }

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from conventions import GUIDELLM_IMAGE
+from conventions import GUIDELLM_IMAGE, LABEL_ROLE
 from deployment.api_keys import client_key
 from deployment.jobs import RESULTS_PATH, SCENARIO_PATH, LoadTestSpec
 from deployment.serving import HUB_TOKEN_DIR, HUB_TOKEN_KEY
@@ -30,7 +30,7 @@ from .options import after, own
 from .pods import job_egress, one_shot_pod_spec
 
 LABELS = {"app.kubernetes.io/name": "guidellm", "app.kubernetes.io/part-of": "llm-serving",
-          "llm-serving.io/role": "load-test"}
+          LABEL_ROLE: "load-test"}
 
 
 def guidellm_container(secret_ref: dict) -> dict:

@@ -23,16 +23,14 @@ import pulumi_kubernetes as k8s
 from observability import contract
 from observability.dashboard import build_dashboard, dashboard_json
 from conventions import (
-    DCGM_EXPORTER_CHART_VERSION, DCGM_EXPORTER_IMAGE_TAG, GATEWAY_CONTROLLER_NAMESPACE,
-    KUBE_PROMETHEUS_STACK_CHART_VERSION, LABEL_ENVIRONMENT, LABEL_GRAFANA_DASHBOARD, LABEL_ROLE,
-    MONITORING_NAMESPACE, PICKER_METRICS_PORT, VLLM_METRICS_PORT,
+    DCGM_EXPORTER_CHART_VERSION, DCGM_EXPORTER_IMAGE_TAG, GATEWAY_CONTROLLER_NAMESPACE, GPU_ROLE_LABEL, GPU_TOLERATION,
+    KUBE_PROMETHEUS_STACK_CHART_VERSION, LABEL_ENVIRONMENT, LABEL_GRAFANA_DASHBOARD, MONITORING_NAMESPACE,
+    PICKER_METRICS_PORT, SYSTEM_ROLE_LABEL, VLLM_METRICS_PORT, ZONE_KEY,
 )
-from observability.rules import AlertPolicy, recorded_names, rule_groups
-from sizing.planner import Plan
-
-from conventions import GPU_TOLERATION, SYSTEM_ROLE_LABEL, ZONE_KEY
 from deployment.gateway import PICKER_LABELS, picker_replicas
 from deployment.serving import APP_LABELS
+from observability.rules import AlertPolicy, recorded_names, rule_groups
+from sizing.planner import Plan
 
 from .options import after
 
@@ -123,7 +121,7 @@ def eks_hidden_components() -> dict:
 def dcgm_values() -> dict:
     return {
         "image": {"tag": DCGM_EXPORTER_IMAGE_TAG},
-        "nodeSelector": {LABEL_ROLE: "gpu"},
+        "nodeSelector": dict(GPU_ROLE_LABEL),
         "tolerations": [dict(GPU_TOLERATION)],
         "serviceMonitor": {"enabled": False},      # scraped by the typed ServiceMonitor below
     }

@@ -22,8 +22,8 @@ import pulumi_kubernetes as k8s
 
 from conventions import (
     EFA_RESOURCE, GPU_RESOURCE, GPU_ROLE_LABEL, GPU_TOLERATION, HOST_KEY, KEDA_CHART_VERSION, KEDA_NAMESPACE, LABEL_APP_NAME,
-    LABEL_ENVIRONMENT, LABEL_POOL, LABEL_ROLE, LWS_API_VERSION, LWS_KIND, METRICS_PROXY_IMAGE, MODEL_CACHE_PATH,
-    MONITORING_NAMESPACE, ROLE_SERVING_WORKER, VLLM_API_PORT, VLLM_IMAGE, VLLM_METRICS_PORT, ZONE_KEY,
+    LABEL_ENVIRONMENT, LABEL_POOL, LABEL_ROLE, LABEL_ZONE, LWS_API_VERSION, LWS_KIND, METRICS_PROXY_IMAGE, MODEL_CACHE_PATH,
+    MONITORING_NAMESPACE, ROLE_SERVING_WORKER, SYSTEM_ROLE_LABEL, VLLM_API_PORT, VLLM_IMAGE, VLLM_METRICS_PORT, ZONE_KEY,
 )
 from deployment.engine import CONTAINER_CACHE_PATH, LEADER_ADDRESS, WORKER_INDEX, multi_node_args, vllm_args
 from deployment.serving import (
@@ -204,13 +204,13 @@ class Serving(pulumi.ComponentResource):
                 f"{name}-keda", name="keda", chart=KEDA_CHART, version=KEDA_CHART_VERSION,
                 repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=KEDA_REPO),
                 namespace=KEDA_NAMESPACE, create_namespace=True,
-                values={"nodeSelector": {LABEL_ROLE: "system"}},
+                values={"nodeSelector": dict(SYSTEM_ROLE_LABEL)},
                 opts=pulumi.ResourceOptions(parent=self, provider=args.provider))
         previous = None
         for zr in spec.zones:
             zone, count = zr.zone, zr.replicas
             deploy_name = f"vllm-{zone}"
-            labels = {**APP_LABELS, "llm-serving.io/zone": zone}
+            labels = {**APP_LABELS, LABEL_ZONE: zone}
             # Zones roll one after another (Pulumi waits for each rollout): an update never
             # takes down more than one zone's replicas, the loss the plan is sized for.
             chain = [self.namespace, self.hub_secret, self.metrics_conf] + ([previous] if previous else [])
@@ -242,7 +242,7 @@ class Serving(pulumi.ComponentResource):
         controller = [args.group_controller] if args.group_controller is not None else []
         for group in spec.groups:
             set_name = f"vllm-{group.pool}-{group.group}"
-            labels = {**APP_LABELS, "llm-serving.io/zone": group.zone}
+            labels = {**APP_LABELS, LABEL_ZONE: group.zone}
             annotations = {**spec.annotations[group.zone], "pulumi.com/waitFor": "condition=Available"}
             resource = k8s.apiextensions.CustomResource(
                 f"{name}-{group.pool}-{group.group}", api_version=LWS_API_VERSION, kind=LWS_KIND,

@@ -10,7 +10,7 @@ import ipaddress
 import math
 from dataclasses import dataclass
 
-from conventions import SERVICE_CIDR
+from conventions import LABEL_APP_NAME, LABEL_ROLE, SERVICE_CIDR
 from settings import StackSettings
 from settings.schema import GATE_KEY_NAME, GatewaySettings
 from sizing.planner import Plan
@@ -108,7 +108,7 @@ def circuit_limits(plan: Plan, proxies: int) -> dict:
 
 
 MIN_PICKER_REPLICAS = 2
-PICKER_LABELS = {"app.kubernetes.io/name": "endpoint-picker", "llm-serving.io/role": "gateway"}
+PICKER_LABELS = {LABEL_APP_NAME: "endpoint-picker", LABEL_ROLE: "gateway"}
 
 
 def picker_replicas(zones: int) -> int:

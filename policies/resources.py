@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from conventions import ANNOTATION_GPUS_PER_NODE, LABEL_ROLE
+from conventions import ANNOTATION_GPUS_PER_NODE, GPU_RESOURCE, LABEL_ROLE, LABEL_ZONE, ZONE_KEY
 
 # -- type tokens ----------------------------------------------------------------------------
 CLUSTER = "aws:eks/cluster:Cluster"
@@ -41,11 +41,9 @@ WORKLOADS = (DEPLOYMENT, STATEFUL_SET, LEADER_WORKER_SET)
 POD_TEMPLATES = (DEPLOYMENT, STATEFUL_SET, DAEMON_SET, JOB)
 
 # -- labels and annotations of the contract (docs/contracts.md) -----------------------------
-ZONE_KEY = "topology.kubernetes.io/zone"
 ZONE_KEYS = (ZONE_KEY, "failure-domain.beta.kubernetes.io/zone")
 INSTANCE_TYPE_KEY = "node.kubernetes.io/instance-type"
 NODEGROUP_KEY = "eks.amazonaws.com/nodegroup"
-GPU_RESOURCE = "nvidia.com/gpu"
 
 
 def get(obj: Any, *path: str | int, default: Any = None) -> Any:
@@ -219,7 +217,7 @@ def subnet_zones(node_group: Any, resources: Sequence) -> tuple[str, ...]:
     zones = {get(s.props, "availabilityZone") or get(s.props, "availabilityZoneId") for s in subnets} - {None}
     if not zones:
         labels = as_dict(get(node_group.props, "labels", default={}))
-        zone = labels.get(ZONE_KEY) or labels.get("llm-serving.io/zone")
+        zone = labels.get(ZONE_KEY) or labels.get(LABEL_ZONE)
         zones = {zone} if zone else set()
     return tuple(sorted(zones))
 

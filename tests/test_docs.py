@@ -76,3 +76,17 @@ def test_make_up_only_adds_the_policy_pack_and_its_config(stack, config):
 @pytest.mark.parametrize("doc", [*DOCS, ROOT / "README.md"], ids=lambda p: p.name)
 def test_docs_state_no_one_machines_timings(doc):
     assert not re.search(r"this 2-core machine|numbers from this|where this was built|not measured here", doc.read_text()), doc.name
+
+
+def test_the_contracts_flag_table_is_the_codes():
+    """docs/contracts.md prints deployment/engine.py's one table from field to vLLM flag, row by row."""
+    import dataclasses
+    from deployment.engine import FLAGS, MULTI_NODE_FLAGS
+    from sizing.engine_args import EngineArgs
+    text = (ROOT / "docs" / "contracts.md").read_text()
+    rows = [line.split("|")[1:4] for line in text.splitlines()
+            if line.startswith("| `") and line.count("|") == 5 and "`--" in line]
+    documented = [(field.strip().strip("`"), flag.strip().strip("`"), when.strip()) for field, flag, when in rows]
+    assert documented == [(f.field, f.flag, f.when.value) for f in FLAGS + MULTI_NODE_FLAGS]
+    engine = {f.name for f in dataclasses.fields(EngineArgs)}
+    assert engine <= {f.field for f in FLAGS + MULTI_NODE_FLAGS}       # every engine argument reaches a flag
