@@ -112,7 +112,7 @@ if spec.accuracy_gate is not None:
     proof.append(AccuracyGate("accuracy-gate", AccuracyGateArgs(
         spec=spec.accuracy_gate, provider=cluster.k8s_provider,
         namespace=serving.namespace_name,
-        api_keys=secret("apiKeys")), opts=pulumi.ResourceOptions(depends_on=list(proof))))
+        api_keys=secret("apiKeys"), hub_token=secret("hubToken")), opts=pulumi.ResourceOptions(depends_on=list(proof))))
 if spec.load_test is not None:
     LoadTest("load-test", LoadTestArgs(
         spec=spec.load_test, provider=cluster.k8s_provider,

@@ -25,9 +25,10 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from conventions import LABEL_ROLE, PYTHON_IMAGE
-from deployment import accuracy_check
+from deployment import accuracy_check, gate_runner
 from deployment.api_keys import gate_key
-from deployment.jobs import READY_WAIT_S, WORK, GateSpec, gateway_url
+from deployment.jobs import GATE_CONFIG_DIR, GATE_KEY_DIR, WORK, GateSpec
+from deployment.serving import HUB_TOKEN_DIR, HUB_TOKEN_KEY
 
 from .options import after, own
 from .pods import job_egress, one_shot_pod_spec
@@ -39,48 +40,15 @@ REQUIREMENTS = Path(__file__).resolve().parent / "data" / "lm-eval-requirements.
 # lm-eval counts each context with it and left-truncates one past max_length - max_gen_toks
 # (lm_eval/models/api_models.py, 0.4.13).
 TRANSFORMERS = "transformers==5.24.0"
-KEY_DIR = "/var/run/secrets/accuracy-gate"    # the gate's key as a file (the credentials Secret), not an env var
-KEY_FILE = f"{KEY_DIR}/api-key"
 LABELS = {"app.kubernetes.io/name": "lm-eval", "app.kubernetes.io/part-of": "llm-serving",
           LABEL_ROLE: "accuracy-gate"}
-
-
-WAIT_FOR_GATEWAY = """\
-import sys, time, urllib.request
-url, deadline = sys.argv[1] + "/v1/models", time.time() + float(sys.argv[2])
-key = open(sys.argv[3]).read().strip()
-request = urllib.request.Request(url, headers={"Authorization": "Bearer " + key})
-while True:
-    try:
-        urllib.request.urlopen(request, timeout=10).read()
-        break
-    except Exception as exc:
-        if time.time() > deadline:
-            sys.exit("gateway not ready at " + url + ": " + str(exc))
-        time.sleep(10)
-"""
 
 
 def install_command() -> list[str]:
     """The init container's: lm-eval into the shared work folder, with no secret in reach, from
     the hash-pinned requirements (every package and its SHA-256: pip refuses any other file)."""
     return ["pip", "install", "--no-cache-dir", "--quiet", "--require-hashes", "--target", f"{WORK}/py",
-            "-r", f"/gate/{REQUIREMENTS.name}"]
-
-
-def shell_script(spec: GateSpec) -> str:
-    """The gate container's: wait for the gateway, lm-eval (installed by the init container), the
-    check; no install here."""
-    quoted = " ".join(f"'{a}'" for a in spec.lm_eval_command)
-    return "\n".join([
-        "set -eu",
-        f"python /gate/wait_for_gateway.py '{gateway_url(spec.job.hostname)}' {READY_WAIT_S} {KEY_FILE}",
-        f"export PYTHONPATH={WORK}/py PATH={WORK}/py/bin:$PATH",
-        # lm-eval's local-completions reads its Bearer key from OPENAI_API_KEY: set for lm_eval's
-        # process alone, from the mounted file, so the key is in no pod spec and no other process.
-        f'OPENAI_API_KEY="$(cat {KEY_FILE})" {quoted}',
-        f"python /gate/accuracy_check.py /gate/gate.json {WORK}/results",
-    ])
+            "-r", f"{GATE_CONFIG_DIR}/{REQUIREMENTS.name}"]
 
 
 # -- the component ---------------------------------------------------------------------------
@@ -90,6 +58,7 @@ class AccuracyGateArgs:
     provider: k8s.Provider
     namespace: str
     api_keys: pulumi.Input[str]         # the apiKeys Pulumi secret: JSON {name: key}
+    hub_token: pulumi.Input[str]        # the tokenizer of a gated model comes from the hub
 
 
 class AccuracyGate(pulumi.ComponentResource):
@@ -108,14 +77,15 @@ class AccuracyGate(pulumi.ComponentResource):
         # The gate's own key (the gateway meters it at the gate's share), never a tenant's.
         self.credentials = k8s.core.v1.Secret(
             f"{name}-credentials", metadata={"namespace": ns, "labels": LABELS}, type="Opaque",
-            string_data={"api-key": pulumi.Output.secret(args.api_keys).apply(gate_key)},
+            string_data={"api-key": pulumi.Output.secret(args.api_keys).apply(gate_key),
+                         HUB_TOKEN_KEY: pulumi.Output.secret(args.hub_token)},
             opts=child)
         self.config = k8s.core.v1.ConfigMap(
             f"{name}-check", metadata={"namespace": ns, "labels": LABELS},
             data={"gate.json": json.dumps(self.gate, indent=2),
                   "accuracy_check.py": Path(accuracy_check.__file__).read_text(),
-                  "wait_for_gateway.py": WAIT_FOR_GATEWAY,
-                  "run.sh": shell_script(spec),
+                  "gate_runner.py": Path(gate_runner.__file__).read_text(),
+                  "gate-run.json": json.dumps(spec.run, indent=2),
                   REQUIREMENTS.name: REQUIREMENTS.read_text()},
             opts=child)
         # HTTPS out: the package index (init container) and the gateway's public name (the gate).
@@ -146,21 +116,28 @@ class AccuracyGate(pulumi.ComponentResource):
             "name": "install", "image": PYTHON_IMAGE, "command": install_command(),
             "env": [{"name": "HOME", "value": WORK}, {"name": "PIP_DISABLE_PIP_VERSION_CHECK", "value": "1"}],
             "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "2Gi"}},
-            "volumeMounts": [{"name": "gate", "mountPath": "/gate", "readOnly": True}, *work],
+            "volumeMounts": [{"name": "gate", "mountPath": GATE_CONFIG_DIR, "readOnly": True}, *work],
         }
         gate = {
             "name": "lm-eval", "image": PYTHON_IMAGE,
-            "command": ["sh", "/gate/run.sh"],
-            "env": [{"name": "HOME", "value": WORK}, {"name": "HF_HOME", "value": f"{WORK}/hf"}],
+            # No shell: the runner reads every value from gate-run.json (deployment/gate_runner.py).
+            "command": ["python", f"{GATE_CONFIG_DIR}/gate_runner.py", f"{GATE_CONFIG_DIR}/gate-run.json"],
+            # The tokenizer of a gated model: huggingface_hub reads the token from HF_TOKEN_PATH.
+            "env": [{"name": "HOME", "value": WORK}, {"name": "HF_HOME", "value": f"{WORK}/hf"},
+                    {"name": "HF_TOKEN_PATH", "value": f"{HUB_TOKEN_DIR}/{HUB_TOKEN_KEY}"}],
             "resources": {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"memory": "8Gi"}},
             "terminationMessagePolicy": "FallbackToLogsOnError",
-            "volumeMounts": [{"name": "gate", "mountPath": "/gate", "readOnly": True},
-                             {"name": "gate-key", "mountPath": KEY_DIR, "readOnly": True}, *work],
+            "volumeMounts": [{"name": "gate", "mountPath": GATE_CONFIG_DIR, "readOnly": True},
+                             {"name": "gate-key", "mountPath": GATE_KEY_DIR, "readOnly": True},
+                             {"name": "hub-token", "mountPath": HUB_TOKEN_DIR, "readOnly": True}, *work],
         }
+        secret = self.credentials.metadata.apply(lambda m: m["name"])
         return one_shot_pod_spec(gate, [
             {"name": "gate", "configMap": {"name": self.config.metadata.apply(lambda m: m["name"])}},
             # Readable by the pod's group only (fsGroup), mounted in the gate container alone.
-            {"name": "gate-key", "secret": {"secretName": self.credentials.metadata.apply(lambda m: m["name"]),
-                                            "defaultMode": 0o440}},
+            {"name": "gate-key", "secret": {"secretName": secret, "defaultMode": 0o440,
+                                            "items": [{"key": "api-key", "path": "api-key"}]}},
+            {"name": "hub-token", "secret": {"secretName": secret, "defaultMode": 0o440,
+                                             "items": [{"key": HUB_TOKEN_KEY, "path": HUB_TOKEN_KEY}]}},
             {"name": "work", "emptyDir": {}},
         ], self.hostname, init_containers=(install,))

@@ -114,6 +114,9 @@ REQUEST_TIMEOUT_S = 600
 # cert-manager a few minutes after `pulumi up` creates it) and the API key is accepted.
 READY_WAIT_S = 1800
 WORK = "/work"
+GATE_CONFIG_DIR = "/gate"                      # the gate's ConfigMap: its scripts and what they read
+GATE_KEY_DIR = "/var/run/secrets/accuracy-gate"    # the gate's key as a file (the credentials Secret), not an env var
+GATE_KEY_FILE = f"{GATE_KEY_DIR}/api-key"
 
 
 # -- what the gate runs (pure) ---------------------------------------------------------------
@@ -170,15 +173,28 @@ def lm_eval_command(plan: Plan, job: GateJob) -> list[str]:
         f"num_concurrent={concurrency(plan, job)}",
         "max_retries=3",
         f"timeout={REQUEST_TIMEOUT_S}",
-        "tokenized_requests=False",      # the server tokenizes the text it is sent
-        # The served model's tokenizer and context: lm-eval truncates an over-long few-shot context
-        # (max_length - max_gen_toks) instead of sending what vLLM would refuse with a 400.
+        # lm-eval 0.4.13 truncates only tokenized requests (lm_eval/models/api_models.py
+        # `generate_until`, L732-737 and L759-772): with the served model's tokenizer it left-truncates
+        # each context to max_length - 1 - max_gen_toks (L177, L763-765) and sends token ids, so a
+        # 5-shot prompt past the served context is cut instead of refused by vLLM with a 400.
+        "tokenized_requests=True",
         "tokenizer_backend=huggingface",
         f"tokenizer={plan.checkpoint}",
         f"max_length={plan.engine_args.max_model_len}",
+        # The token ids carry the tokenizer's special tokens (BOS), as vLLM adds them to a text
+        # prompt (its completions request tokenizes with add_special_tokens by default); lm-eval
+        # adds them only when asked (tok_encode, L396-413: add_bos_token defaults to False).
+        "add_bos_token=True",
     ])
     return ["lm_eval", "--model", "local-completions", "--model_args", model_args,
             "--tasks", ",".join(job.gate.tasks), "--output_path", f"{WORK}/results"]
+
+
+def gate_run(plan: Plan, job: GateJob) -> dict:
+    """What deployment/gate_runner.py runs (its RUN_JSON): every value one argv element, no shell."""
+    return {"gateway_url": gateway_url(job.hostname), "ready_wait_s": READY_WAIT_S, "key_file": GATE_KEY_FILE,
+            "work": WORK, "tokenizer": plan.checkpoint, "lm_eval": lm_eval_command(plan, job),
+            "check": ["python", f"{GATE_CONFIG_DIR}/accuracy_check.py", f"{GATE_CONFIG_DIR}/gate.json", f"{WORK}/results"]}
 
 
 def rollout_digest(plan: Plan, job: GateJob) -> str:
@@ -217,10 +233,14 @@ class GateSpec:
     gate: dict                       # accuracy_check.py's input: tasks, metrics, baselines, max drop
     digest: str                      # changes with what the gate judges: a new digest re-runs the Job
     timeout_s: int
-    lm_eval_command: tuple[str, ...]
+    run: dict                        # gate_runner.py's RUN_JSON
+
+    @property
+    def lm_eval_command(self) -> list[str]:
+        return self.run["lm_eval"]
 
 
 def gate_job_spec(plan: Plan, settings: StackSettings) -> GateSpec:
     job = GateJob.for_stack(plan, settings)
     return GateSpec(job=job, gate=gate_spec(job.gate), digest=rollout_digest(plan, job),
-                    timeout_s=gate_timeout_s(plan, job), lm_eval_command=tuple(lm_eval_command(plan, job)))
+                    timeout_s=gate_timeout_s(plan, job), run=gate_run(plan, job))

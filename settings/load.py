@@ -200,6 +200,14 @@ def semantic_problems(s: StackSettings) -> list[str]:
     if s.accuracy_gate_enabled:
         problems += gate_fit_problems(s.accuracyGate.tasks, s.workload.sizing_workload().served_max_model_len,
                                       f"{PROJECT}:accuracyGate.tasks")
+    if s.model.config and "id" not in s.model.model_fields_set:
+        from .names import served_name
+        folder = Path(s.model.config).parent.name or Path(s.model.config).stem
+        try:
+            served_name(folder)
+        except ValueError:
+            problems.append(f"{PROJECT}:model.id: model.config's folder name is not a name clients can ask for; "
+                            "set model.id to the served model's name (ASCII letters, digits and -_./:)")
     if s.model.config and not s.model.checkpoint:
         problems.append(f"{PROJECT}:model.checkpoint: model.config sizes a local config.json, which names no "
                         "weights to serve; set model.checkpoint to the hub id or the /models/<folder> path of "

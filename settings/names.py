@@ -25,9 +25,12 @@ ROLE_ARN = re.compile(r"arn:aws(-cn|-us-gov)?:iam::\d{12}:role/[\w+=,.@/-]{1,512
 # A model hub id (org/name), or a path inside the pod's model cache (the node's NVMe, mounted at
 # /models). S3 is not offered: vLLM reads it only through the Run:ai streamer (`--load-format
 # runai_streamer`, an extra the image may lack) and the pods have no IAM role for a bucket.
-HUB_ID = re.compile(r"[A-Za-z0-9][-\w.]{0,95}/[A-Za-z0-9][-\w.]{0,95}")
+HUB_ID = re.compile(r"[A-Za-z0-9][-\w.]{0,95}/[A-Za-z0-9][-\w.]{0,95}", re.ASCII)
 MODEL_CACHE_MOUNT = "/models"
-LOCAL_PATH = re.compile(r"/models/[-\w.][-\w./]*")
+LOCAL_PATH = re.compile(r"/models/[-\w.][-\w./]*", re.ASCII)
+# A name clients ask for (vLLM's --served-model-name): ASCII letters, digits and `-_./:`, so it is one
+# argv element everywhere, one value in lm-eval's comma-separated --model_args, and no flag.
+SERVED_NAME = re.compile(r"[A-Za-z0-9][-\w./:]{0,127}", re.ASCII)
 
 # AWS tags: the punctuation the tag character set allows besides letters, separators and numbers;
 # at most 50 tags per resource (AWS tagging limits), of which the program sets up to 4 (Name, the
@@ -203,6 +206,13 @@ def checkpoint(value: str) -> str:
     if ".." in value.split("/") or not (HUB_ID.fullmatch(value) or LOCAL_PATH.fullmatch(value)):
         raise ValueError(f"'{value}' is not a checkpoint; use a model hub id (org/name) or a path under "
                          f"{MODEL_CACHE_MOUNT}/ on the node's model cache, without '..' or spaces")
+    return value
+
+
+def served_name(value: str) -> str:
+    if not SERVED_NAME.fullmatch(value):
+        raise ValueError(f"{value[:40]!a} is not a model name clients can ask for; use up to 128 ASCII letters, "
+                         "digits and -_./: starting with a letter or digit")
     return value
 
 

@@ -28,6 +28,7 @@ from inputs.files import read_text
 from .capacity import offering_id, reservation_id
 from .names import RESERVED_NAMESPACES, dns_label, private_cidr, role_arn, secret_key
 from .names import acme_server, checkpoint as valid_checkpoint, hostname as valid_hostname, system_instance_type
+from .names import served_name as valid_served_name
 from .names import tags as valid_tags
 
 SECRET_KEYS = ("hubToken", "apiKeys", "grafanaAdminPassword")
@@ -220,7 +221,7 @@ class ModelSettings(_Strict):
     def _known(cls, v: str, info: ValidationInfo) -> str:
         if not info.data.get("config"):  # with a config.json, id is only the served model's name
             load_catalog().model(v)
-        return v
+        return valid_served_name(v)
 
     @field_validator("checkpoint")
     @classmethod

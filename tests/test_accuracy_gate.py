@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from conventions import PYTHON_IMAGE
-from deployment import accuracy_check
+from deployment import accuracy_check, gate_runner
 from components.accuracy_gate import LM_EVAL, REQUIREMENTS, TRANSFORMERS
 from deployment.api_keys import gate_key
 from deployment.gateway import gate_rate_limit
@@ -177,15 +177,103 @@ def test_the_job_runs_pinned_lm_eval_and_ships_the_tested_check(recorded):
     requirements = data[install["command"][-1].removeprefix("/gate/")].splitlines()
     assert LM_EVAL.replace("-", "_").replace("[api]", "") in {r.split(" ")[0] for r in requirements}
     assert all(" --hash=sha256:" in r for r in requirements if not r.startswith("#"))
-    assert "valueFrom" not in json.dumps(install) and "pip" not in data["run.sh"]
-    assert "base_url=https://llm.example.com/v1/completions" in data["run.sh"]
+    assert "valueFrom" not in json.dumps(install)
+    # No shell: the runner (the tested file) reads every value from gate-run.json.
+    assert container["command"] == ["python", "/gate/gate_runner.py", "/gate/gate-run.json"]
+    assert data["gate_runner.py"] == Path(gate_runner.__file__).read_text()
+    run = json.loads(data["gate-run.json"])
+    assert run["gateway_url"] == "https://llm.example.com" and run["key_file"] == "/var/run/secrets/accuracy-gate/api-key"
+    assert not any("pip" in a for a in run["lm_eval"])
+    model_args = dict(a.split("=", 1) for a in run["lm_eval"][run["lm_eval"].index("--model_args") + 1].split(","))
+    assert model_args["base_url"] == "https://llm.example.com/v1/completions"
     # The key is a mounted file, read into lm_eval's own environment only (not the pod spec's).
     assert "OPENAI_API_KEY" not in json.dumps(container["env"])
-    assert 'OPENAI_API_KEY="$(cat /var/run/secrets/accuracy-gate/api-key)"' in data["run.sh"]
     # The served model's tokenizer and context: lm-eval truncates an over-long context instead of a 400.
     assert f"{TRANSFORMERS} --hash=sha256:" in REQUIREMENTS.read_text()
-    assert ("tokenizer_backend=huggingface,tokenizer=nvidia/Llama-3.3-70B-Instruct-FP8,max_length=8192"
-            in data["run.sh"])
+    assert {k: model_args[k] for k in ("tokenized_requests", "tokenizer_backend", "tokenizer", "max_length")} == {
+        "tokenized_requests": "True", "tokenizer_backend": "huggingface",
+        "tokenizer": "nvidia/Llama-3.3-70B-Instruct-FP8", "max_length": "8192"}
+    assert run["tokenizer"] == model_args["tokenizer"]
+    # A gated tokenizer is read with the stack's hub token, a file for huggingface_hub's HF_TOKEN_PATH.
+    assert {"name": "HF_TOKEN_PATH", "value": "/var/run/secrets/hub/token"} in container["env"]
+    assert {"name": "hub-token", "mountPath": "/var/run/secrets/hub", "readOnly": True} in container["volumeMounts"]
+
+
+def test_the_lm_eval_arguments_take_the_pinned_truncation_path(recorded, upstream_file):
+    """Against lm-eval 0.4.13's own source (the wheel's lm_eval/models/api_models.py): every
+    --model_args key is a TemplateAPI parameter, and the left-truncation of generate_until's contexts
+    to max_length - max_gen_toks runs only under `if self.tokenized_requests:`, which the gate sets."""
+    import ast
+    tree = ast.parse(upstream_file("lm-eval-0.4.13/api_models.py").read_text())
+    api = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "TemplateAPI")
+    init = next(n for n in api.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
+    parameters = {a.arg for a in init.args.args + init.args.kwonlyargs}
+    truncations = [node for node in ast.walk(api) if isinstance(node, ast.If)
+                   and ast.unparse(node.test) == "self.tokenized_requests"
+                   and "max_context_len = self.max_length - max_gen_toks" in ast.unparse(node)]
+    assert len(truncations) == 2          # generate_until: the sequential and the concurrent path
+    run = json.loads(gate_resources(recorded("prod"))["kubernetes:core/v1:ConfigMap"].inputs["data"]["gate-run.json"])
+    args = run["lm_eval"]
+    model_args = dict(a.split("=", 1) for a in args[args.index("--model_args") + 1].split(","))
+    assert set(model_args) <= parameters, sorted(set(model_args) - parameters)
+    assert model_args["tokenized_requests"] == "True" and model_args["tokenizer_backend"] == "huggingface"
+
+
+def fake_transformers(tmp_path, cause: str | None) -> Path:
+    """A stand-in `transformers` whose AutoTokenizer raises as transformers 5.24.0 does (an OSError
+    whose __cause__ is huggingface_hub's error), or loads."""
+    pkg = tmp_path / "py" / "transformers"
+    pkg.mkdir(parents=True)
+    raise_it = (f"        class {cause}(Exception): pass\n"
+                f"        raise OSError('secret-bearing hub message') from {cause}()\n") if cause else "        return object()\n"
+    (pkg / "__init__.py").write_text("class AutoTokenizer:\n    @staticmethod\n    def from_pretrained(name):\n" + raise_it)
+    return tmp_path / "py"
+
+
+@pytest.mark.parametrize("cause, problem", [
+    (None, None),
+    ("GatedRepoError", "the tokenizer org/tok is in a gated hub repository the gate cannot read: set hubToken "
+                       "(`pulumi config set --secret hubToken <token>`) to a token with access to it, then `pulumi up`"),
+    ("RepositoryNotFoundError", "the tokenizer org/tok is in a private or missing hub repository the gate cannot "
+                                "read: set hubToken (`pulumi config set --secret hubToken <token>`) to a token with "
+                                "access to it, then `pulumi up`"),
+    ("ConnectionError", "the tokenizer org/tok cannot be loaded (OSError <- ConnectionError)"),
+], ids=["loads", "gated", "private", "other"])
+def test_a_tokenizer_the_gate_cannot_read_is_named_never_quoted(tmp_path, monkeypatch, cause, problem):
+    import sys
+    monkeypatch.syspath_prepend(str(fake_transformers(tmp_path, cause)))
+    monkeypatch.delitem(sys.modules, "transformers", raising=False)
+    assert gate_runner.tokenizer_problem("org/tok") == problem
+
+
+def test_the_runner_stops_with_2_when_the_gateway_never_answers(tmp_path, capsys, monkeypatch):
+    import socket
+    with socket.socket() as s:             # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    (tmp_path / "key").write_text("k\n")
+    run = {"gateway_url": f"http://127.0.0.1:{port}", "ready_wait_s": 0, "key_file": str(tmp_path / "key"),
+           "work": str(tmp_path), "tokenizer": "org/tok", "lm_eval": ["false"], "check": ["false"]}
+    (tmp_path / "run.json").write_text(json.dumps(run))
+    monkeypatch.setattr(gate_runner, "TERMINATION_LOG", str(tmp_path / "termination-log"))
+    assert gate_runner.main(["gate_runner.py", str(tmp_path / "run.json")]) == 2
+    assert capsys.readouterr().out == f"gateway not ready at http://127.0.0.1:{port}/v1/models after 0 s (URLError)\n"
+    assert (tmp_path / "termination-log").read_text().startswith("gateway not ready")
+
+
+@pytest.mark.parametrize("value", ["x'; rm -rf /", "a,base_url=https://evil", "$(id)", "a\nb", "a b", "--trust-remote-code",
+                                   "\u212aimi", "", "m" * 129])
+def test_a_served_name_that_would_reach_a_command_line_is_refused_naming_the_key(tmp_path, value):
+    """model.id beside model.config is the served name vLLM, GuideLLM and lm-eval's --model_args get."""
+    config = tmp_path / "m" / "config.json"
+    config.parent.mkdir()
+    config.write_text((Path(__file__).parent.parent / "sizing/data/models/llama-3.1-8b.json").read_text())
+    raw = {**stack_config("prod"), "llm-serving:model": {"config": str(config), "id": value, "weights": "bf16",
+                                                           "checkpoint": "meta-llama/Llama-3.1-8B-Instruct"}}
+    with pytest.raises(SettingsError) as err:
+        settings_from_config("prod", raw)
+    assert any(p.startswith("llm-serving:model.id: ") and "is not a model name clients can ask for" in p
+               for p in err.value.problems), err.value.problems
 
 
 def test_the_key_reaches_kubernetes_only_as_a_secret(recorded):
