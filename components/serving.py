@@ -38,8 +38,12 @@ PROBE_PERIOD_S = 10
 
 # A worker's probe: its group's leader answers /health (LWS_LEADER_ADDRESS is the leader pod's DNS
 # name; the group NetworkPolicy admits the call). The engine serves only while every rank runs.
+LEADER_HEALTH_TIMEOUT_S = 4
 LEADER_HEALTH_CHECK = (f"import os, urllib.request; urllib.request.urlopen('http://' + os.environ['{LEADER_ADDRESS}'] "
-                       f"+ ':{VLLM_API_PORT}/health', timeout=4)")
+                       f"+ ':{VLLM_API_PORT}/health', timeout={LEADER_HEALTH_TIMEOUT_S})")
+# The kubelet kills an exec probe at its timeoutSeconds (default 1 s: a probe whose own timeout is
+# 4 s would fail on any slow answer): the command's timeout plus the interpreter's start.
+EXEC_PROBE_TIMEOUT_S = LEADER_HEALTH_TIMEOUT_S + 2
 
 METRICS_PROXY_HEALTH_PATH = "/healthz"
 METRICS_PROXY_CONF = f"""\
@@ -275,7 +279,8 @@ class Serving(pulumi.ComponentResource):
             del engine["livenessProbe"]
             for probe in ("startupProbe", "readinessProbe"):
                 engine[probe] = {k: v for k, v in engine[probe].items() if k != "httpGet"} | {
-                    "exec": {"command": ["python3", "-c", LEADER_HEALTH_CHECK]}}
+                    "exec": {"command": ["python3", "-c", LEADER_HEALTH_CHECK]},
+                    "timeoutSeconds": EXEC_PROBE_TIMEOUT_S}
         pod = self._pod_spec(spec, [engine, metrics_proxy_container()] if leader else [engine])
         pod["nodeSelector"] = {**GPU_ROLE_LABEL, ZONE_KEY: group.zone, LABEL_POOL: group.pool}
         pod["affinity"] = one_pod_per_node({LABEL_APP_NAME: "vllm"})
@@ -285,9 +290,7 @@ class Serving(pulumi.ComponentResource):
         ns = args.spec.namespace
         self.pdb = k8s.policy.v1.PodDisruptionBudget(
             f"{name}-pdb", metadata={"name": "vllm", "namespace": ns},
-            spec={**args.spec.disruption_budget,
-                  # A replica still loading its model is not serving: evicting it costs nothing.
-                  "unhealthyPodEvictionPolicy": "AlwaysAllow"},
+            spec=args.spec.disruption_budget,       # unhealthyPodEvictionPolicy included (deployment.serving)
             opts=ns_opts)
         self.service = k8s.core.v1.Service(
             f"{name}-svc", metadata={"name": "vllm", "namespace": ns, "labels": dict(APP_LABELS)},

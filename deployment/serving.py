@@ -53,9 +53,15 @@ def disruption_budget(plan: Plan, max_per_node: int) -> dict:
     LWS recreates the group), which makes all its pods unready, so no second eviction is allowed
     until that group serves again: a drain costs at most one group at a time."""
     if plan.nodes_per_replica > 1:
-        return {"maxUnavailable": 1, "selector": {"matchLabels": {LABEL_APP_NAME: "vllm"}}}
+        # IfHealthyBudget: an unready group pod may be evicted only while every other group serves
+        # (status.currentHealthy >= desiredHealthy, Kubernetes policy/v1 PodDisruptionBudgetSpec). With
+        # AlwaysAllow a worker whose probe flapped could be evicted past the budget and take down a
+        # second group; a group that is down or loading blocks drains until it serves again.
+        return {"maxUnavailable": 1, "selector": {"matchLabels": {LABEL_APP_NAME: "vllm"}},
+                "unhealthyPodEvictionPolicy": "IfHealthyBudget"}
+    # One pod is one replica: one still loading its model is not serving, evicting it costs nothing.
     return {"minAvailable": disruption_min_available(plan.replicas, plan.replicas_after_loss, max_per_node),
-            "selector": {"matchLabels": dict(APP_LABELS)}}
+            "selector": {"matchLabels": dict(APP_LABELS)}, "unhealthyPodEvictionPolicy": "AlwaysAllow"}
 
 
 def startup_budget_s(weights_gb: float) -> int:

@@ -19,16 +19,42 @@ ENV_ONLY_KEYS = {"OPENAI_API_KEY", "GUIDELLM__SPEC__BACKEND__API_KEY"}
 METADATA = "169.254.0.0/16"
 
 
+# prod with every optional workload on (the load test and, by default, the accuracy gate), and a
+# stack whose replicas span nodes: its LeaderWorkerSets' leader and worker templates get every check
+# a Deployment gets (Checkov reads Deployments' templates, not a custom resource's).
+STACKS = {"prod": {"loadTest": {"enabled": True}}, "prod-multinode": None}
+WORKLOADS_OF = {
+    "prod": ["accuracy-gate-run", "load-test-run", "vllm-epp", "vllm-us-east-1a", "vllm-us-east-1b"],
+    "prod-multinode": ["vllm-epp", "vllm-us-east-1a-p5-0/leader", "vllm-us-east-1a-p5-0/worker",
+                       "vllm-us-east-1b-p5-0/leader", "vllm-us-east-1b-p5-0/worker"],
+}
+
+
+class StackObjects(list):
+    """A stack's rendered objects, knowing which stack they are."""
+    stack: str
+
+
+@pytest.fixture(params=list(STACKS))
+def objects(recorded, request):
+    objs = StackObjects(kubernetes_objects(recorded(request.param, STACKS[request.param])))
+    objs.stack = request.param
+    return objs
+
+
 @pytest.fixture
-def objects(recorded):
-    """prod with every optional workload on: the load test and (by default) the accuracy gate."""
-    return kubernetes_objects(recorded("prod", {"loadTest": {"enabled": True}}))
+def prod_objects(recorded):
+    return kubernetes_objects(recorded("prod", STACKS["prod"]))
 
 
 def pods(objects):
     for obj in objects:
         if obj["kind"] in WORKLOADS:
             yield obj["metadata"]["name"], obj["spec"]["template"]["spec"]
+        elif obj["kind"] == "LeaderWorkerSet":
+            template = obj["spec"]["leaderWorkerTemplate"]
+            for role in ("leader", "worker"):
+                yield f"{obj['metadata']['name']}/{role}", template[f"{role}Template"]["spec"]
 
 
 def containers(spec):
@@ -36,8 +62,24 @@ def containers(spec):
 
 
 def test_every_workload_of_ours_is_checked(objects):
-    assert sorted(name for name, _ in pods(objects)) == [
-        "accuracy-gate-run", "load-test-run", "vllm-epp", "vllm-us-east-1a", "vllm-us-east-1b"]
+    assert sorted(name for name, _ in pods(objects)) == WORKLOADS_OF[objects.stack]
+
+
+def test_every_exec_probe_outlasts_its_own_command(objects):
+    """The kubelet kills an exec probe at timeoutSeconds (default 1 s): at least 2 s, and more than
+    any timeout the command sets itself (`timeout=N`)."""
+    import re
+    seen = 0
+    for name, spec in pods(objects):
+        for c in containers(spec):
+            for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
+                probe = c.get(kind, {})
+                if "exec" not in probe:
+                    continue
+                seen += 1
+                own = [float(t) for t in re.findall(r"timeout=(\d+(?:\.\d+)?)", " ".join(probe["exec"]["command"]))]
+                assert probe.get("timeoutSeconds", 1) >= max([2.0, *[t + 1 for t in own]]), (name, c["name"], kind)
+    assert seen or objects.stack == "prod"
 
 
 def test_pods_run_as_non_root_with_the_default_seccomp_profile(objects):
@@ -82,8 +124,8 @@ def test_no_secret_in_the_environment_where_the_consumer_reads_a_file(objects):
             assert from_secrets <= ENV_ONLY_KEYS, (name, c["name"], from_secrets)
 
 
-def test_the_install_step_of_the_gate_sees_no_secret(objects):
-    spec = dict(pods(objects))["accuracy-gate-run"]
+def test_the_install_step_of_the_gate_sees_no_secret(prod_objects):
+    spec = dict(pods(prod_objects))["accuracy-gate-run"]
     (install,) = spec["initContainers"]
     assert "valueFrom" not in str(install) and install["command"][:2] == ["pip", "install"]
 
@@ -133,7 +175,8 @@ def test_no_egress_rule_reaches_the_instance_metadata_service(objects):
     ("accuracy-gate-run", "accuracy-gate-egress"),
     ("load-test-run", "load-test-egress"),
 ])
-def test_each_pod_has_the_egress_it_needs(objects, pod, policy):
+def test_each_pod_has_the_egress_it_needs(prod_objects, pod, policy):
+    objects = prod_objects
     spec = dict(pods(objects))[pod]
     workload = next(o for o in objects if o["kind"] in WORKLOADS and o["metadata"]["name"] == pod)
     labels = workload["spec"]["template"]["metadata"]["labels"]
