@@ -48,6 +48,7 @@ cluster = Cluster("llm", ClusterArgs(
     stack=settings.stack, environment=settings.environment, region=settings.region,
     kubernetes_version=settings.kubernetesVersion, api_allowed_cidrs=settings.apiAllowedCidrs,
     admin_role_arns=settings.adminRoleArns, view_role_arns=settings.previewRoleArns, system_nodes=settings.systemNodes, tags=settings.tags,
+    node_ami_release_version=settings.nodeAmiReleaseVersion,
     network=network))
 efa = spec.efa                   # on wherever a pool asks for it or a replica spans nodes
 efa_sg = EfaSecurityGroup("efa", EfaSecurityGroupArgs(vpc_id=network.vpc.id, tags=settings.tags)) if efa else None

@@ -94,6 +94,7 @@ class ClusterArgs:
     tags: Mapping[str, str]
     network: Network
     view_role_arns: tuple[str, ...] = ()    # IAM roles granted read-only access (the CI preview role)
+    node_ami_release_version: str | None = None   # nodeAmiReleaseVersion: the system nodes' AMI release
 
 
 class Cluster(pulumi.ComponentResource):
@@ -272,6 +273,8 @@ class Cluster(pulumi.ComponentResource):
             launch_template=aws.eks.NodeGroupLaunchTemplateArgs(
                 id=system_template.id, version=system_template.latest_version.apply(str)),
             labels=dict(SYSTEM_ROLE_LABEL),
+            version=self.eks_cluster.version,                 # the nodes follow the control plane
+            release_version=self._args.node_ami_release_version,
             tags=self._tags,
             opts=pulumi.ResourceOptions(parent=self.eks_cluster, depends_on=self.node_dependencies),
         )

@@ -209,8 +209,17 @@ class GpuNodePool(pulumi.ComponentResource):
                 id=self.launch_template.id, version=self.launch_template.latest_version.apply(str)),
             labels={LABEL_POOL: pool.label, **GPU_ROLE_LABEL, LABEL_ZONE: pool.zone},
             taints=[NODE_GROUP_GPU_TAINT],
+            # The cluster's version (and the stated AMI release): raising kubernetesVersion upgrades the
+            # control plane, then these nodes (EKS UpdateNodegroupVersion, one after another).
+            version=cluster.eks_cluster.version,
+            release_version=args.spec.ami_release_version,
             tags=tags,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[*cluster.node_dependencies, *update_after]),
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=[*cluster.node_dependencies, *update_after],
+                # A Capacity Block has no spare instance for a replacement node: EKS upgrades such a
+                # group only at desired size 0. The program never upgrades it in place; the procedure
+                # (scale to 0, upgrade, scale back) is in docs/operations.md.
+                ignore_changes=None if args.spec.upgrades_in_place else ["version", "releaseVersion"]),
         )
 
 

@@ -47,6 +47,7 @@ class Registration:
     property_dependencies: dict[str, list[str]]
     provider: str
     custom: bool
+    ignore_changes: tuple[str, ...] = ()      # the resource option, as the engine receives it
 
 
 @dataclass
@@ -207,6 +208,7 @@ def _make_monitor(mocks, recording: Recording):
                 dependencies=list(request.dependencies),
                 property_dependencies={k: list(v.urns) for k, v in request.propertyDependencies.items()},
                 provider=request.provider, custom=bool(request.custom),
+                ignore_changes=tuple(request.ignoreChanges),
             ))
             return resource_pb2.RegisterResourceResponse(urn=urn, id=id_, object=obj_proto)
 

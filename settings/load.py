@@ -200,6 +200,12 @@ def semantic_problems(s: StackSettings) -> list[str]:
     if s.accuracy_gate_enabled:
         problems += gate_fit_problems(s.accuracyGate.tasks, s.workload.sizing_workload().served_max_model_len,
                                       f"{PROJECT}:accuracyGate.tasks")
+    release = s.nodeAmiReleaseVersion
+    if release and not release.startswith(f"{s.kubernetesVersion}."):
+        problems.append(f"{PROJECT}:nodeAmiReleaseVersion: {release} is an AMI for another Kubernetes version than "
+                        f"kubernetesVersion {s.kubernetesVersion}; use a {s.kubernetesVersion}.x release "
+                        f"(`aws ssm get-parameter --name /aws/service/eks/optimized-ami/{s.kubernetesVersion}/"
+                        "amazon-linux-2023/x86_64/nvidia/recommended/release_version`) or unset it")
     if s.model.config and "id" not in s.model.model_fields_set:
         from .names import served_name
         folder = Path(s.model.config).parent.name or Path(s.model.config).stem

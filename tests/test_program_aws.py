@@ -382,3 +382,34 @@ def test_gateway_address_output_is_the_gateways_status_address(recorded):
     (gateway,) = rec.of_type("kubernetes:gateway.networking.k8s.io/v1:Gateway")
     assert rec.outputs["gatewayAddress"] == gateway.outputs["status"]["addresses"][0]["value"]
     assert rec.outputs["gatewayHostname"] == gateway.inputs["spec"]["listeners"][0]["hostname"]
+
+
+# -- day 2: upgrades that reach the nodes ------------------------------------------------------------
+def test_every_node_group_follows_the_clusters_version_and_the_stated_ami(build_program):
+    rec = build_program("prod", {"kubernetesVersion": "1.34", "nodeAmiReleaseVersion": "1.34.2-20251120"})
+    (cluster,) = rec.of_type("aws:eks/cluster:Cluster")
+    groups = rec.of_type("aws:eks/nodeGroup:NodeGroup")
+    assert len(groups) == 3 and cluster.inputs["version"] == "1.34"        # the system group and two GPU pools
+    assert {(g.inputs["version"], g.inputs["releaseVersion"]) for g in groups} == {("1.34", "1.34.2-20251120")}
+    assert all(not g.ignore_changes for g in groups)
+
+
+def test_a_capacity_block_pool_is_never_upgraded_in_place(build_program):
+    """EKS upgrades a Capacity Block node group only at desired size 0: the program leaves its version
+    and AMI where they are (docs/operations.md has the procedure); the other pool still moves."""
+    rec = build_program("prod", {"gpuPools": _pools(capacityBlock={"id": "cr-0fedcba9876543210"})})
+    block, _ = _pool_b(rec)
+    assert set(block.ignore_changes) == {"version", "releaseVersion"}
+    (other,) = [g for g in rec.of_type("aws:eks/nodeGroup:NodeGroup") if g.name.startswith("gpu-") and g is not block]
+    assert other.ignore_changes == () and other.inputs["version"] == "1.35"
+
+
+@pytest.mark.parametrize("release, problem", [
+    ("1.34.2-20251120", "llm-serving:nodeAmiReleaseVersion: 1.34.2-20251120 is an AMI for another Kubernetes "
+                        "version than kubernetesVersion 1.35; use a 1.35.x release"),
+    ("latest", "llm-serving:nodeAmiReleaseVersion: "),
+])
+def test_an_ami_release_of_another_version_or_shape_is_refused(build_program, release, problem):
+    with pytest.raises(pulumi.RunError) as err:
+        build_program("prod", {"nodeAmiReleaseVersion": release})
+    assert problem in str(err.value)
