@@ -293,6 +293,39 @@ def test_only_pulumi_ciphertext_counts_as_a_secure_value(value, ciphertext):
     assert is_ciphertext(value) is ciphertext
 
 
+def test_no_real_format_ciphertext_is_refused():
+    """100,000 random values of both formats, as Pulumi writes them (a 12-byte nonce and AES-GCM's
+    sealed bytes, at least its 16-byte tag; or the service's base64): every one is ciphertext.
+    (The substring check this replaces refused about 1 in 500.)"""
+    import base64
+    import random
+
+    from settings.ciphertext import is_ciphertext
+    rng = random.Random(2026)
+    refused = []
+    for i in range(100_000):
+        if i % 2:
+            value = (f"v1:{base64.b64encode(rng.randbytes(12)).decode()}:"
+                     f"{base64.b64encode(rng.randbytes(rng.randint(16, 96))).decode()}")
+        else:
+            value = base64.b64encode(rng.randbytes(rng.randint(24, 200))).decode()
+        if not is_ciphertext(value):
+            refused.append(value)
+    assert refused == []
+
+
+@pytest.mark.parametrize("value", [
+    "changeme", "CHANGE-ME", "placeholder", "REPLACE_ME", "todo", "xxxxxxxxxxxxxxxxxxxxxxxx",
+    "AAAAAAAAAAAAAAAAAAAAAAAA", "secretsecretsecretsecret", "dGhpcyBpcyBhIGZha2Ugc2VjcmV0",   # base64 of text
+    "v1:AAAAAAAAAAAAAAAA:Qx1HJx0cF9lQWq1bqkq7uB5f0m0tAQ8d3kJH2Q==",                          # a zero nonce
+    "v1:Zm9vYmFyYmF6cXV4:ZmFrZSBjaXBoZXJ0ZXh0IGZha2U=",                                     # base64 of text
+    "v1:Zm9vYmFyYmF6cXV4:Qx1HJx0=",                                                         # shorter than a GCM tag
+], ids=lambda v: v[:24])
+def test_a_hand_typed_stand_in_is_refused_by_its_shape(value):
+    from settings.ciphertext import is_ciphertext
+    assert is_ciphertext(value) is False
+
+
 @pytest.mark.parametrize("provider", [
     {"secretsprovider": "awskms://alias/llm-serving-dev?region=us-east-1",          # pulumi stack init --secrets-provider awskms://...
      "encryptedkey": "AQICAHhAr5c3Zf0pJm8Ftl0sC6ulyhBBiFuV2F0yqSQe5EwzqgE2XXo="},
