@@ -3,7 +3,8 @@
 STACK ?= prod
 # The guard policies' levels follow the stack's environment (policies/config/<environment>.json),
 # as in the offline preview: a stack named `mine` with `environment: prod` is judged as prod.
-POLICY_CONFIG = policies/config/$(shell .venv/bin/python -c "import sys; from settings import read_stack_config, stack_file; print(read_stack_config(stack_file(sys.argv[1]))['llm-serving:environment'])" $(STACK)).json
+# One rule, shared with the CI cloud preview: scripts/policy-config (fails with one line when it cannot tell).
+POLICY_CONFIG = $(or $(shell scripts/policy-config $(STACK)),$(error no policy config for stack $(STACK): see the line above))
 setup:
 	scripts/setup test
 test:

@@ -128,3 +128,59 @@ def test_one_run_per_pull_request_at_a_time():
     assert WORKFLOW["concurrency"] == {"group": "preview-${{ github.event.pull_request.number || github.ref }}",
                                        "cancel-in-progress": True}
 
+
+
+# -- the cloud preview's inputs, and the one rule for the policy config --------------------------------
+def run_config_check(tmp_path, **variables) -> tuple[int, str, str]:
+    """The config job's check step, run by bash as the runner runs it, with these repository variables."""
+    step = WORKFLOW["jobs"]["cloud-preview-config"]["steps"][0]
+    out = tmp_path / "github-output"
+    env = {"PATH": os.environ["PATH"], "GITHUB_OUTPUT": str(out),
+           **{k: "" for k in step["env"]}, **variables}
+    done = subprocess.run(["bash", "-e", "-c", step["run"]], env=env, capture_output=True, text=True, timeout=30)
+    return done.returncode, done.stdout, out.read_text() if out.exists() else ""
+
+
+CLOUD = {"STACKS": '["prod"]', "AWS_PREVIEW_ROLE_ARN": "arn:aws:iam::123456789012:role/llm-serving-ci-preview",
+         "PULUMI_BACKEND_URL": "s3://state?region=us-east-1", "CLOUD_PREVIEW_RUNNER": "preview-runner"}
+
+
+@pytest.mark.parametrize("variables, errors", [
+    (CLOUD, []),
+    ({**CLOUD, "AWS_PREVIEW_ROLE_ARN": "", "CLOUD_PREVIEW_RUNNER": ""},
+     ["::error::repository variable AWS_PREVIEW_ROLE_ARN is unset (docs/ci-preview.md, step 6)",
+      "::error::repository variable CLOUD_PREVIEW_RUNNER is unset (docs/ci-preview.md, step 6)"]),
+    ({**CLOUD, "PULUMI_BACKEND_URL": "https://api.pulumi.com"},
+     ["::error::PULUMI_BACKEND_URL is Pulumi Cloud: set repository variable PULUMI_ORG to the organization of the stacks"]),
+    ({**CLOUD, "STACKS": "prod; rm -rf /"}, ['::error::CLOUD_PREVIEW_STACKS must be a JSON list of stack names, e.g. ["prod"]']),
+    ({**CLOUD, "STACKS": '["$(id)"]'}, ['::error::CLOUD_PREVIEW_STACKS must be a JSON list of stack names, e.g. ["prod"]']),
+], ids=["complete", "role-and-runner-unset", "cloud-without-org", "not-json", "not-a-name"])
+def test_the_cloud_preview_names_each_missing_variable(tmp_path, variables, errors):
+    code, stdout, output = run_config_check(tmp_path, **variables)
+    assert stdout.splitlines() == errors and code == (1 if errors else 0)
+    assert output == ("" if errors else 'stacks=["prod"]\n')
+
+
+def test_the_workflow_and_the_makefile_pick_the_policy_config_by_one_rule():
+    job = WORKFLOW["jobs"]["pulumi-preview"]
+    policy = next(s for s in job["steps"] if s.get("id") == "policy")
+    assert 'scripts/policy-config "$STACK"' in policy["run"] and policy["env"] == {"STACK": "${{ matrix.stack }}"}
+    pulumi = next(s for s in job["steps"] if s.get("uses", "").startswith("pulumi/actions@"))
+    assert pulumi["with"]["policyPackConfigs"] == "${{ steps.policy.outputs.config }}"
+    assert "$(shell scripts/policy-config $(STACK))" in (ROOT / "Makefile").read_text()
+    assert job["strategy"]["matrix"]["stack"] == "${{ fromJSON(needs.cloud-preview-config.outputs.stacks) }}"
+
+
+@pytest.mark.parametrize("argv, code, out, err", [
+    (["prod"], 0, "policies/config/prod.json\n", ""),
+    (["my-org/staging"], 0, "policies/config/staging.json\n", ""),
+    ([], 2, "", "policy-config: give one stack name (STACK or ORG/STACK)\n"),
+    (["nope"], 2, "", None),
+])
+def test_policy_config_answers_or_fails_with_one_line(argv, code, out, err):
+    done = subprocess.run([str(ROOT / "scripts" / "policy-config"), *argv], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (code, out)
+    if err is not None:
+        assert done.stderr == err
+    else:
+        assert len(done.stderr.splitlines()) == 1 and done.stderr.startswith("policy-config: ")
