@@ -76,7 +76,7 @@ def check_served_length(shape: Shape, workload: Workload, profile: Profile, mem:
         raise SizingError(
             f"max_model_len {served:,} is above the {limit:,}-token context of {m.id} (max_position_embeddings); "
             f"state a maximum of at most {limit:,} (longer requests are refused)", "workload.stated_max_model_len")
-    block = profile.block_tokens
+    block = kv_block_tokens(shape, profile.block_tokens)
     have = mem.kv_cache_tokens // block
     if have < kv_blocks_needed(served, block):
         raise SizingError(

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from . import parallel
 from .catalog import Instance, Model
 from .profiles import Profile
-from .vllm_engine import BLOCK_TOKENS, NULL_BLOCKS, batch_defaults, blocks_for, reported_memory_bytes
+from .vllm_engine import BLOCK_TOKENS, NULL_BLOCKS, batch_defaults, blocks_for, kv_block_tokens, reported_memory_bytes
 from .workload import Workload
 
 GB = 1e9
@@ -94,7 +94,7 @@ def memory(shape: Shape, workload: Workload, profile: Profile, batched_tokens: i
     usable = total_gb * profile.gpu_memory_utilization - profile.runtime_overhead_gb - act - graphs
     budget = shape.gpus * usable * GB - w      # weights and KV spread over every stage's GPUs
     if vllm:
-        block = profile.block_tokens
+        block = kv_block_tokens(shape, profile.block_tokens)
         blocks = max(0, int(budget // (block * kv_tok))) if budget > 0 else 0
         kv_cache_tokens = blocks * block
         per_seq = (resident_blocks(workload, block) if profile.kv_reservation == "grow"

@@ -52,3 +52,20 @@ def blocks_for(tokens: float, block: int = BLOCK_TOKENS) -> int:
     """Blocks a sequence of `tokens` holds: vLLM allocates whole blocks as it grows."""
     return -(-int(tokens) // block) if tokens > 0 else 0
 
+
+
+# MLA models on Blackwell: vLLM's FlashInfer MLA backend runs only on compute capability 10 and takes
+# KV blocks of 32 or 64 tokens (vllm/v1/attention/backends/mla/flashinfer_mla.py,
+# `FlashInferMLABackend.get_supported_kernel_block_sizes` and `supports_compute_capability`, read at
+# vllm-project/vllm 002d68ef, the stored snapshot, not the v0.29.0 tag), so the engine allocates
+# 32-token blocks there, not CacheConfig.DEFAULT_BLOCK_SIZE's 16: whole-block rounding and the
+# one-request start-up check use it.
+BLACKWELL_MLA_BLOCK_TOKENS = 32
+BLACKWELL_GPUS = ("b200",)
+
+
+def kv_block_tokens(shape, default: int) -> int:
+    """Tokens per KV block the engine allocates for this model on this GPU."""
+    if shape.model.is_mla and shape.instance.gpu.id in BLACKWELL_GPUS:
+        return BLACKWELL_MLA_BLOCK_TOKENS
+    return default

@@ -285,3 +285,15 @@ def test_the_serving_args_carry_the_layout():
     dense_args = vllm_args(dense, 30)
     assert "--enable-expert-parallel" not in dense_args and "--data-parallel-size" not in dense_args
     assert dense_args[dense_args.index("--quantization") + 1] == "fp8"     # BF16 checkpoint, FP8 at load
+
+
+def test_mla_models_on_b200_allocate_32_token_kv_blocks():
+    """vLLM's MLA backend on Blackwell takes 32-token blocks; elsewhere, and GQA models on B200, 16."""
+    from sizing.memory import Shape
+    from sizing.vllm_engine import kv_block_tokens
+    catalog = load_catalog()
+    b200, h200 = catalog.node_for_gpu("b200"), catalog.node_for_gpu("h200")
+    r1, llama = catalog.model("deepseek-r1"), catalog.model("llama-3-70b")
+    assert kv_block_tokens(Shape(r1, b200, 8, "fp8", "bf16"), 16) == 32
+    assert kv_block_tokens(Shape(r1, h200, 8, "fp8", "bf16"), 16) == 16
+    assert kv_block_tokens(Shape(llama, b200, 4, "fp8", "bf16"), 16) == 16
