@@ -8,6 +8,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import os
 import re
 from pathlib import Path
 
@@ -27,6 +28,10 @@ from .names import AWS_REGIONS, region as valid_region
 from .schema import ALL_SECRET_KEYS, MAX_API_KEYS, REQUEST_KEYS, PlanRequestSettings, StackSettings, _Strict
 
 STACKS_DIR = Path(__file__).resolve().parent.parent / "stacks"
+# Where `--stack NAME` finds Pulumi.NAME.yaml: the checkout's stacks/ (Pulumi.yaml's stackConfigDir),
+# or the folder LLM_SERVING_STACKS names. The test suite points it at its own fixtures, so the values
+# a real deploy writes into stacks/ never reach a test (tests/test_user_stacks.py checks stacks/ itself).
+STACKS_ENV = "LLM_SERVING_STACKS"
 REGION_KEY = "aws:region"
 STACK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")    # Pulumi's stack name characters
 MAX_STACK_FILE_BYTES = 1_000_000
@@ -41,10 +46,14 @@ class SettingsError(ValueError):
         super().__init__("\n".join(problems))
 
 
-def stack_file(stack: str, stacks_dir: Path = STACKS_DIR) -> Path:
+def stacks_dir() -> Path:
+    return Path(os.environ.get(STACKS_ENV) or STACKS_DIR)
+
+
+def stack_file(stack: str, folder: Path | None = None) -> Path:
     if not STACK_NAME.fullmatch(stack):
         raise SettingsError([f"'{stack[:60]}' is not a stack name; use letters, digits, '-', '_' and '.'"])
-    return stacks_dir / f"Pulumi.{stack}.yaml"
+    return (folder or stacks_dir()) / f"Pulumi.{stack}.yaml"
 
 
 def _text(path: Path) -> str:

@@ -12,7 +12,7 @@ from . import parallel
 from .catalog import Instance, Model
 from .memory import CHUNK_MIN, Memory, Shape, kv_blocks_needed, memory
 from .profiles import Profile
-from .vllm_engine import NULL_BLOCKS
+from .vllm_engine import NULL_BLOCKS, kv_block_tokens
 from .workload import SizingError, Workload
 
 

@@ -6,7 +6,13 @@ import json
 import os
 from pathlib import Path
 
-import pytest
+# The suite's own stacks (tests/fixtures/stacks), never the user's stacks/: a real deploy edits those
+# (hostnames, CIDRs, secrets provider, ciphertext). Set before anything reads a stack, and inherited by
+# every subprocess a test starts. tests/test_user_stacks.py is the one module that reads stacks/.
+FIXTURE_STACKS = Path(__file__).resolve().parent / "fixtures" / "stacks"
+os.environ["LLM_SERVING_STACKS"] = str(FIXTURE_STACKS)
+
+import pytest  # noqa: E402
 
 from tests.stacks import stack_config, with_overrides  # noqa: F401 (stack_config: re-exported for older imports)
 

@@ -260,27 +260,6 @@ def test_prod_runs_an_eks_version_in_standard_support_and_in_envoy_gateways_matr
 
 
 # -- secrets ------------------------------------------------------------------------------------
-def _secure_values(node):
-    if isinstance(node, dict):
-        if set(node) == {"secure"}:
-            yield node["secure"]
-        for value in node.values():
-            yield from _secure_values(value)
-    elif isinstance(node, list):
-        for value in node:
-            yield from _secure_values(value)
-
-
-@pytest.mark.parametrize("stack_file", sorted((ROOT / "stacks").glob("Pulumi.*.yaml")), ids=lambda p: p.name)
-def test_stack_files_carry_no_fake_ciphertext(stack_file: Path):
-    """A stack file may hold what `pulumi config set --secret` writes (settings/ciphertext.py), never a stand-in."""
-    import yaml
-
-    from settings.ciphertext import is_ciphertext
-    fake = [v for v in _secure_values(yaml.safe_load(stack_file.read_text())) if not is_ciphertext(v)]
-    assert fake == [], f"{stack_file.name}: placeholder secure values {fake}; set each with pulumi config set --secret"
-
-
 @pytest.mark.parametrize("value, ciphertext", [
     ("v1:Zm9vYmFyYmF6cXV4:Qx1HJx0cF9lQWq1bqkq7uB5f0m0tAQ8d3kJH2Q==", True),       # passphrase / awskms:// provider
     ("AAABAJx3n2m8Qn0vYk1Jc2lGd0VZbm9TMnpXeHh6c1FJbWJ4c1dwR0NlS2c9", True),        # Pulumi Cloud provider

@@ -44,13 +44,7 @@ def planted(tmp_path, monkeypatch):
         for key in SECRET_KEYS:
             config[key] = {"secure": f"v1:{SENTINEL}"}
         (stacks / f"Pulumi.{stack}.yaml").write_text(yaml.safe_dump({"config": config}))
-    original = settings.load.stack_file
-
-    def stack_file(stack: str, stacks_dir: Path = stacks) -> Path:
-        return original(stack, stacks_dir)
-
-    monkeypatch.setattr(settings.load, "stack_file", stack_file)
-    monkeypatch.setattr(settings, "stack_file", stack_file)
+    monkeypatch.setenv(settings.load.STACKS_ENV, str(stacks))
     monkeypatch.setattr(engine, "placeholder_secret", sentinel_value)
     return stacks
 
