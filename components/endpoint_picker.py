@@ -17,6 +17,7 @@ per zone (two at least) with a PDB, and `LLMServingEndpointPickerDown` (critical
 """
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 
 import pulumi
@@ -24,12 +25,12 @@ import pulumi_kubernetes as k8s
 
 from conventions import ENDPOINT_PICKER_IMAGE, PICKER_GRPC_PORT, PICKER_HEALTH_PORT, PICKER_METRICS_PORT, VLLM_API_PORT
 
-from conventions import HOST_KEY, POOL_API, SYSTEM_ROLE_LABEL, ZONE_KEY
+from conventions import HOST_KEY, POOL_API, SERVICE_CIDR, SYSTEM_ROLE_LABEL, ZONE_KEY
 from deployment.gateway import PICKER_LABELS
 from deployment.serving import APP_LABELS
 
 from .options import after
-from .pods import METADATA_RANGE, SCRATCH_MOUNT, SCRATCH_VOLUME, container_security, pod_security, spread
+from .pods import SCRATCH_MOUNT, SCRATCH_VOLUME, container_security, pod_security, spread
 
 # The last inference-extension release that ships the picker (v1.6.0 moved it to llm-d); it
 # serves the same `inference.networking.k8s.io/v1` InferencePool API as the v1.6.0 CRD.
@@ -65,6 +66,7 @@ class EndpointPickerArgs:
     namespace: str                  # the serving namespace: a pool selects pods in its own namespace
     gateway_namespace: str          # where the Envoy proxies that call the picker run
     monitoring_namespace: str
+    vpc_cidr: str                   # network.vpcCidr: the API server's private endpoint lives there
     prefix_aware: bool = False      # the plan counts on per-conversation prefix reuse (see PREFIX_AWARE_CONFIG)
 
 
@@ -89,7 +91,16 @@ def picker_container(pool_name: str, namespace: str) -> dict:
     }
 
 
-def picker_network_policies(gateway_namespace: str, monitoring_namespace: str) -> dict[str, dict]:
+def api_server_peers(vpc_cidr: str) -> list[dict]:
+    """Where the picker's calls to the API server go: the `kubernetes` Service (the first address of
+    the Service CIDR, as the API server allocates it) and, after kube-proxy's DNAT, the control plane's
+    private endpoint interfaces, which EKS places in the cluster's VPC subnets. Whichever address the
+    network policy engine sees, nothing else on 443 is reachable."""
+    kubernetes_service = str(ipaddress.ip_network(SERVICE_CIDR)[1])
+    return [{"ipBlock": {"cidr": f"{kubernetes_service}/32"}}, {"ipBlock": {"cidr": vpc_cidr}}]
+
+
+def picker_network_policies(gateway_namespace: str, monitoring_namespace: str, vpc_cidr: str) -> dict[str, dict]:
     def from_namespace(n: str) -> dict:
         return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": n}}}
 
@@ -104,13 +115,11 @@ def picker_network_policies(gateway_namespace: str, monitoring_namespace: str) -
                           "ingress": [{"from": [{"podSelector": {"matchLabels": dict(PICKER_LABELS)}}],
                                        "ports": [{"protocol": "TCP", "port": VLLM_API_PORT}]}]},
         # Out: the vLLM pods' API port (their metrics) and the API server (it watches pods and the
-        # pool); the API server's addresses are inside the VPC, so HTTPS goes anywhere but the
-        # metadata service.
+        # pool), nothing else.
         "epp-egress": {"podSelector": {"matchLabels": dict(PICKER_LABELS)}, "policyTypes": ["Egress"],
                        "egress": [{"to": [{"podSelector": {"matchLabels": dict(APP_LABELS)}}],
                                    "ports": [{"protocol": "TCP", "port": VLLM_API_PORT}]},
-                                  {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": [METADATA_RANGE]}}],
-                                   "ports": [{"protocol": "TCP", "port": 443}]}]},
+                                  {"to": api_server_peers(vpc_cidr), "ports": [{"protocol": "TCP", "port": 443}]}]},
     }
 
 
@@ -136,7 +145,8 @@ class EndpointPicker(pulumi.ComponentResource):
             f"{name}-pdb", metadata={"name": self.picker_name, "namespace": ns},
             spec={"minAvailable": 1, "selector": {"matchLabels": dict(PICKER_LABELS)}}, opts=o)
         self._service_and_pool(name, ns, o)
-        for key, spec in picker_network_policies(args.gateway_namespace, args.monitoring_namespace).items():
+        for key, spec in picker_network_policies(args.gateway_namespace, args.monitoring_namespace,
+                                                 args.vpc_cidr).items():
             k8s.networking.v1.NetworkPolicy(f"{name}-{key}", metadata={"name": key, "namespace": ns},
                                             spec=spec, opts=o)
         self.register_outputs({"pool": self.pool_name, "replicas": self.replicas})

@@ -85,16 +85,28 @@ def vllm_env() -> list[dict]:
             {"name": "USER", "value": "vllm"}]
 
 
-def group_policies() -> dict[str, dict]:
-    """A group's pods talk to each other on any port (torch.distributed's master port, NCCL's
-    bootstrap sockets, the workers' probe of the leader's /health); workers fetch their shard of
-    the checkpoint from the hub like the leader."""
-    group = {"podSelector": {"matchLabels": {LABEL_APP_NAME: "vllm"}}}
-    return {
-        "vllm-group-traffic": {**group, "policyTypes": ["Ingress", "Egress"],
-                               "ingress": [{"from": [group]}], "egress": [{"to": [group]}]},
-        **egress_policies({LABEL_APP_NAME: "vllm", LABEL_ROLE: ROLE_SERVING_WORKER}, "vllm-worker-hub-egress"),
-    }
+# The label the LWS controller puts on every pod of a set (kubernetes-sigs/lws v0.10.0
+# api/leaderworkerset/v1/leaderworkerset_types.go L37, SetNameLabelKey); a set holds one group here.
+LWS_SET_LABEL = "leaderworkerset.sigs.k8s.io/name"
+
+
+def group_set_name(group: ReplicaPlacement) -> str:
+    return f"vllm-{group.pool}-{group.group}"
+
+
+def group_policies(groups: tuple[ReplicaPlacement, ...]) -> dict[str, dict]:
+    """A group's pods talk to each other, and only to each other: any port, since torch.distributed's
+    master port, NCCL's bootstrap and socket connections (ephemeral ports NCCL picks itself) and the
+    workers' probe of the leader's /health all run between them; no pod reaches another group's.
+    Workers fetch their shard of the checkpoint from the hub like the leader."""
+    policies = {}
+    for group in groups:
+        members = {"podSelector": {"matchLabels": {LWS_SET_LABEL: group_set_name(group)}}}
+        policies[f"{group_set_name(group)}-group-traffic"] = {
+            **members, "policyTypes": ["Ingress", "Egress"],
+            "ingress": [{"from": [members]}], "egress": [{"to": [members]}]}
+    return {**policies,
+            **egress_policies({LABEL_APP_NAME: "vllm", LABEL_ROLE: ROLE_SERVING_WORKER}, "vllm-worker-hub-egress")}
 
 
 # -- the component ---------------------------------------------------------------------------
@@ -245,7 +257,7 @@ class Serving(pulumi.ComponentResource):
         timeout = f"{self.startup_s + 300}s"
         controller = [args.group_controller] if args.group_controller is not None else []
         for group in spec.groups:
-            set_name = f"vllm-{group.pool}-{group.group}"
+            set_name = group_set_name(group)
             labels = {**APP_LABELS, LABEL_ZONE: group.zone}
             annotations = {**spec.annotations[group.zone], "pulumi.com/waitFor": "condition=Available"}
             resource = k8s.apiextensions.CustomResource(
@@ -367,7 +379,7 @@ class Serving(pulumi.ComponentResource):
                 "podSelector": {"matchLabels": dict(APP_LABELS)}, "policyTypes": ["Ingress"],
                 "ingress": [{"from": [from_namespace(args.gateway_namespace)],
                              "ports": [{"protocol": "TCP", "port": VLLM_API_PORT}]}]},
-            **(group_policies() if args.spec.nodes_per_replica > 1 else {}),
+            **(group_policies(args.spec.groups) if args.spec.nodes_per_replica > 1 else {}),
             "vllm-metrics-from-monitoring": {
                 "podSelector": {"matchLabels": dict(APP_LABELS)}, "policyTypes": ["Ingress"],
                 "ingress": [{"from": [from_namespace(args.monitoring_namespace)],

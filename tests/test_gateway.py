@@ -219,3 +219,13 @@ def test_api_key_placeholder_names_match_the_quota_keys(recorded):
     keys = unwrap(recording.named("llm-gateway-api-keys").inputs["stringData"])
     rules = one(recording, TRAFFIC)["spec"]["rateLimit"]["local"]["rules"]
     assert sorted(keys) == sorted(r["clientSelectors"][0]["headers"][0]["value"] for r in rules)
+
+
+def test_the_picker_reaches_the_api_server_and_its_pods_only(recorded):
+    """The picker's HTTPS goes to the `kubernetes` Service address or the VPC (where EKS puts the
+    control plane's private endpoint), never the internet."""
+    rec = recorded("prod")
+    (egress,) = [r.inputs["spec"] for r in rec.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")
+                 if r.inputs["metadata"]["name"] == "epp-egress"]
+    https = next(rule for rule in egress["egress"] if rule["ports"] == [{"protocol": "TCP", "port": 443}])
+    assert https["to"] == [{"ipBlock": {"cidr": "172.20.0.1/32"}}, {"ipBlock": {"cidr": "10.40.0.0/16"}}]

@@ -343,3 +343,17 @@ def test_deepseek_r1_simulate_loses_the_whole_group_with_one_node():
                       "--json"], limit_s=180)
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["failure"]["replicas_lost"] == ["us-east-1b-p5/group-0"]
+
+
+def test_a_groups_pods_reach_their_own_group_only(recorded):
+    """One policy per group, selecting the set's pods by the LWS controller's set-name label: a pod of
+    one group neither admits nor reaches another group's (nor any other pod) on the group policy."""
+    rec = recorded(STACK)
+    policies = {r.inputs["metadata"]["name"]: r.inputs["spec"] for r in rec.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")}
+    sets = [r.inputs["metadata"]["name"] for r in rec.of_type("kubernetes:leaderworkerset.x-k8s.io/v1:LeaderWorkerSet")]
+    assert sets and "vllm-group-traffic" not in policies
+    for name in sets:
+        spec = policies[f"{name}-group-traffic"]
+        members = {"podSelector": {"matchLabels": {"leaderworkerset.sigs.k8s.io/name": name}}}
+        assert spec["podSelector"] == members["podSelector"]
+        assert spec["ingress"] == [{"from": [members]}] and spec["egress"] == [{"to": [members]}]
