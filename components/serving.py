@@ -45,6 +45,13 @@ LEADER_HEALTH_CHECK = (f"import os, urllib.request; urllib.request.urlopen('http
 # 4 s would fail on any slow answer): the command's timeout plus the interpreter's start.
 EXEC_PROBE_TIMEOUT_S = LEADER_HEALTH_TIMEOUT_S + 2
 
+# NCCL over EFA (AWS's EFA guide for NCCL: libfabric's efa provider, GPUDirect RDMA on p4d/p5), and
+# NCCL's INFO log, whose "NET/OFI" or "NET/Socket" line says which transport a group got. These act
+# only in an image that carries libfabric and the aws-ofi-nccl plugin, which the stock vLLM image most
+# likely does not (docs/multi-node.md, "Not done, or not verified").
+EFA_ENV = ({"name": "FI_PROVIDER", "value": "efa"}, {"name": "FI_EFA_USE_DEVICE_RDMA", "value": "1"},
+           {"name": "NCCL_DEBUG", "value": "INFO"})
+
 METRICS_PROXY_HEALTH_PATH = "/healthz"
 METRICS_PROXY_CONF = f"""\
 server {{
@@ -284,6 +291,7 @@ class Serving(pulumi.ComponentResource):
         if efa_devices:
             for part in ("limits", "requests"):
                 engine["resources"][part][EFA_RESOURCE] = str(efa_devices)
+            engine["env"] = [*engine["env"], *EFA_ENV]
         if not leader:     # no API: ready while its group's leader serves (the engine needs every rank)
             engine["ports"] = []
             # No liveness probe: a worker whose engine dies exits, and restarting a worker because its

@@ -357,3 +357,13 @@ def test_a_groups_pods_reach_their_own_group_only(recorded):
         members = {"podSelector": {"matchLabels": {"leaderworkerset.sigs.k8s.io/name": name}}}
         assert spec["podSelector"] == members["podSelector"]
         assert spec["ingress"] == [{"from": [members]}] and spec["egress"] == [{"to": [members]}]
+
+
+def test_group_engines_set_the_efa_environment_and_log_nccls_transport(recorded):
+    """FI_PROVIDER=efa and device RDMA for NCCL over EFA, and NCCL's INFO log, whose NET/OFI or
+    NET/Socket line tells which transport the group got (docs/multi-node.md)."""
+    (group, *_) = recorded(STACK).of_type("kubernetes:leaderworkerset.x-k8s.io/v1:LeaderWorkerSet")
+    template = group.inputs["spec"]["leaderWorkerTemplate"]
+    for role in ("leaderTemplate", "workerTemplate"):
+        env = {e["name"]: e.get("value") for e in template[role]["spec"]["containers"][0]["env"]}
+        assert (env["FI_PROVIDER"], env["FI_EFA_USE_DEVICE_RDMA"], env["NCCL_DEBUG"]) == ("efa", "1", "INFO"), role
