@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import typer
@@ -30,9 +31,21 @@ def check_output_file(option: str, path: Path, suffix: str | None = None) -> Pat
              f"{path.with_suffix(suffix)}")
     if path.is_dir():
         fail(f"{option}: {path} is a folder; give a file name such as {path / 'plot.png'}")
+    if path.exists() and not path.is_file():     # /dev/stdout, /dev/full, a FIFO: written in place, never replaced
+        fail(f"{option}: {path} is not a regular file; give a file path, e.g. plot.png")
     if not path.parent.is_dir():
         fail(f"{option}: folder {path.parent} does not exist; create it or write elsewhere")
     return path
+
+
+@contextmanager
+def writing(option: str, path: Path):
+    """A failed write of an output (ENOSPC, EIO, EPERM, ...) as one line, exit 1: the writer
+    (inputs.outputs) has kept the previous file."""
+    try:
+        yield
+    except OSError as exc:
+        fail(f"{option}: cannot write {path}: {exc.strerror or exc}; the previous file, if any, is kept", code=1)
 
 
 def check_output_dir(option: str, path: Path) -> Path:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from inputs.outputs import atomic_path
 from sizing.model import ReplicaModel
 from sizing.planner import Plan
 
@@ -69,5 +70,6 @@ def plot_latency_vs_qps(plan: Plan, path: Path) -> None:
     fig.suptitle(f"{plan.replica_model.shape.model.id} {req.weights}, TP={plan.tp} on {plan.instance.id}: "
                  f"{w.input_tokens} in / {w.output_tokens} out, profile {req.profile}", fontsize=11)
     fig.tight_layout()
-    fig.savefig(path, dpi=110, format="png")    # exactly `path`: no ".png" appended
+    with atomic_path(path) as tmp:                  # the previous PNG stays whole if this fails
+        fig.savefig(tmp, dpi=110, format="png")     # exactly that path: no ".png" appended
     plt.close(fig)

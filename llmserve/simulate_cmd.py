@@ -13,7 +13,7 @@ from typing import Optional
 import typer
 
 from . import options
-from .errors import check_output_file, check_positive, fail
+from .errors import check_output_file, check_positive, fail, writing
 from .stack_arg import load, requested_failure
 
 
@@ -67,7 +67,8 @@ def simulate(
     data = {"stack": stack, **to_dict(result), "analytic": _analytic(p, cfg)}
     if plot is not None:
         from simulator.plot import plot_timeline
-        plot_timeline(result, plot, _title(stack, cfg))
+        with writing("--plot", plot):
+            plot_timeline(result, plot, _title(stack, cfg))
     if as_json:
         print(json.dumps(data, indent=2))
     else:

@@ -11,7 +11,7 @@ import click
 import typer
 
 from . import options
-from .errors import check_output_file, fail
+from .errors import check_output_file, fail, writing
 from .size_flags import FLAGS, named, request_body
 from .stack_arg import load
 
@@ -103,7 +103,8 @@ def _show(result, as_json: bool, plot: Path | None) -> None:
     from sizing.report import plan_to_dict
     if plot is not None:
         from .plots import plot_latency_vs_qps
-        plot_latency_vs_qps(result, plot)
+        with writing("--plot", plot):
+            plot_latency_vs_qps(result, plot)
     data = plan_to_dict(result)
     if as_json:
         print(json.dumps(data, indent=2))

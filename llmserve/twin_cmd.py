@@ -16,7 +16,7 @@ from typing import Optional
 import typer
 
 from . import options
-from .errors import check_positive, fail
+from .errors import check_positive, fail, writing
 from .stack_arg import load, requested_failure
 
 MAX_TIME_SCALE = 150.0     # beyond it a 5m rate window holds fewer than 8 scrapes (they are 250 ms apart at least)
@@ -137,7 +137,8 @@ def calibrate(
         fail(str(exc), code=1)
     from inputs.untrusted import redact_url
     result = fit(plan, get_profile(plan.request.profile), obs, profile_name, f"{redact_url(url)} over {window}")
-    write_profile(path, result.profile)
+    with writing("--profiles-file", path):
+        write_profile(path, result.profile)
     after = plan_under(plan.request, result.profile)
     from twin.report import calibrate_dict, print_calibrate
     if as_json:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import yaml
 
+from inputs.outputs import write_synced
+
 from .engine import PLACEHOLDER_PREFIX
 from .values import manifest_value, scrubbed
 
@@ -55,6 +57,6 @@ def write_each(folder: Path, items: list[dict], namer) -> list[Path]:
         path = folder / namer(item)
         if path in written:
             raise ValueError(f"two objects render to {folder.name}/{path.name}")
-        path.write_text(yaml.safe_dump(item, sort_keys=False, default_flow_style=False))
+        write_synced(path, yaml.safe_dump(item, sort_keys=False, default_flow_style=False))
         written.append(path)
     return written

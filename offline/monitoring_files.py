@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 from conventions import LABEL_GRAFANA_DASHBOARD
+from inputs.outputs import write_synced
 from observability.dashboard import dashboard_json
 from observability.rules import render_rule_file
 
@@ -27,13 +28,13 @@ def write_monitoring_files(recording, out: Path) -> list[Path]:
     written: list[Path] = []
     if rules:
         path = fresh_folder(out / "prometheus") / "rules.yaml"
-        path.write_text(render_rule_file([g for rule in rules for g in rule["spec"]["groups"]]))
+        write_synced(path, render_rule_file([g for rule in rules for g in rule["spec"]["groups"]]))
         written.append(path)
     if boards:
         folder = fresh_folder(out / "grafana")
         for board in boards:
             for key, text in sorted(board["data"].items()):
                 path = folder / key
-                path.write_text(dashboard_json(json.loads(text)))
+                write_synced(path, dashboard_json(json.loads(text)))
                 written.append(path)
     return written

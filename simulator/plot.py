@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from inputs.outputs import atomic_path
 from .loop import SimResult
 from .report import latencies, percentile
 
@@ -63,5 +64,6 @@ def plot_timeline(result: SimResult, path: Path, title: str) -> None:
     ax_tpot.set_xlabel("arrival time (s); each point is one time bin")
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110, format="png")    # exactly `path`: no ".png" appended
+    with atomic_path(path) as tmp:                  # the previous PNG stays whole if this fails
+        fig.savefig(tmp, dpi=110, format="png")     # exactly that path: no ".png" appended
     plt.close(fig)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 import yaml
 
 from inputs import safe_yaml
+from inputs.outputs import write_text_atomically
 
 from .catalog import DATA_DIR, Instance, load_catalog
 from .memory import Shape
@@ -198,7 +199,7 @@ def write_profile(profile: Profile, rms_log_error: float) -> None:
         "mfu": profile.mfu, "decode_bw_fraction": profile.decode_bw_fraction,
     })
     header = "# Efficiency profiles. `calibrated` is rewritten by `python -m sizing.calibration --write`.\n"
-    PROFILES_YAML.write_text(header + yaml.safe_dump(doc, sort_keys=False))
+    write_text_atomically(PROFILES_YAML, header + yaml.safe_dump(doc, sort_keys=False))
 
 
 def error_table() -> str:

@@ -404,3 +404,52 @@ def test_absurd_figures_are_refused_not_planned(overrides, message):
     with pytest.raises(SettingsError) as err:
         settings_from_config("prod", with_overrides(stack_config("prod"), overrides))
     assert message in err.value.problems, err.value.problems
+
+
+# -- outputs survive interruption (inputs.outputs) ----------------------------------------------------
+def test_a_failed_write_keeps_the_previous_file_and_leaves_no_temporary(tmp_path):
+    from inputs.outputs import atomic_path, write_text_atomically
+    target = tmp_path / "profiles.yaml"
+    write_text_atomically(target, "old\n")
+    with pytest.raises(OSError):
+        with atomic_path(target) as tmp:
+            tmp.write_text("half of the new")
+            raise OSError(28, "No space left on device")       # ENOSPC part-way
+    assert target.read_text() == "old\n" and sorted(p.name for p in tmp_path.iterdir()) == ["profiles.yaml"]
+    write_text_atomically(target, "new\n")
+    assert target.read_text() == "new\n" and sorted(p.name for p in tmp_path.iterdir()) == ["profiles.yaml"]
+
+
+def test_an_interrupted_render_keeps_the_previous_one(tmp_path, monkeypatch, recorded):
+    """A failure (a disk that fills, a signal) while the new files are written leaves every folder of
+    the previous render as it was, and no staging folder."""
+    from offline import manifests
+    from offline.render import render
+    rec = recorded("prod")
+    first = render(rec, tmp_path)
+    before = {p: p.read_text() for p in first.manifests}
+    calls = {"n": 0}
+    real = manifests.write_synced
+
+    def fail_half_way(path, text):
+        calls["n"] += 1
+        if calls["n"] == 20:
+            raise KeyboardInterrupt             # SIGINT part-way
+        real(path, text)
+    monkeypatch.setattr(manifests, "write_synced", fail_half_way)
+    with pytest.raises(KeyboardInterrupt):
+        render(rec, tmp_path)
+    assert {p: p.read_text() for p in sorted((tmp_path / "manifests").iterdir())} == before
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+@pytest.mark.parametrize("target", ["/dev/full", "fifo"])
+def test_a_plot_onto_a_device_is_refused_in_one_line(capsys, tmp_path, target):
+    """Never written in place, never replaced by a rename (as root, that would replace the device)."""
+    from llmserve.cli import main
+    if target == "fifo":
+        target = str(tmp_path / "plot.png")
+        os.mkfifo(target)
+    assert main(["size", "--plot", target]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is not a regular file" in err

@@ -27,6 +27,7 @@ import yaml
 
 from inputs import InputError, safe_yaml
 from inputs.files import read_text
+from inputs.outputs import write_text_atomically
 from simulator import config_from_plan, replica_model, replica_specs, simulate
 from simulator.cost import step_cost
 from simulator.workload import WorkLimitError, check_work
@@ -217,7 +218,7 @@ def write_profile(path: Path, profile: Profile) -> None:
     """Add (or replace) the profile in a profiles YAML file, keeping its leading comments."""
     header, doc = read_profiles_file(path)
     doc.setdefault("profiles", {})[profile.name] = eff.profile_fields(profile)
-    path.write_text(header + yaml.safe_dump(doc, sort_keys=False))
+    write_text_atomically(path, header + yaml.safe_dump(doc, sort_keys=False))
     load_profiles.cache_clear()
 
 
