@@ -27,7 +27,7 @@ from conventions import (
 )
 from conventions import HOST_KEY, POOL_API, SYSTEM_ROLE_LABEL, ZONE_KEY
 from deployment.api_keys import gate_key, parse_api_keys
-from deployment.gateway import GATEWAY_CLUSTER_IP, GatewaySpec, proxy_replicas
+from deployment.gateway import GATEWAY_CLUSTER_IP, GatewaySpec
 
 from .endpoint_picker import EndpointPicker, EndpointPickerArgs
 from .options import after
@@ -65,7 +65,7 @@ def check_key_names(text: str, names: tuple[str, ...]) -> dict:
     return parse_api_keys(text, names)
 
 
-def envoy_gateway_values(zones: int, inference_extension: bool) -> dict:
+def envoy_gateway_values(replicas: int, inference_extension: bool) -> dict:
     """Envoy Gateway's controller: two replicas or more (leader election is on in the chart) on
     the system nodes, spread over zones, a PDB; with the inference extension, the AI Gateway
     controller as its extension server for the InferencePool backend."""
@@ -81,7 +81,7 @@ def envoy_gateway_values(zones: int, inference_extension: bool) -> dict:
                                         "post": ["Translation", "Cluster", "Route"]}},
             "service": {"fqdn": {"hostname": f"ai-gateway-controller.{AI_GATEWAY_NAMESPACE}.svc.cluster.local",
                                  "port": 1063}}}
-    return {"deployment": {"replicas": proxy_replicas(zones), "pod": {
+    return {"deployment": {"replicas": replicas, "pod": {
                 "nodeSelector": dict(SYSTEM_ROLE_LABEL), "topologySpreadConstraints": controller_spread}},
             "podDisruptionBudget": {"minAvailable": 1},
             "config": config}
@@ -256,7 +256,7 @@ class Gateway(pulumi.ComponentResource):
         eg = k8s.helm.v3.Release(
             f"{name}-envoy-gateway", name="envoy-gateway", chart=EG_CHART, version=ENVOY_GATEWAY_VERSION,
             namespace=GATEWAY_CONTROLLER_NAMESPACE, create_namespace=True,
-            values=envoy_gateway_values(args.spec.zones, inference),
+            values=envoy_gateway_values(args.spec.proxies, inference),
             opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=pool_crd)))
         if not inference:
             return [eg]

@@ -15,8 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import conventions
-from conventions import HOST_KEY, SYSTEM_ROLE_LABEL, ZONE_KEY
+from conventions import GATEWAY_CONTROLLER_NAMESPACE, HOST_KEY, SYSTEM_ROLE_LABEL, ZONE_KEY
 from deployment.gateway import GATEWAY_CLUSTER_IP
 
 APP_UID = 1000          # one unprivileged user for every container we configure (owns the model cache)
@@ -79,7 +78,7 @@ def job_egress(labels: dict[str, str], name: str) -> dict[str, dict]:
     in the cluster: its Service address, and its Envoy pods, which listen on the Service port plus
     10000 (Envoy Gateway shifts privileged ports so the proxy needs no capability)."""
     policies = egress_policies(labels, name)
-    gateway_pods = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": conventions.GATEWAY_CONTROLLER_NAMESPACE}}}
+    gateway_pods = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": GATEWAY_CONTROLLER_NAMESPACE}}}
     policies[name]["egress"].append({"to": [{"ipBlock": {"cidr": f"{GATEWAY_CLUSTER_IP}/32"}}, gateway_pods],
                                      "ports": [{"protocol": "TCP", "port": 443}, {"protocol": "TCP", "port": 10443}]})
     return policies

@@ -184,9 +184,6 @@ class Serving(pulumi.ComponentResource):
         spec = args.spec
         self.namespace_name = spec.namespace
         self.pod_labels = dict(APP_LABELS)
-        self.drain = spec.drain
-        self.checkpoint = spec.checkpoint
-        self.startup_s = spec.startup_s
         ns_opts = self._namespace_and_config(name, args)
         self.deployments: dict[str, k8s.apps.v1.Deployment] = {}
         self.groups: list[k8s.apiextensions.CustomResource] = []
@@ -237,7 +234,7 @@ class Serving(pulumi.ComponentResource):
             # Zones roll one after another (Pulumi waits for each rollout): an update never
             # takes down more than one zone's replicas, the loss the plan is sized for.
             chain = [self.namespace, self.hub_secret, self.metrics_conf] + ([previous] if previous else [])
-            timeout = f"{self.startup_s + 300}s"
+            timeout = f"{spec.startup_s + 300}s"
             deployment = k8s.apps.v1.Deployment(
                 f"{name}-{zone}",
                 metadata={"name": deploy_name, "namespace": spec.namespace, "labels": labels,
@@ -261,7 +258,7 @@ class Serving(pulumi.ComponentResource):
         spec = args.spec
         self.scaled_objects, self.keda = [], None     # burst scaling fills idle GPUs of one node: not groups
         previous: list[pulumi.Resource] = []
-        timeout = f"{self.startup_s + 300}s"
+        timeout = f"{spec.startup_s + 300}s"
         controller = [args.group_controller] if args.group_controller is not None else []
         for group in spec.groups:
             set_name = group_set_name(group)
@@ -339,7 +336,7 @@ class Serving(pulumi.ComponentResource):
             **pod_security(),      # vLLM never calls the API server: no token
             "nodeSelector": {},
             "tolerations": [GPU_TOLERATION],
-            "terminationGracePeriodSeconds": self.drain.grace_period_s,
+            "terminationGracePeriodSeconds": spec.drain.grace_period_s,
             "containers": containers,
             "volumes": [
                 {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{spec.shm_gib}Gi"}},

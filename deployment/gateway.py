@@ -121,7 +121,6 @@ class GatewaySpec:
     """Everything components/gateway.py (and its endpoint picker) builds, from the plan and the
     stack's gateway settings."""
     settings: GatewaySettings                 # hostname, key names, quota share, TLS, DNS, inference extension
-    zones: int                                # the serving zones: the controller and proxies spread over them
     allowed_cidrs: tuple[str, ...]            # who may reach the load balancer
     proxies: int
     pickers: int
@@ -149,7 +148,7 @@ def gateway_spec(plan: Plan, settings: StackSettings) -> GatewaySpec:
         # traffic; the other keys keep their shares.
         limits[gw.apiKeyNames[0]] = load_test_rate_limit(plan, proxies)
     return GatewaySpec(
-        settings=gw, zones=len(settings.zones), allowed_cidrs=tuple(settings.gatewayAllowedCidrs),
+        settings=gw, allowed_cidrs=tuple(settings.gatewayAllowedCidrs),
         proxies=proxies, pickers=picker_replicas(len(settings.zones)), tenant_rate_limit=tenant,
         rate_limits=limits, gate_key=GATE_KEY_NAME if gate_on else None, timeouts=route_timeouts(plan),
         circuit_limits=circuit_limits(plan, proxies),

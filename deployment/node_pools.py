@@ -28,16 +28,16 @@ class NodePoolSpec:
     efa: bool
     shutdown_grace_s: int            # the kubelet's shutdownGracePeriod (deployment.drain)
     ami_release_version: str | None  # nodeAmiReleaseVersion: None leaves the AMI where it is
-    upgrades_in_place: bool          # False for a Capacity Block pool: EKS upgrades it only at desired size 0
 
     @property
-    def block_backed(self) -> bool:
-        return self.settings.capacityBlock is not None
+    def upgrades_in_place(self) -> bool:
+        """Not a Capacity Block pool: EKS upgrades one of those only at desired size 0."""
+        return self.settings.capacityBlock is None
 
 
 def node_pool_specs(plan: Plan, settings: StackSettings) -> tuple[NodePoolSpec, ...]:
     """One per pool, in the plan's order (each node group updates after the one before)."""
     grace = node_shutdown_grace_s(drain_timing(longest_request_s(plan)))
     return tuple(NodePoolSpec(pool, ps, plan.instance.gpus, efa_enabled(plan, ps), grace,
-                              settings.nodeAmiReleaseVersion, upgrades_in_place=ps.capacityBlock is None)
+                              settings.nodeAmiReleaseVersion)
                  for pool, ps in zip(plan.request.pools, settings.gpuPools))

@@ -195,10 +195,6 @@ class ServingSpec:
     disruption_budget: dict
     annotations: dict[str, dict[str, str]]    # zone -> the policy annotations of its workloads
 
-    @property
-    def checkpoint(self) -> str:
-        return self.launch.model
-
 
 def serving_spec(plan: Plan, settings: StackSettings) -> ServingSpec:
     gpus = plan.tp

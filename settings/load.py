@@ -216,10 +216,11 @@ def semantic_problems(s: StackSettings) -> list[str]:
                         f"(`aws ssm get-parameter --name /aws/service/eks/optimized-ami/{s.kubernetesVersion}/"
                         "amazon-linux-2023/x86_64/nvidia/recommended/release_version`) or unset it")
     if s.model.config and "id" not in s.model.model_fields_set:
+        from sizing.catalog import model_from_config
+
         from .names import served_name
-        folder = Path(s.model.config).parent.name or Path(s.model.config).stem
         try:
-            served_name(folder)
+            served_name(model_from_config(s.model.config).name)     # the name deployment.serving serves it under
         except ValueError:
             problems.append(f"{PROJECT}:model.id: model.config's folder name is not a name clients can ask for; "
                             "set model.id to the served model's name (ASCII letters, digits and -_./:)")
