@@ -22,6 +22,9 @@ from .errors import InputError
 NAME_MAX = 255          # bytes in one path component (Linux <linux/limits.h>; ext4, xfs)
 PATH_MAX = 4096         # bytes in a whole path (Linux <linux/limits.h>)
 CHUNK = 1 << 20
+# The kernel's pseudo-filesystems: their "files" are the process's environment (/proc/self/environ),
+# memory, devices. No option of ours reads one, and a parse error on one could echo what it holds.
+PSEUDO_FOLDERS = ("/proc", "/sys", "/dev")
 
 
 def shown(path) -> str:
@@ -53,11 +56,42 @@ def check_path_length(path) -> None:
         raise InputError(f"{shown(path)}: a path cannot hold a NUL byte")
 
 
+def _pseudo_folder(st: os.stat_result) -> str | None:
+    """The pseudo-filesystem a file is on, by its device (the same before and after `open`, so a path
+    swapped between the two is caught too), or None."""
+    for folder in PSEUDO_FOLDERS:
+        try:
+            if os.stat(folder).st_dev == st.st_dev:
+                return folder
+        except OSError:
+            continue
+    return None
+
+
 def _check_stat(path, st: os.stat_result, max_bytes: int, what: str) -> None:
     if not stat.S_ISREG(st.st_mode):
         raise InputError(f"{shown(path)}: is {_kind(st.st_mode)}; give a {what} (a regular file)")
+    folder = _pseudo_folder(st)
+    if folder is not None:
+        raise InputError(f"{shown(path)}: is on {folder}, a kernel pseudo-filesystem; give a {what} (a regular file)")
     if st.st_size > max_bytes:
         raise InputError(f"{shown(path)}: {st.st_size:,} bytes; a {what} is at most {max_bytes:,}")
+
+
+def file_in_folder(name: str, folder) -> str:
+    """A file a stack file names, as an absolute path: a relative name from the stack file's folder
+    and, its links followed, inside it (a stack file is shared, committed and previewed in CI: a
+    `../` or a link out of its folder must not read someone's home); an absolute one as given
+    (what `--lengths` passes)."""
+    check_path_length(name)
+    if os.path.isabs(name):
+        return name
+    base = os.path.realpath(folder)
+    full = os.path.join(base, name)
+    if os.path.commonpath([base, os.path.realpath(full)]) != base:
+        raise InputError(f"{shown(name)}: is outside the stack file's folder ({shown(folder)}); put the file "
+                         "in that folder or below it and name it from there")
+    return full
 
 
 def read_regular_file(path, max_bytes: int, what: str = "file") -> bytes:
@@ -102,5 +136,5 @@ def read_text(path, max_bytes: int, what: str = "file") -> str:
                          "save it as UTF-8") from None
 
 
-__all__ = ["InputError", "NAME_MAX", "PATH_MAX", "check_path_length", "read_regular_file", "read_text",
+__all__ = ["InputError", "NAME_MAX", "PATH_MAX", "PSEUDO_FOLDERS", "file_in_folder", "check_path_length", "read_regular_file", "read_text",
            "shown"]

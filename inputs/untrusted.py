@@ -57,3 +57,26 @@ def markup_safe(text, limit: int = 300) -> str:
     """`printable` and redacted, then escaped for rich markup: prints as the characters it holds."""
     from rich.markup import escape
     return escape(printable(redact_text(str(text)), limit))
+
+
+def described(value) -> str:
+    """What a value read from a file is, never what it says: an error about a file's field names the
+    kind (`text of 25 characters`, `a number with a fraction`) so no file content (a secret a user
+    pointed the option at by mistake, `/proc/self/environ`) reaches a terminal or a CI log."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, int):
+        return "a negative number" if value < 0 else "a whole number"
+    if isinstance(value, float):
+        return "a number with a fraction" if value == value and abs(value) != float("inf") else "not a finite number"
+    if isinstance(value, str):
+        if not value.strip():
+            return "an empty field"
+        return f"text of {len(value):,} character{'s' if len(value) != 1 else ''}"
+    if isinstance(value, (list, tuple)):
+        return f"a list of {len(value):,}"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__

@@ -61,25 +61,31 @@ def _zones(body: dict, key: str, value: str) -> None:
     body["gpuPools"] = [{"zone": z, "nodes": per_zone.get(z, 1), **kind} for z in names]
 
 
+# ASCII digits (`\d` takes any script's), at most 12: int() of 5,000 digits raises, and the settings
+# bound a length far below 10^12 anyway.
+NUMBER = re.compile(r"-?[0-9]{1,12}")
+
+
 def _length(body: dict, key: str, value: str) -> None:
     """`1000` (every request alike) or `p50=800,p95=3000,max=7000` (percentiles), as the stack
     key's number or map: the settings judge the values, with the stack's messages."""
     text = value.strip()
-    if re.fullmatch(r"-?\d+", text):
+    if re.fullmatch(NUMBER, text):
         _set(body, key, int(text))
         return
     parts = dict(p.partition("=")[::2] for p in text.split(","))
-    if set(parts) != {"p50", "p95", "max"} or not all(re.fullmatch(r"-?\d+", v.strip()) for v in parts.values()):
+    if set(parts) != {"p50", "p95", "max"} or not all(re.fullmatch(NUMBER, v.strip()) for v in parts.values()):
         raise ValueError(f"expected a number of tokens (1000) or p50=N,p95=N,max=N (got {text[:60]!r})")
     _set(body, key, {k: int(v) for k, v in parts.items()})
 
 
 def _lengths_file(body: dict, key: str, value) -> None:
-    """Observed lengths replace the stack's numbers; the path is the user's, from where they are."""
-    from pathlib import Path
+    """Observed lengths replace the stack's numbers; the path is the user's, from where they are
+    (made absolute, links left for the reader to follow: a link loop is its one-line error)."""
+    import os
     for field in ("inputTokens", "outputTokens"):
         body.get("workload", {}).pop(field, None)
-    _set(body, key, str(Path(value).resolve()))
+    _set(body, key, os.path.abspath(value))
 
 
 @dataclass(frozen=True)

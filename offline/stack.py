@@ -106,14 +106,19 @@ def load_stack(stack: str | None, config: Path | None = None, raw: dict | None =
     `stack=None` without `config` is the reference design. The stack file itself is checked
     first: what only the file shows (a secret in plain text) never reaches the program."""
     from settings import SettingsError, settings_from_config
+    from settings.load import files_resolved, stacks_dir
 
     if stack is None and config is None:
         return LoadedStack(None, None, {}, None)
     if stack is None:       # `--config PATH` alone (size takes it so): the stack is the file's name
         stack = config.name.removeprefix("Pulumi.").removesuffix(".yaml")
     raw = _read_config(stack, config) if raw is None else raw
+    # The files the stack names, from its file's folder: the program, recorded, reads the same ones.
+    folder = config.parent if config is not None else stacks_dir()
+    resolved, problems = files_resolved(raw, folder)
+    raw = raw if problems else resolved          # a problem: settings_from_config reports it
     try:
-        settings = settings_from_config(stack, raw)
+        settings = settings_from_config(stack, raw, folder)
     except SettingsError as exc:
         raise StackError(source_of(stack, config), exc.problems) from None
     return LoadedStack(stack, config, raw, settings)

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from conventions import PROJECT, ZONE_LETTERS
 from inputs import InputError, safe_yaml
-from inputs.files import check_path_length, read_text
+from inputs.files import check_path_length, file_in_folder, read_text
 from sizing.catalog import CatalogError, load_catalog, resolve_model
 from sizing.checks import MAX_NODES_PER_REPLICA, candidate_tps, check_shape
 from sizing.memory import Shape
@@ -92,12 +92,14 @@ def read_stack_config(path: Path) -> dict:
 OTHER_NAMESPACES = ("aws", "pulumi", "kubernetes")
 
 
-def settings_from_config(stack: str, config: dict) -> StackSettings:
-    """Validate a namespaced config map (as in the stack file) into settings."""
+def settings_from_config(stack: str, config: dict, folder: Path | None = None) -> StackSettings:
+    """Validate a namespaced config map (as in the stack file) into settings. `folder`: the stack
+    file's, from which the files it names are read (default: where `--stack` finds stacks)."""
     body: dict = {"stack": stack}
     problems = [p for key, value in config.items() for p in _non_finite(str(key), value)]
     if problems:       # reported alone: pydantic would name the same values again
         raise SettingsError(problems)
+    config, problems = files_resolved(config, folder or stacks_dir())
     for key, value in config.items():
         if not isinstance(key, str):
             problems.append(f"config: key {key!r} is not a name; keys look like {PROJECT}:workload")
@@ -120,6 +122,21 @@ def settings_from_config(stack: str, config: dict) -> StackSettings:
         problems.append(f"{REGION_KEY}: missing; set the stack's AWS region, e.g. `aws:region: us-east-1`")
         body["region"] = "missing"
     return _validated(StackSettings, body, problems)
+
+
+def files_resolved(config: dict, folder: Path) -> tuple[dict, list[str]]:
+    """The config with the lengths file it names made absolute from the stack file's folder (and
+    kept in it), and the problem if it is not; the caller's map is left as it was."""
+    key = f"{PROJECT}:workload"
+    workload = config.get(key)
+    name = workload.get("lengthsFile") if isinstance(workload, dict) else None
+    if not isinstance(name, str) or not name:
+        return config, []
+    rest = {k: v for k, v in workload.items() if k != "lengthsFile"}
+    try:
+        return {**config, key: {**rest, "lengthsFile": file_in_folder(name, folder)}}, []
+    except InputError as exc:
+        return {**config, key: rest}, [f"{key}.lengthsFile: {exc}"]
 
 
 def request_from_body(body: dict, fit: bool = True) -> PlanRequestSettings:
@@ -154,7 +171,7 @@ def stack_settings(stack: str, config_path: Path | None = None) -> StackSettings
     """The validated settings of stacks/Pulumi.STACK.yaml (or of `config_path`). The commands
     read a stack through `offline.stack.load_stack`, which reports failures as `StackError`."""
     path = config_path or stack_file(stack)
-    return settings_from_config(stack, read_stack_config(path))
+    return settings_from_config(stack, read_stack_config(path), path.parent)
 
 
 def _full_key(name: str) -> str:

@@ -115,8 +115,8 @@ class WorkloadSettings(_Strict):
     def _one_form(cls, v):
         """One error for a length in either form (the union would report both forms' errors)."""
         if isinstance(v, dict):
-            try:
-                return PercentileLengths.model_validate(v)
+            try:      # strict, as the stack is: "800" or true is not a length
+                return PercentileLengths.model_validate(v, strict=True)
             except ValidationError as exc:
                 err = exc.errors()[0]
                 where = ".".join(str(p) for p in err["loc"])
@@ -145,10 +145,26 @@ class WorkloadSettings(_Strict):
             self._lengths = read_lengths_file(self.lengthsFile)
         elif isinstance(self.inputTokens, PercentileLengths) or isinstance(self.outputTokens, PercentileLengths):
             self._lengths = from_percentiles(_as_percentiles(self.inputTokens), _as_percentiles(self.outputTokens))
-        elif self.sharedPrefixTokens >= self.inputTokens:
-            raise ValueError(f"sharedPrefixTokens: {self.sharedPrefixTokens} is not below inputTokens "
-                             f"{self.inputTokens}; the shared prefix is part of each prompt")
+        self._check_prefix_and_limit()
         return self
+
+    def _check_prefix_and_limit(self) -> None:
+        """A shared prefix is part of every prompt, so below the shortest; the served limit holds the
+        longest request planned (vLLM refuses a longer one with a 400)."""
+        lengths = self._lengths
+        if lengths is not None and lengths.form == "observed":
+            shortest, what = min(lengths.inputs), "the shortest prompt in lengthsFile"
+            longest = max(i + o for i, o in zip(lengths.inputs, lengths.outputs))
+        else:
+            shortest = self.inputTokens if isinstance(self.inputTokens, int) else self.inputTokens.p50
+            what = "inputTokens" if isinstance(self.inputTokens, int) else "inputTokens.p50 (the median prompt)"
+            longest = sum(v if isinstance(v, int) else v.max for v in (self.inputTokens, self.outputTokens))
+        if self.sharedPrefixTokens and self.sharedPrefixTokens >= shortest:
+            raise ValueError(f"sharedPrefixTokens: {self.sharedPrefixTokens:,} is not below {what} ({shortest:,}); "
+                             "the shared prefix is part of each prompt")
+        if self.maxModelLen is not None and self.maxModelLen < longest:
+            raise ValueError(f"maxModelLen: {self.maxModelLen:,} is below the longest request planned ({longest:,} "
+                             "tokens, prompt and output); vLLM would refuse it. Raise maxModelLen or leave it unset")
 
     @property
     def lengths(self) -> LengthDistribution | None:
@@ -176,8 +192,9 @@ MAX_LENGTHS_FILE_BYTES = 64 * 2**20     # 64 MiB: about a million rows of two le
 
 
 def read_lengths_file(path: str) -> LengthDistribution:
-    """A lengths file named by a stack key (relative to the project folder) or a flag (made
-    absolute by the CLI). Parsed once per version of the file (the settings validate twice)."""
+    """A lengths file named by a stack key (made absolute from the stack file's folder by the
+    loader: settings.load.files_resolved) or a flag (made absolute by the CLI). Parsed once per
+    version of the file (the settings validate twice)."""
     full = Path(path) if Path(path).is_absolute() else PROJECT_ROOT / path
     try:
         info = full.stat()
@@ -187,7 +204,7 @@ def read_lengths_file(path: str) -> LengthDistribution:
     if key is not None and key in _PARSED:
         return _PARSED[key]
     try:
-        dist = parse_lengths_text(read_text(full, MAX_LENGTHS_FILE_BYTES, "lengths file (CSV or JSONL)"), path)
+        dist = parse_lengths_text(read_text(full, MAX_LENGTHS_FILE_BYTES, "CSV or JSONL lengths file"), path)
     except (InputError, LengthsError) as exc:
         raise ValueError(str(exc)) from None
     if key is not None:

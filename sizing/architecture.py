@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from inputs import InputError
 from inputs.files import read_regular_file
+from inputs.untrusted import described
 
 MAX_CONFIG_BYTES = 1 << 20          # a config.json is a few KB; refuse anything past 1 MiB
 MAX_DIM = 1 << 20                   # no hidden size, FFN, vocab or rank in any model is near this
@@ -317,7 +318,7 @@ def _sliding(data: dict, layers: int) -> dict:
                                          f"got {len(types) if isinstance(types, list) else type(types).__name__}")
     bad = [t for t in types if t not in (SLIDING, FULL)]
     if bad:
-        raise ConfigError("layer_types", f"unknown layer type {str(bad[0])[:40]!r}; expected {SLIDING} or {FULL}")
+        raise ConfigError("layer_types", f"an unknown layer type ({described(bad[0])}); expected {SLIDING} or {FULL}")
     sliding = tuple(t == SLIDING for t in types)
     if not any(sliding):
         return {}
@@ -335,14 +336,14 @@ def _quantization(q: object) -> Quantization:
         block = q.get("weight_block_size") or ()
         if block and not (isinstance(block, list) and len(block) == 2
                           and all(isinstance(b, int) and not isinstance(b, bool) and 0 < b <= 4096 for b in block)):
-            raise ConfigError("quantization_config.weight_block_size", f"expected two positive sizes, got {block!r}")
+            raise ConfigError("quantization_config.weight_block_size", f"expected two positive sizes, got {described(block)}")
         return Quantization("fp8", tuple(block), _names(q, "modules_to_not_convert"))
     if method == "mxfp4":
         return Quantization("mxfp4", (), _names(q, "modules_to_not_convert"))
     if method == "modelopt" and "fp4" in algo or method == "nvfp4":
         return Quantization("nvfp4", (), _names(q, "ignore") + _names(q, "exclude_modules"))
     raise ConfigError("quantization_config.quant_method",
-                      f"{str(method)[:40]!r} is not one the sizing knows (fp8, mxfp4, nvfp4 / modelopt FP4)")
+                      f"{described(method)}, not one the sizing knows (fp8, mxfp4, nvfp4 / modelopt FP4)")
 
 
 def _names(q: dict, key: str) -> tuple[str, ...]:
@@ -355,7 +356,7 @@ def _names(q: dict, key: str) -> tuple[str, ...]:
 def _dtype(data: dict) -> str:
     v = data.get("torch_dtype", data.get("dtype", "bfloat16")) or "bfloat16"
     if v not in ("bfloat16", "float16", "float32"):
-        raise ConfigError("torch_dtype", f"{str(v)[:40]!r}; expected bfloat16, float16 or float32")
+        raise ConfigError("torch_dtype", f"{described(v)}; expected bfloat16, float16 or float32")
     return v
 
 
@@ -368,9 +369,9 @@ def _int(data: dict, key: str, default: int | None = None, lo: int = 1, hi: int 
     if isinstance(v, float) and v.is_integer():
         v = int(v)
     if isinstance(v, bool) or not isinstance(v, int):
-        raise ConfigError(key, f"expected an integer, got {str(v)[:40]!r}")
+        raise ConfigError(key, f"expected an integer, got {described(v)}")
     if not lo <= v <= hi:
-        raise ConfigError(key, f"{v} is out of range ({lo} to {hi:,})")
+        raise ConfigError(key, f"{v if abs(v) < 10**12 else 'a number of over 12 digits'} is out of range ({lo} to {hi:,})")
     return v
 
 
@@ -379,7 +380,7 @@ def _bool(data: dict, key: str, default: bool) -> bool:
     if v is None:
         return default
     if not isinstance(v, bool):
-        raise ConfigError(key, f"expected true or false, got {str(v)[:40]!r}")
+        raise ConfigError(key, f"expected true or false, got {described(v)}")
     return v
 
 

@@ -27,6 +27,8 @@ import math
 from dataclasses import dataclass
 from functools import cached_property
 
+from inputs.untrusted import described
+
 FORMS = ("fixed", "percentiles", "observed")
 QUANTILE_POINTS = 256          # quantiles kept for a percentile form: smooth enough for p99
 Z95 = 1.6448536269514722
@@ -177,40 +179,78 @@ def parse_lengths_text(text: str, source: str) -> LengthDistribution:
     return from_pairs(pairs, source)
 
 
+MAX_DIGITS = 12         # a length's digits read at most: more is above MAX_TOKENS (and int() of 5,000 digits raises)
+
+
 def _length(value, where: str, field: str) -> int:
+    """A token count from a CSV field or a JSON value. The message names the row and the field and
+    says what kind of value it found, never the value (inputs.untrusted.described): a file named
+    by mistake may hold a secret."""
     if isinstance(value, str):
-        value = value.strip()
-        if value.isdigit() or (value.startswith("-") and value[1:].isdigit()):
-            value = int(value)
+        text = value.strip()
+        digits = text.removeprefix("-")
+        if digits.isascii() and digits.isdigit():     # ASCII only: int() would also take '١٢٣'
+            value = int(text) if len(digits) <= MAX_DIGITS else MAX_TOKENS + 1
     if isinstance(value, bool) or not isinstance(value, int):
-        raise LengthsError(f"{where}: {field}", f"expected a whole number of tokens (got {str(value)[:40]!r})")
+        raise LengthsError(f"{where}: {field}", f"expected a whole number of tokens (got {described(value)})")
     if value <= 0:
-        raise LengthsError(f"{where}: {field}", f"must be above 0 (got {value})")
+        raise LengthsError(f"{where}: {field}", f"must be above 0 (got {'0' if value == 0 else 'a negative number'})")
     if value > MAX_TOKENS:
-        raise LengthsError(f"{where}: {field}", f"{value:,} is above {MAX_TOKENS:,} tokens; check the unit")
+        raise LengthsError(f"{where}: {field}", f"is above {MAX_TOKENS:,} tokens; check the unit")
     return value
 
 
-def _csv_pairs(text: str, source: str) -> list[tuple[int, int]]:
-    reader = csv.reader(io.StringIO(text))
-    header = [h.strip() for h in next(reader)]
-    missing = [f for f in LENGTH_FIELDS if f not in header]
+def _csv_header(row: list[str], source: str) -> tuple[int, int]:
+    """The columns of input_tokens and output_tokens; every column named once."""
+    header = [h.strip() for h in row]
+    seen: dict[str, int] = {}
+    for n, name in enumerate(header, start=1):
+        if name and name in seen:
+            what = name if name in LENGTH_FIELDS else "the same name"
+            raise LengthsError(f"{source}: row 1", f"columns {seen[name]} and {n} are both {what}; "
+                                                   "name each column once")
+        seen.setdefault(name, n)
+    missing = [f for f in LENGTH_FIELDS if f not in seen]
     if missing:
-        raise LengthsError(f"{source}: row 1", f"the header has no {' or '.join(missing)} column "
-                                               f"(found: {', '.join(h[:30] for h in header[:8]) or 'nothing'})")
-    ci, co = header.index("input_tokens"), header.index("output_tokens")
-    width = max(ci, co)
-    pairs = []
-    for n, row in enumerate(reader, start=2):
-        if not row:
-            continue
-        if len(row) <= width:
-            raise LengthsError(f"{source}: row {n}", f"{len(row)} fields; the header has {len(header)}")
-        where = f"{source}: row {n}"
-        pairs.append((_length(row[ci], where, "input_tokens"), _length(row[co], where, "output_tokens")))
-        if len(pairs) > MAX_ROWS:
-            raise LengthsError(source, f"more than {MAX_ROWS:,} rows; sample it")
+        raise LengthsError(f"{source}: row 1", f"the header ({len(header)} column{'s' if len(header) != 1 else ''}) has no {' or '.join(missing)} "
+                                               "column; row 1 names the columns, e.g. input_tokens,output_tokens")
+    return seen["input_tokens"] - 1, seen["output_tokens"] - 1
+
+
+def _csv_pairs(text: str, source: str) -> list[tuple[int, int]]:
+    # newline=None: CR-only (classic Mac) and CRLF line ends read as rows, as Python's own files do.
+    reader = csv.reader(io.StringIO(text, newline=None))
+    try:
+        ci, co = _csv_header(next(reader), source)
+        width = max(ci, co)
+        pairs = []
+        for row in reader:
+            if not row:
+                continue
+            where = f"{source}: row {reader.line_num}"
+            if len(row) <= width:
+                raise LengthsError(where, f"{len(row)} field{'s' if len(row) > 1 else ''}; the header names "
+                                         f"column {width + 1}")
+            pairs.append((_length(row[ci], where, "input_tokens"), _length(row[co], where, "output_tokens")))
+            if len(pairs) > MAX_ROWS:
+                raise LengthsError(source, f"more than {MAX_ROWS:,} rows; sample it")
+    except csv.Error:          # a field over csv's 131,072 characters, a NUL, a stray quote
+        raise LengthsError(f"{source}: row {reader.line_num}", "not CSV (a field over 131,072 characters, "
+                                                               "a NUL byte or an unclosed quote)") from None
     return pairs
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    keys = [k for k, _ in pairs]
+    for k in LENGTH_FIELDS:
+        if keys.count(k) > 1:
+            raise LengthsError(k, "given twice in one object; give each field once")
+    return dict(pairs)
+
+
+def _bounded_int(text: str):
+    """JSON integers of more than MAX_DIGITS digits are over MAX_TOKENS (json would call int() on 5,000)."""
+    return int(text) if len(text.removeprefix("-")) <= MAX_DIGITS else MAX_TOKENS + 1
 
 
 def _jsonl_pairs(text: str, source: str) -> list[tuple[int, int]]:
@@ -220,7 +260,9 @@ def _jsonl_pairs(text: str, source: str) -> list[tuple[int, int]]:
             continue
         where = f"{source}: line {n}"
         try:
-            obj = json.loads(line)
+            obj = json.loads(line, parse_int=_bounded_int, object_pairs_hook=_unique_keys)
+        except LengthsError as exc:
+            raise LengthsError(f"{where}: {exc.field}", "given twice in one object; give each field once") from None
         except (ValueError, RecursionError):
             raise LengthsError(where, "not a JSON object; one object per line, e.g. "
                                       '{"input_tokens": 812, "output_tokens": 240}') from None

@@ -183,7 +183,7 @@ def test_dp_attention_with_ep_serving_args():
     ({}, "config.json: model_type: missing or not a short string"),
     ({"model_type": "llama"}, "config.json: hidden_size: missing (the sizing needs it)"),
     ({"model_type": "llama", "hidden_size": -4096}, "config.json: hidden_size: -4096 is out of range (1 to 1,048,576)"),
-    ({"model_type": "llama", "hidden_size": "4096"}, "config.json: hidden_size: expected an integer, got '4096'"),
+    ({"model_type": "llama", "hidden_size": "4096"}, "config.json: hidden_size: expected an integer, got text of 4 characters"),
     ({"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
       "num_key_value_heads": 5}, "config.json: num_key_value_heads: 5 does not divide num_attention_heads 32"),
     ({"model_type": "mixtral", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
@@ -202,7 +202,8 @@ def test_dp_attention_with_ep_serving_args():
     ({"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
       "intermediate_size": 14336, "vocab_size": 32000, "max_position_embeddings": 32768,
       "quantization_config": {"quant_method": "gptq"}},
-     "config.json: quantization_config.quant_method: 'gptq' is not one the sizing knows (fp8, mxfp4, nvfp4 / modelopt FP4)"),
+     "config.json: quantization_config.quant_method: text of 4 characters, not one the sizing knows (fp8, mxfp4, "
+     "nvfp4 / modelopt FP4)"),
     ([1, 2], "config.json: (top level): expected a JSON object"),
 ])
 def test_bad_config_gets_one_error_naming_the_field(config, message):

@@ -33,22 +33,49 @@ def shape(tp=2, instance="p5.48xlarge", kv="fp8", model="llama-3-70b"):
     ("   \n", "f.csv: is empty; give one row per request with input_tokens and output_tokens"),
     ("input_tokens,output_tokens\n", "f.csv: no requests in it; give one row per request with input_tokens and "
                                      "output_tokens"),
-    ("prompt,completion\n1,2\n", "f.csv: row 1: the header has no input_tokens or output_tokens column "
-                                 "(found: prompt, completion)"),
-    ("input_tokens,output_tokens\n10,abc\n", "f.csv: row 2: output_tokens: expected a whole number of tokens (got 'abc')"),
+    ("prompt,completion\n1,2\n", "f.csv: row 1: the header (2 columns) has no input_tokens or output_tokens column; "
+                                 "row 1 names the columns, e.g. input_tokens,output_tokens"),
+    # What the file holds is never quoted (a secret pointed at by mistake): the row, the field, the kind.
+    ("API_KEY=sk-live-0123456789\n", "f.csv: row 1: the header (1 column) has no input_tokens or output_tokens "
+                                     "column; row 1 names the columns, e.g. input_tokens,output_tokens"),
+    ("input_tokens,output_tokens\n10,sk-live-0123\n",
+     "f.csv: row 2: output_tokens: expected a whole number of tokens (got text of 12 characters)"),
     ("input_tokens,output_tokens\n10,20\n0,5\n", "f.csv: row 3: input_tokens: must be above 0 (got 0)"),
-    ("input_tokens,output_tokens\n-4,5\n", "f.csv: row 2: input_tokens: must be above 0 (got -4)"),
-    ("input_tokens,output_tokens\n7\n", "f.csv: row 2: 1 fields; the header has 2"),
-    ('{"input_tokens": 5, "output_tokens": -3}\n', "f.csv: line 1: output_tokens: must be above 0 (got -3)"),
+    ("input_tokens,output_tokens\n-4,5\n", "f.csv: row 2: input_tokens: must be above 0 (got a negative number)"),
+    ("input_tokens,output_tokens\n7\n", "f.csv: row 2: 1 field; the header names column 2"),
+    ("input_tokens,output_tokens,input_tokens\n1,2,3\n",
+     "f.csv: row 1: columns 1 and 3 are both input_tokens; name each column once"),
+    ("id,input_tokens,id,output_tokens\n1,2,3,4\n", "f.csv: row 1: columns 1 and 3 are both the same name; "
+                                                     "name each column once"),
+    ("input_tokens,output_tokens\n\u0661\u0662,5\n",      # Arabic-Indic digits: int() would read 12
+     "f.csv: row 2: input_tokens: expected a whole number of tokens (got text of 2 characters)"),
+    ("input_tokens,output_tokens\n1" + "0" * 5000 + ",5\n",      # int() of 5,000 digits raises
+     "f.csv: row 2: input_tokens: is above 10,000,000 tokens; check the unit"),
+    ("input_tokens,output_tokens\n" + "1" * 140_000 + ",5\n",   # csv's field limit is 131,072
+     "f.csv: row 2: not CSV (a field over 131,072 characters, a NUL byte or an unclosed quote)"),
+    ('{"input_tokens": 5, "output_tokens": -3}\n', "f.csv: line 1: output_tokens: must be above 0 (got a negative number)"),
     ('{"input_tokens": 5}\n', "f.csv: line 1: output_tokens: missing"),
     ('{"input_tokens": 5, "output_tokens": 2}\n{oops\n',
      'f.csv: line 2: not a JSON object; one object per line, e.g. {"input_tokens": 812, "output_tokens": 240}'),
-    ('{"input_tokens": 2.5, "output_tokens": 2}\n', "f.csv: line 1: input_tokens: expected a whole number of tokens (got '2.5')"),
+    ('{"input_tokens": 2.5, "output_tokens": 2}\n',
+     "f.csv: line 1: input_tokens: expected a whole number of tokens (got a number with a fraction)"),
+    ('{"input_tokens": 5, "output_tokens": 2, "input_tokens": 9}\n',
+     "f.csv: line 1: input_tokens: given twice in one object; give each field once"),
+    ('{"input_tokens": 1' + "0" * 5000 + ', "output_tokens": 2}\n',
+     "f.csv: line 1: input_tokens: is above 10,000,000 tokens; check the unit"),
+    ('{"input_tokens": "\\ud800", "output_tokens": 2}\n',     # a lone surrogate, never printed
+     "f.csv: line 1: input_tokens: expected a whole number of tokens (got text of 1 character)"),
 ])
 def test_a_bad_lengths_file_gets_one_error_naming_the_row_and_field(text, message):
     with pytest.raises(LengthsError) as exc:
         parse_lengths_text(text, "f.csv")
     assert str(exc.value) == message
+
+
+@pytest.mark.parametrize("line_end", ["\n", "\r\n", "\r"])
+def test_csv_rows_end_with_lf_crlf_or_cr_alike(line_end):
+    d = parse_lengths_text(line_end.join(["input_tokens,output_tokens", "100,20", "300,40"]) + line_end, "f.csv")
+    assert (d.inputs, d.outputs) == ((100, 300), (20, 40))
 
 
 @pytest.mark.parametrize("p50,p95,top,message", [
