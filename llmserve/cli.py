@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import os
+import signal
 import sys
 
 # pydantic looks for plugins in the entry points of every installed distribution when it builds
@@ -69,9 +70,22 @@ def __getattr__(name: str):
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: runs the app and turns usage errors into one line and exit code 2."""
+    from .stdout import StdoutError, guarded_stdout, quiet_stdout
+
     try:
         args = sys.argv[1:] if argv is None else argv
-        rv = build_app(args[0] if args else None)(args=args, standalone_mode=False, prog_name="llmserve")
+        with guarded_stdout():
+            rv = build_app(args[0] if args else None)(args=args, standalone_mode=False, prog_name="llmserve")
+    except StdoutError as exc:
+        quiet_stdout()
+        _say(f"error: cannot write standard output: {exc}")
+        return 1
+    except (KeyboardInterrupt, Terminated) as exc:
+        # Every output is written to a temporary and renamed (inputs.outputs), which removes the
+        # temporary on any exception: an interrupted command leaves the previous output as it was.
+        signum = exc.signum if isinstance(exc, Terminated) else signal.SIGINT
+        _say(f"error: interrupted ({signal.Signals(signum).name}); outputs not yet written keep their previous version")
+        return 128 + signum
     except NoArgsIsHelpError:
         return 0
     except UsageError as exc:
@@ -88,6 +102,27 @@ def main(argv: list[str] | None = None) -> int:
     return rv if isinstance(rv, int) else 0
 
 
+class Terminated(Exception):
+    """SIGTERM (a CI job cancelled, `kill`), raised in the main thread like SIGINT's KeyboardInterrupt,
+    so the writers' cleanup runs instead of the process ending mid-write."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _terminated(signum, frame):
+    raise Terminated(signum)
+
+
+def _say(line: str) -> None:
+    """A line on stderr, if stderr can take it (it may be the same full disk)."""
+    try:
+        print(line, file=sys.stderr)
+    except OSError:
+        pass
+
+
 def entry() -> None:
     """The console script: `main`, then an exit without the collector's passes over the heap.
 
@@ -97,6 +132,7 @@ def entry() -> None:
     alive at exit by guarantee (the data model, `object.__del__`). `gc.freeze()` puts what is
     alive out of their reach; atexit handlers and module teardown still run. Tests call `main`
     and keep the usual exit."""
+    signal.signal(signal.SIGTERM, _terminated)
     code = main()
     gc.freeze()
     sys.exit(code)
