@@ -22,6 +22,7 @@ REDACTED = "***"
 # ESC [ ... final byte (CSI), ESC ] ... BEL or ESC \ (OSC), ESC and one byte; then single control characters.
 _ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-_]?|\x9b[0-?]*[ -/]*[@-~]")
 _CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_ANY_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")   # tab and newline too
 _USERINFO = re.compile(r"(?<=://)[^/@\s]*@")
 _PARAM = re.compile(r"(?i)([?&;](?:" + "|".join(re.escape(p) for p in sorted(SENSITIVE_PARAMS, key=len, reverse=True))
                     + r")=)[^&#\s]*")
@@ -80,3 +81,20 @@ def described(value) -> str:
     if isinstance(value, dict):
         return "an object"
     return type(value).__name__
+
+
+def control_escaped(text: str) -> str:
+    """`text` with every control, line-separator and bidi-override character written as its escape
+    (`\\x1b`, `\\n`, `\\u202e`): an error line that quotes a value stays one line and cannot move the
+    cursor, retitle the terminal or reorder what the reader sees."""
+    return _ANY_CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
+def nfkc_ascii(value: str) -> str | None:
+    """An identifier as Unicode compatibility normalization (NFKC) writes it, when that is ASCII;
+    None otherwise. NFKC folds look-alikes (a Kelvin sign U+212A to K, fullwidth Ｌ to L) into the
+    letters they stand for, so one name has one spelling; what is still not ASCII after it is no
+    Hugging Face id, model key or served name."""
+    import unicodedata
+    folded = unicodedata.normalize("NFKC", value)
+    return folded if folded.isascii() else None

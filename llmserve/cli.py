@@ -92,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         hint = ""
         if exc.ctx is not None and exc.ctx.command is not None:
             hint = f" (see `llmserve {exc.ctx.info_name} --help`)" if exc.ctx.info_name != "llmserve" else ""
-        print(f"error: {exc.format_message()}{hint}", file=sys.stderr)
+        from inputs.untrusted import control_escaped
+        print(f"error: {control_escaped(exc.format_message())}{hint}", file=sys.stderr)
         return 2
     except (typer.Exit, Exit) as exc:
         return exc.exit_code

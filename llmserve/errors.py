@@ -10,7 +10,10 @@ import typer
 
 
 def fail(message: str, code: int = 2) -> "typer.Exit":
-    print(f"error: {message}", file=sys.stderr)
+    """One `error:` line: a value it quotes (an option, a stack value) cannot break the line or send
+    the terminal escapes."""
+    from inputs.untrusted import control_escaped
+    print(f"error: {control_escaped(message)}", file=sys.stderr)
     raise typer.Exit(code)
 
 

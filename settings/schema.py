@@ -24,6 +24,7 @@ from sizing.workload import Workload
 
 from inputs import InputError
 from inputs.files import read_text
+from inputs.untrusted import nfkc_ascii
 
 from .capacity import offering_id, reservation_id
 from .names import RESERVED_NAMESPACES, dns_label, private_cidr, role_arn, secret_key
@@ -236,6 +237,7 @@ class ModelSettings(_Strict):
     @field_validator("id")
     @classmethod
     def _known(cls, v: str, info: ValidationInfo) -> str:
+        v = nfkc_ascii(v) or v           # one spelling per name (a Kelvin sign is K); not ASCII: refused below
         if not info.data.get("config"):  # with a config.json, id is only the served model's name
             load_catalog().model(v)
         return valid_served_name(v)

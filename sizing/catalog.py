@@ -11,6 +11,8 @@ from pathlib import Path
 
 import yaml
 
+from inputs.untrusted import nfkc_ascii
+
 from .architecture import Architecture, ConfigError, element_bytes, read_config
 
 DATA_DIR = Path(__file__).parent / "data"
@@ -153,13 +155,19 @@ class Catalog:
     aliases: dict[str, str] = field(default_factory=dict)   # HF repo id (lower case) -> key
 
     def model(self, key: str) -> Model:
-        """A model by catalog key or Hugging Face repo id (case-insensitive)."""
+        """A model by catalog key or Hugging Face repo id (case-insensitive; NFKC-normalized, ASCII)."""
+        if isinstance(key, str) and not key.isascii():
+            folded = nfkc_ascii(key)
+            if folded is None:
+                raise CatalogError(f"{key[:80]!a} is not ASCII after Unicode normalization (NFKC); a model key or "
+                                   "Hugging Face id is ASCII letters, digits and -_./")
+            key = folded
         if key in self.models:
             return self.models[key]
         alias = self.aliases.get(key.lower()) if isinstance(key, str) else None
         if alias:
             return self.models[alias]
-        raise CatalogError(f"unknown model '{str(key)[:80]}'; choose a key ({', '.join(sorted(self.models))}) "
+        raise CatalogError(f"unknown model {str(key)[:80]!a}; choose a key ({', '.join(sorted(self.models))}) "
                            "or a Hugging Face id (docs/models.md), or give --model-config PATH")
 
     def gpu(self, key: str) -> Gpu:

@@ -262,18 +262,28 @@ def test_the_runner_stops_with_2_when_the_gateway_never_answers(tmp_path, capsys
 
 
 @pytest.mark.parametrize("value", ["x'; rm -rf /", "a,base_url=https://evil", "$(id)", "a\nb", "a b", "--trust-remote-code",
-                                   "\u212aimi", "", "m" * 129])
+                                   "caf\u00e9", "\u0130d", "", "m" * 129])   # é and İ stay non-ASCII after NFKC
 def test_a_served_name_that_would_reach_a_command_line_is_refused_naming_the_key(tmp_path, value):
     """model.id beside model.config is the served name vLLM, GuideLLM and lm-eval's --model_args get."""
+    with pytest.raises(SettingsError) as err:
+        settings_from_config("prod", _config_model_stack(tmp_path, value))
+    assert any(p.startswith("llm-serving:model.id: ") and "is not a model name clients can ask for" in p
+               for p in err.value.problems), err.value.problems
+
+
+@pytest.mark.parametrize("value,served", [("\u212aimi", "Kimi"), ("\uff2clama-\uff18b", "Llama-8b")])
+def test_a_unicode_served_name_is_served_as_nfkc_writes_it(tmp_path, value, served):
+    """A Kelvin sign (U+212A) or fullwidth letters fold into the ASCII letters they stand for: one
+    name, one spelling, at vLLM, the gateway and the gate."""
+    assert settings_from_config("prod", _config_model_stack(tmp_path, value)).model.id == served
+
+
+def _config_model_stack(tmp_path, model_id: str) -> dict:
     config = tmp_path / "m" / "config.json"
     config.parent.mkdir()
     config.write_text((Path(__file__).parent.parent / "sizing/data/models/llama-3.1-8b.json").read_text())
-    raw = {**stack_config("prod"), "llm-serving:model": {"config": str(config), "id": value, "weights": "bf16",
-                                                           "checkpoint": "meta-llama/Llama-3.1-8B-Instruct"}}
-    with pytest.raises(SettingsError) as err:
-        settings_from_config("prod", raw)
-    assert any(p.startswith("llm-serving:model.id: ") and "is not a model name clients can ask for" in p
-               for p in err.value.problems), err.value.problems
+    return {**stack_config("prod"), "llm-serving:model": {"config": str(config), "id": model_id, "weights": "bf16",
+                                                          "checkpoint": "meta-llama/Llama-3.1-8B-Instruct"}}
 
 
 def test_the_key_reaches_kubernetes_only_as_a_secret(recorded):
