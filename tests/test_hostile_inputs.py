@@ -3,9 +3,14 @@ messages: YAML tricks, special and huge files, hostile Prometheus answers (a loc
 untrusted report text. The fuzz suite (tests/test_fuzz.py) draws more of each class."""
 from __future__ import annotations
 
+import errno
 import http.server
+import io
 import json
 import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -21,6 +26,7 @@ from tests.inprocess_cli import run_cli
 from tests.stacks import stack_config, with_overrides
 
 NS = "llm-serving"
+LLMSERVE = Path(sys.executable).parent / "llmserve"
 BOMB = "a: &a ['x','x','x','x','x','x','x','x','x']\n" + "".join(
     f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)},"
     f"*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)},*{chr(97 + i)}]\n" for i in range(8))
@@ -453,3 +459,165 @@ def test_a_plot_onto_a_device_is_refused_in_one_line(capsys, tmp_path, target):
     assert main(["size", "--plot", target]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "is not a regular file" in err
+
+
+# -- files that are not what they claim (round 3) -------------------------------------------------------
+ENVIRON_MARK = "LLM_SERVING_TEST_SECRET"
+
+
+@pytest.mark.parametrize("argv", [
+    ["size", "--lengths", "{p}"], ["size", "--config", "{p}"], ["size", "--model-config", "{p}"],
+    ["loadtest-report", "{p}", "--stack", "dev"], ["calibrate", "--prometheus", "http://127.0.0.1:1", "--profiles-file", "{p}"],
+])
+def test_a_kernel_pseudo_file_is_refused_for_every_path_option(monkeypatch, argv):
+    """/proc/self/environ is a regular file by stat: the device it lives on refuses it (inputs.files)."""
+    monkeypatch.setenv(ENVIRON_MARK, "sk-live-do-not-print")
+    result = run_cli([a.format(p="/proc/self/environ") for a in argv], limit_s=10)
+    assert result.exit_code == 2
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: ")
+    assert "/proc/self/environ: is on /proc, a kernel pseudo-filesystem; give a " in result.stderr
+    assert "sk-live" not in result.stderr + result.stdout
+
+
+@pytest.mark.parametrize("argv", [["size", "--lengths", "{p}"], ["size", "--model-config", "{p}"]])
+@pytest.mark.parametrize("text", ["API_KEY=sk-live-abcdef0123456789\n", "input_tokens,output_tokens\n1,sk-live-abcdef\n",
+                                  '{"input_tokens": "sk-live-abcdef", "output_tokens": 1}\n',
+                                  '{"model_type": "llama", "hidden_size": "sk-live-abcdef"}'])
+def test_a_file_named_by_mistake_is_never_quoted(tmp_path, argv, text):
+    path = tmp_path / "f"
+    path.write_text(text)
+    result = run_cli([a.format(p=path) for a in argv], limit_s=10)
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1
+    assert "sk-live" not in result.stderr + result.stdout
+
+
+def _stack_with_lengths(folder: Path, name: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    raw = with_overrides(stack_config("dev"), {"workload": {"qps": 2, "lengthsFile": name}})
+    path = folder / "Pulumi.t.yaml"
+    path.write_text(yaml.safe_dump({"config": raw}))
+    return path
+
+
+@pytest.mark.parametrize("name, where, message", [
+    ("traffic/l.csv", "stacks/traffic/l.csv", None),
+    ("traffic/../traffic/l.csv", "stacks/traffic/l.csv", None),
+    ("../l.csv", "l.csv", "../l.csv: is outside the stack file's folder ({stacks}); put the file in that folder or "
+                          "below it and name it from there"),
+    ("link.csv", "l.csv", "link.csv: is outside the stack file's folder ({stacks}); put the file in that folder or "
+                          "below it and name it from there"),
+])
+def test_a_stack_reads_its_lengths_file_from_its_own_folder_and_no_further(tmp_path, name, where, message):
+    stacks = tmp_path / "stacks"
+    config = _stack_with_lengths(stacks, name)
+    (tmp_path / where).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / where).write_text("input_tokens,output_tokens\n900,100\n1100,300\n")
+    if name == "link.csv":
+        (stacks / "link.csv").symlink_to(tmp_path / "l.csv")
+    result = run_cli(["size", "--config", str(config), "--json"], limit_s=20)
+    if message is None:
+        assert result.exit_code == 0, result.stderr
+        assert json.loads(result.stdout)["workload"]["lengths"]["input_tokens"]["max"] == 1100
+    else:
+        assert (result.exit_code, result.stderr) == (2, f"error: --config {config}: {NS}:workload.lengthsFile: "
+                                                        f"{message.format(stacks=stacks)}\n")
+
+
+def test_a_link_loop_is_one_line(tmp_path):
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    result = run_cli(["size", "--lengths", str(tmp_path / "a")], limit_s=10)
+    assert (result.exit_code, result.stderr) == (2, f"error: --lengths: {tmp_path / 'a'}: cannot be read (Too many "
+                                                    "levels of symbolic links); check the path and its permissions\n")
+
+
+# -- every new key has its real bounds (round 3) --------------------------------------------------------
+@pytest.mark.parametrize("workload, message", [
+    ({"qps": 2, "inputTokens": 1000, "outputTokens": 300, "maxModelLen": 1000},
+     f"{NS}:workload: maxModelLen: 1,000 is below the longest request planned (1,300 tokens, prompt and output); vLLM "
+     "would refuse it. Raise maxModelLen or leave it unset"),
+    ({"qps": 2, "inputTokens": {"p50": 800, "p95": 3000, "max": 7000}, "outputTokens": 300, "maxModelLen": 7000},
+     f"{NS}:workload: maxModelLen: 7,000 is below the longest request planned (7,300 tokens, prompt and output); vLLM "
+     "would refuse it. Raise maxModelLen or leave it unset"),
+    ({"qps": 2, "inputTokens": {"p50": 800, "p95": 3000, "max": 7000}, "sharedPrefixTokens": 999_999},
+     f"{NS}:workload: sharedPrefixTokens: 999,999 is not below inputTokens.p50 (the median prompt) (800); the shared "
+     "prefix is part of each prompt"),
+    ({"qps": 2, "inputTokens": 3000, "sharedPrefixTokens": 3000},
+     f"{NS}:workload: sharedPrefixTokens: 3,000 is not below inputTokens (3,000); the shared prefix is part of each prompt"),
+    ({"qps": 2, "inputTokens": {"p50": "800", "p95": 900, "max": 1000}},
+     f"{NS}:workload.inputTokens: p50: Input should be a valid integer"),
+    ({"qps": 2, "inputTokens": {"p50": 800, "p95": 900, "max": True}},
+     f"{NS}:workload.inputTokens: max: Input should be a valid integer"),
+])
+def test_lengths_limits_and_prefixes_hold_together(workload, message):
+    with pytest.raises(SettingsError) as err:
+        settings_from_config("dev", with_overrides(stack_config("dev"), {"workload": workload}))
+    assert message in err.value.problems, err.value.problems
+
+
+def test_a_shared_prefix_is_below_the_shortest_prompt_of_a_lengths_file(tmp_path):
+    (tmp_path / "l.csv").write_text("input_tokens,output_tokens\n3000,10\n600,10\n")
+    result = run_cli(["size", "--lengths", str(tmp_path / "l.csv"), "--shared-prefix-tokens", "700"])
+    assert (result.exit_code, result.stderr) == (2, "error: --lengths and --shared-prefix-tokens: sharedPrefixTokens: "
+                                                    "700 is not below the shortest prompt in lengthsFile (600); the "
+                                                    "shared prefix is part of each prompt\n")
+
+
+# -- error lines and standard output (round 3) ----------------------------------------------------------
+def test_a_quoted_value_cannot_break_the_error_line_or_reach_the_terminal():
+    result = run_cli(["size", "--model", "\x1b[31mred\x1b]0;title\x07\nforged line\u202e"])
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1
+    assert "\x1b" not in result.stderr and "\u202e" not in result.stderr
+    assert "'\\x1b[31mred\\x1b]0;title\\x07\\nforged line\\u202e'" in result.stderr
+
+
+class _FailingStream(io.StringIO):
+    def __init__(self, err: int):
+        super().__init__()
+        self.err = err
+
+    def write(self, text):
+        raise OSError(self.err, os.strerror(self.err))
+
+
+@pytest.mark.parametrize("err", [errno.ENOSPC, errno.EIO, errno.EPERM, errno.EPIPE])
+def test_a_failed_write_to_standard_output_is_one_line(capsys, monkeypatch, err):
+    from llmserve.cli import main
+    monkeypatch.setattr(sys, "stdout", _FailingStream(err))
+    assert main(["size", "--json"]) == 1
+    assert capsys.readouterr().err == f"error: cannot write standard output: {os.strerror(err)}\n"
+
+
+@pytest.mark.parametrize("argv", [["size", "--json"], ["preview", "--stack", "dev"], ["--help"]])
+def test_standard_output_on_a_full_device_is_one_line(argv):
+    """The real console script onto /dev/full: a write, or the flush at exit, fails with ENOSPC."""
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([str(LLMSERVE), *argv], stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert (done.returncode, done.stderr) == (1, "error: cannot write standard output: No space left on device\n")
+
+
+def test_a_terminated_command_keeps_the_previous_output(tmp_path):
+    """SIGTERM (a cancelled CI job) mid-run: one line, exit 143, the previous plot as it was, no temporary."""
+    plot = tmp_path / "p.png"
+    plot.write_bytes(b"previous")
+    proc = subprocess.Popen([str(LLMSERVE), "simulate", "--stack", "prod", "--duration", "90000", "--plot", str(plot)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    _wait_for_handler(proc.pid, signal.SIGTERM)
+    time.sleep(0.5)                  # into the run (900,000 requests take seconds)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert (proc.returncode, err) == (143, "error: interrupted (SIGTERM); outputs not yet written keep their previous "
+                                           "version\n")
+    assert plot.read_bytes() == b"previous" and [p.name for p in tmp_path.iterdir()] == ["p.png"]
+
+
+def _wait_for_handler(pid: int, signum: int, limit_s: float = 30) -> None:
+    """Until the process catches `signum` (its SigCgt mask in /proc): sent earlier, it would die of it."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        status = Path(f"/proc/{pid}/status").read_text()
+        caught = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), 16)
+        if caught & (1 << (signum - 1)):
+            return
+        time.sleep(0.05)
+    pytest.fail(f"process {pid} never installed a handler for signal {signum}")
