@@ -1,6 +1,7 @@
 """Standard output that fails in one line: a full disk (`> /dev/full`, ENOSPC), an I/O error, a
 closed pipe (`| head`, EPIPE) or a refused write (EPERM) while a command prints is `error: cannot
-write standard output: <why>`, exit 1, never a traceback.
+write standard output: <why>`, exit 1, never a traceback; under an ASCII locale a character the
+terminal cannot show is `?`.
 
 How: `main` runs each command with `sys.stdout` behind `GuardedStream`, which turns an OSError
 of a write or a flush into `StdoutError` (so an OSError from anything else is not mistaken for
@@ -43,9 +44,20 @@ class GuardedStream:
         return getattr(self._stream, name)
 
 
+def tolerate_narrow_encodings() -> None:
+    """Under an ASCII locale (LC_ALL=C with PYTHONUTF8=0, or PYTHONIOENCODING=ascii) a character
+    the stream cannot encode (a tree's guide lines, an em dash) is written as `?` instead of being
+    a UnicodeEncodeError traceback."""
+    for stream in (sys.stdout, sys.stderr):
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "").replace("_", "")
+        if encoding and not encoding.startswith("utf") and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="replace")
+
+
 @contextmanager
 def guarded_stdout():
     """Run a command with stdout guarded; a failed write comes out as `StdoutError`."""
+    tolerate_narrow_encodings()
     original = sys.stdout
     sys.stdout = GuardedStream(original)
     try:

@@ -621,3 +621,14 @@ def _wait_for_handler(pid: int, signum: int, limit_s: float = 30) -> None:
             return
         time.sleep(0.05)
     pytest.fail(f"process {pid} never installed a handler for signal {signum}")
+
+
+@pytest.mark.parametrize("argv", [["preview", "--stack", "dev"], ["size", "--stack", "dev"]])
+def test_an_ascii_locale_prints_what_it_can(monkeypatch, argv):
+    """LC_ALL=C with PYTHONUTF8=0 (or PYTHONIOENCODING=ascii): a tree's guide lines come out as `?`, no traceback."""
+    from llmserve.cli import main
+    raw = io.BytesIO()
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(raw, encoding="ascii"))
+    assert main(argv) == 0
+    sys.stdout.flush()
+    assert raw.getvalue() and raw.getvalue().isascii()
