@@ -22,7 +22,9 @@ REDACTED = "***"
 # ESC [ ... final byte (CSI), ESC ] ... BEL or ESC \ (OSC), ESC and one byte; then single control characters.
 _ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-_]?|\x9b[0-?]*[ -/]*[@-~]")
 _CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-_ANY_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")   # tab and newline too
+# A lone surrogate (JSON's "\ud800", a non-UTF-8 byte in argv) cannot be encoded: printing it raises.
+_SURROGATES = re.compile("[\ud800-\udfff]")
+_ANY_CONTROL = re.compile(r"[\ud800-\udfff\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")   # tab and newline too
 _USERINFO = re.compile(r"(?<=://)[^/@\s]*@")
 _PARAM = re.compile(r"(?i)([?&;](?:" + "|".join(re.escape(p) for p in sorted(SENSITIVE_PARAMS, key=len, reverse=True))
                     + r")=)[^&#\s]*")
@@ -50,7 +52,7 @@ def redact_url(url: str) -> str:
 
 def printable(text, limit: int = 300) -> str:
     """One line of plain text: escape sequences and control characters removed, at most `limit` characters."""
-    text = _CONTROLS.sub("", _ESCAPES.sub("", str(text)))
+    text = _SURROGATES.sub("\ufffd", _CONTROLS.sub("", _ESCAPES.sub("", str(text))))
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 

@@ -72,8 +72,12 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: runs the app and turns usage errors into one line and exit code 2."""
     from .stdout import StdoutError, guarded_stdout, quiet_stdout
 
+    args = sys.argv[1:] if argv is None else argv
+    for n, arg in enumerate(args, start=1):
+        if any("\ud800" <= c <= "\udfff" for c in arg):     # bytes that are not UTF-8 (argv decodes them so)
+            _say(f"error: argument {n} is not UTF-8 text; give options and values as UTF-8")
+            return 2
     try:
-        args = sys.argv[1:] if argv is None else argv
         with guarded_stdout():
             rv = build_app(args[0] if args else None)(args=args, standalone_mode=False, prog_name="llmserve")
     except StdoutError as exc:

@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from inputs import json_doc
 from inputs import InputError
 from inputs.files import check_path_length, read_regular_file
 from inputs.untrusted import printable, redact_text, redact_url
@@ -279,7 +280,7 @@ def read_report(path: Path) -> Report:
     except InputError as exc:
         raise ReportError(str(exc)) from None
     try:
-        data = json.loads(raw.decode("utf-8"))
+        data = json_doc.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise ReportError(f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})") from None
     except json.JSONDecodeError as exc:

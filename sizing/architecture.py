@@ -26,11 +26,11 @@ loads them only for speculative decoding, and model cards count the main model.
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass
 
+from inputs import json_doc
 from inputs import InputError
 from inputs.files import read_regular_file
 from inputs.untrusted import described
@@ -225,7 +225,7 @@ def read_config(path: str | os.PathLike) -> Architecture:
     except InputError as exc:
         raise ConfigError("path", str(exc)) from None
     try:
-        data = json.loads(raw.decode("utf-8"))
+        data = json_doc.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise ConfigError("(file)", f"not valid JSON: {str(exc)[:120]}") from None
     return parse_config(data)

@@ -632,3 +632,35 @@ def test_an_ascii_locale_prints_what_it_can(monkeypatch, argv):
     assert main(argv) == 0
     sys.stdout.flush()
     assert raw.getvalue() and raw.getvalue().isascii()
+
+
+# -- numbers and text the parsers choke on (round 2's leftovers) -----------------------------------------
+def _report_with(tmp_path, upstream_file, old: str, new: str) -> Path:
+    text = upstream_file("samples/guidellm-report-0.8.0.dev18.json").read_text()
+    assert old in text
+    path = tmp_path / "report.json"
+    path.write_text(text.replace(old, new, 1))
+    return path
+
+
+@pytest.mark.parametrize("old, new", [
+    ('"model": "', '"model": "\\ud800'),                       # a lone surrogate: unprintable as it stands
+    ('"target": "', '"target": "\\udfff\\u001b[2J'),
+    ('"total": ', '"total": 1' + "0" * 5000 + ', "_": '),      # int() of 5,000 digits raises
+])
+def test_a_report_with_a_lone_surrogate_or_a_huge_integer_gets_a_verdict(tmp_path, upstream_file, old, new):
+    result = run_cli(["loadtest-report", str(_report_with(tmp_path, upstream_file, old, new)), "--stack", "dev"])
+    assert result.exit_code in (1, 2), result.stderr
+    assert "\x1b" not in result.stdout + result.stderr
+
+
+def test_a_huge_integer_in_a_config_json_names_the_field(tmp_path):
+    (tmp_path / "config.json").write_text('{"model_type": "llama", "hidden_size": 1' + "0" * 5000 + "}")
+    result = run_cli(["size", "--model-config", str(tmp_path / "config.json")])
+    assert (result.exit_code, result.stderr) == (2, "error: --model-config: config.json: hidden_size: expected an "
+                                                    "integer, got not a finite number\n")
+
+
+def test_an_argument_that_is_not_utf8_is_one_line():
+    from llmserve.cli import main
+    assert main(["size", "--model", "\udcff"]) == 2       # what Python makes of the byte 0xff in argv
