@@ -87,9 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     except (KeyboardInterrupt, Terminated) as exc:
         # Every output is written to a temporary and renamed (inputs.outputs), which removes the
         # temporary on any exception: an interrupted command leaves the previous output as it was.
-        signum = exc.signum if isinstance(exc, Terminated) else signal.SIGINT
-        _say(f"error: interrupted ({signal.Signals(signum).name}); outputs not yet written keep their previous version")
-        return 128 + signum
+        return _interrupted(exc.signum if isinstance(exc, Terminated) else signal.SIGINT)
     except NoArgsIsHelpError:
         return 0
     except UsageError as exc:
@@ -101,9 +99,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except (typer.Exit, Exit) as exc:
         return exc.exit_code
-    except (typer.Abort, Abort):
-        print("aborted", file=sys.stderr)
-        return 1
+    except (typer.Abort, Abort):       # click's word for a KeyboardInterrupt inside a command
+        return _interrupted(_received[-1] if _received else signal.SIGINT)
+    except Exception:
+        # An interrupt inside an import leaves that module half made, and the next use of it fails
+        # (an AttributeError): a consequence of the signal, not a bug to show as a traceback.
+        if _received:
+            return _interrupted(_received[-1])
+        raise
     return rv if isinstance(rv, int) else 0
 
 
@@ -116,8 +119,19 @@ class Terminated(Exception):
         self.signum = signum
 
 
-def _terminated(signum, frame):
+_received: list[int] = []      # the signals the console script's handlers took, in order
+
+
+def _on_signal(signum, frame):
+    _received.append(signum)
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
     raise Terminated(signum)
+
+
+def _interrupted(signum: int) -> int:
+    _say(f"error: interrupted ({signal.Signals(signum).name}); outputs not yet written keep their previous version")
+    return 128 + signum
 
 
 def _say(line: str) -> None:
@@ -137,7 +151,9 @@ def entry() -> None:
     alive at exit by guarantee (the data model, `object.__del__`). `gc.freeze()` puts what is
     alive out of their reach; atexit handlers and module teardown still run. Tests call `main`
     and keep the usual exit."""
-    signal.signal(signal.SIGTERM, _terminated)
+    signal.signal(signal.SIGTERM, _on_signal)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:     # not where a shell set it ignored
+        signal.signal(signal.SIGINT, _on_signal)
     code = main()
     gc.freeze()
     sys.exit(code)

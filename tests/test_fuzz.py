@@ -502,6 +502,10 @@ def _special_path(tmp: Path, kind: str) -> str:
     if kind == "symlink to /dev/zero":
         (tmp / "link").symlink_to("/dev/zero")
         return str(tmp / "link")
+    if kind == "link loop":
+        (tmp / "a").symlink_to(tmp / "b")
+        (tmp / "b").symlink_to(tmp / "a")
+        return str(tmp / "a")
     if kind == "long name":
         return str(tmp / ("n" * 300))
     if kind == "long path":
@@ -509,11 +513,12 @@ def _special_path(tmp: Path, kind: str) -> str:
     return kind       # a device or folder as is
 
 
-SPECIAL = st.sampled_from(["fifo", "sparse", "symlink to /dev/zero", "long name", "long path", "/dev/zero",
-                           "/dev/urandom", "/proc/self/mem", "/", "/dev/stdin"])
+SPECIAL = st.sampled_from(["fifo", "sparse", "symlink to /dev/zero", "link loop", "long name", "long path", "/dev/zero",
+                           "/dev/urandom", "/proc/self/mem", "/proc/self/environ", "/sys/kernel/mm/transparent_hugepage/enabled",
+                           "/", "/dev/stdin"])
 
 
-@settings(max_examples=30, **FUZZ)
+@settings(max_examples=40, **FUZZ)
 @given(st.sampled_from(["config", "results", "profiles", "lengths", "model-config"]), SPECIAL)
 def test_special_files_as_path_options_are_one_line(tmp_path_factory, option, kind):
     path = _special_path(tmp_path_factory.mktemp("special"), kind)
@@ -624,3 +629,196 @@ def test_report_text_prints_as_plain_characters(tmp_path_factory, field, text, u
     check(result, "loadtest-report (text)", argv)
     out = result.stdout + result.stderr
     assert "\x1b" not in out and "hunter2" not in out and "\x00" not in out
+
+
+# -- round 3: quoting, Unicode, faults at a syscall, signals --------------------------------------------
+# Values that reach a command line: vLLM's args and lm-eval's --model_args are argv elements (no
+# shell), but lm-eval splits --model_args on ',' and '=' (and, in later versions, minds quotes and
+# brackets): a value is either refused naming its key, or parses back to itself under both readings.
+QUOTING = st.sampled_from(["'", '"', ";", ",", "$(id)", "`id`", "\n", " ", "=", "{", "[", "\\", "|", "&&",
+                           "--trust-remote-code", "\x00", "\t", "#", "*", "\u212a", "\uff2c", "\u0130", "..", "/"])
+
+
+@st.composite
+def quoted_values(draw) -> str:
+    parts = [draw(st.sampled_from(["llama", "org/model", "m-1", ""]))]
+    for piece in draw(st.lists(QUOTING, min_size=1, max_size=3)):
+        parts.insert(draw(st.integers(0, len(parts))), piece)
+    return "".join(parts)
+
+
+def _model_args(arg: str, aware: bool) -> dict:
+    """lm-eval's readings of --model_args: 0.4.x `simple_parse_args_string` (split on ',' then the first
+    '='), and the later quote- and bracket-aware split."""
+    if aware and any(c in arg for c in "'\"{}[]"):
+        raise AssertionError(f"--model_args holds a quote or bracket a later lm-eval would read: {arg!r}")
+    return dict(part.split("=", 1) for part in arg.split(",") if part)
+
+
+@functools.cache
+def _config_model_file() -> str:
+    return str(Path(__file__).parent.parent / "sizing/data/models/llama-3.1-8b.json")
+
+
+@settings(max_examples=60, **FUZZ)
+@given(quoted_values(), st.sampled_from(["id", "checkpoint"]))
+def test_a_value_that_reaches_a_command_line_is_refused_or_inert(value, key):
+    from deployment.jobs import GateJob, lm_eval_command
+    model = {"config": _config_model_file(), "id": "llama-3.1-8b", "weights": "bf16",
+             "checkpoint": "meta-llama/Llama-3.1-8B-Instruct", key: value}
+    CASES["quoting"] += 1
+    try:
+        settings = settings_from_config("prod", {**PROD, "llm-serving:model": model})
+    except SettingsError as exc:
+        assert any(p.startswith(f"llm-serving:model.{key}: ") for p in exc.problems), (value, exc.problems)
+        assert all("\n" not in p for p in exc.problems)
+        return
+    plan = make_plan(settings.plan_request())
+    job = GateJob.for_stack(plan, settings)
+    command = lm_eval_command(plan, job)
+    arg = command[command.index("--model_args") + 1]
+    for aware in (False, True):
+        args = _model_args(arg, aware)
+        assert args["model"] == job.served_name and args["tokenizer"] == plan.checkpoint, (value, arg)
+    assert not set(value) & set("'\";,$`\n \\|&{}[]=\x00\t#*"), value
+
+
+# Unicode: an id NFKC folds to ASCII is that ASCII (one name, one spelling); anything else is refused.
+CONFUSABLES = st.sampled_from(["\u212a", "\uff2c", "\ufb01", "\u00b2", "\u0301", "\u0130", "\u200d", "\u2044", "\u00e9",
+                               "\u0661", "\u2160", "\u3000", "\ufe52"])
+
+
+@settings(max_examples=40, **FUZZ)
+@given(st.sampled_from(["llama-3-8b", "meta-llama/Meta-Llama-3-8B-Instruct", "kimi-k2"]), CONFUSABLES,
+       st.integers(0, 12))
+def test_a_unicode_model_id_is_normalized_or_refused(base, char, at):
+    import unicodedata
+    value = base[:at] + char + base[at:]
+    argv = ["size", "--model", value, "--json"]
+    result = run_cli(argv, limit_s=20)
+    check(result, "size --model (unicode)", argv)
+    folded = unicodedata.normalize("NFKC", value)
+    if result.exit_code == 0:
+        assert folded.isascii() and json.loads(result.stdout)["model"] == folded.lower() or folded.isascii(), value
+    else:
+        assert result.exit_code == 2 and result.stderr.isascii(), result.stderr
+
+
+# Faults at a syscall: strace injects ENOSPC, EIO or EPERM into the Nth write, fsync, rename or
+# mkdir of the real console script. Whatever it hits, the command ends in one line (or none, when
+# the failed write was that line) with exit 1, never a traceback, and every output folder or file
+# is the previous one or the complete new one, with no temporary left.
+STRACE = "/usr/bin/strace"
+LLMSERVE = Path(__import__("sys").executable).parent / "llmserve"
+
+
+def _strace() -> str:
+    import shutil
+    found = shutil.which("strace") or (STRACE if Path(STRACE).exists() else None)
+    if not found:
+        pytest.fail("strace is missing: scripts/test installs it (apt-get install strace)", pytrace=False)
+    return found
+
+
+def _tree(folder: Path) -> dict:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@functools.cache
+def _renders(base: str) -> tuple[dict, dict]:
+    """The dev render (the previous output) and the prod render (the new one), each made once."""
+    import subprocess
+    out = {}
+    for stack in ("dev", "prod"):
+        folder = Path(base) / stack
+        subprocess.run([str(LLMSERVE), "render", "--stack", stack, "--out", str(folder)], check=True,
+                       capture_output=True, timeout=120)
+        out[stack] = _tree(folder)
+    return out["dev"], out["prod"]
+
+
+def _faulted(argv: list[str], syscall: str, error: str, when: int):
+    import subprocess
+    inject = f"inject={syscall}:error={error}:when={when}"
+    done = subprocess.run([_strace(), "-f", "--seccomp-bpf", "-qq", "-o", "/dev/null", "-e", f"trace={syscall}",
+                           "-e", inject, str(LLMSERVE), *argv], capture_output=True, text=True, timeout=120)
+    if done.stderr.startswith("strace:"):
+        pytest.fail(f"strace could not run the command (ptrace not permitted here?): {done.stderr[:200]}", pytrace=False)
+    return done
+
+
+def _one_line_or_none(done, where: str) -> None:
+    assert "Traceback" not in done.stdout + done.stderr, f"{where}: {done.stderr[-800:]}"
+    assert done.returncode in (0, 1, 2), f"{where}: exit {done.returncode}: {done.stderr[-400:]}"
+    if done.returncode:
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) <= 1 and all(line.startswith("error: ") for line in lines), f"{where}: {done.stderr!r}"
+
+
+@settings(max_examples=6, **FUZZ)
+@given(st.sampled_from(["write", "fsync", "rename", "mkdir"]), st.sampled_from(["ENOSPC", "EIO", "EPERM"]),
+       st.integers(1, 60))
+def test_render_under_a_fault_at_a_syscall_keeps_each_folder_whole(tmp_path_factory, syscall, error, when):
+    base = tmp_path_factory.getbasetemp() / "renders"
+    previous, new = _renders(str(base))
+    out = tmp_path_factory.mktemp("faulted")
+    import shutil
+    shutil.copytree(base / "dev", out, dirs_exist_ok=True)
+    done = _faulted(["render", "--stack", "prod", "--out", str(out)], syscall, error, when)
+    CASES[f"render ({syscall} {error})"] += 1
+    _one_line_or_none(done, f"render with {syscall} #{when} failing {error}")
+    after = _tree(out)
+    assert not [p for p in out.iterdir() if p.name.startswith(".")], sorted(p.name for p in out.iterdir())
+    for folder in ("manifests", "helm", "prometheus", "grafana"):
+        part = {k: v for k, v in after.items() if k.startswith(folder + "/")}
+        assert part in ({k: v for k, v in previous.items() if k.startswith(folder + "/")},
+                        {k: v for k, v in new.items() if k.startswith(folder + "/")}), (folder, syscall, when)
+    if done.returncode == 0:
+        assert after == new
+
+
+@settings(max_examples=4, **FUZZ)
+@given(st.sampled_from(["write", "fsync", "rename"]), st.sampled_from(["ENOSPC", "EIO"]), st.integers(1, 12))
+def test_a_plot_under_a_fault_at_a_syscall_is_the_old_file_or_the_new(tmp_path_factory, syscall, error, when):
+    folder = tmp_path_factory.mktemp("plot")
+    plot = folder / "p.png"
+    plot.write_bytes(b"previous")
+    done = _faulted(["size", "--stack", "dev", "--plot", str(plot)], syscall, error, when)
+    CASES[f"size --plot ({syscall} {error})"] += 1
+    _one_line_or_none(done, f"size --plot with {syscall} #{when} failing {error}")
+    assert [p.name for p in folder.iterdir()] == ["p.png"]
+    data = plot.read_bytes()
+    assert data == b"previous" or (data.startswith(b"\x89PNG") and data.endswith(b"IEND\xaeB`\x82")), data[:20]
+    if done.returncode == 0:
+        assert data != b"previous"
+
+
+# Signals mid-render: SIGINT and SIGTERM end in one line with 128 + the signal (or the render finished);
+# SIGKILL runs no cleanup, but every visible folder is still the previous one or the new one.
+@settings(max_examples=4, **FUZZ)
+@given(st.sampled_from(["SIGINT", "SIGTERM", "SIGKILL"]), st.floats(0.8, 2.5))
+def test_a_signal_mid_render_leaves_each_folder_whole(tmp_path_factory, name, delay_s):
+    import shutil
+    import signal as signals
+    import subprocess
+    import time
+    base = tmp_path_factory.getbasetemp() / "renders"
+    previous, new = _renders(str(base))
+    out = tmp_path_factory.mktemp("signalled")
+    shutil.copytree(base / "dev", out, dirs_exist_ok=True)
+    proc = subprocess.Popen([str(LLMSERVE), "render", "--stack", "prod", "--out", str(out)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    time.sleep(delay_s)
+    signum = getattr(signals, name)
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=60)
+    CASES[f"render ({name})"] += 1
+    assert "Traceback" not in err, err[-800:]
+    if name != "SIGKILL" and proc.returncode != 0:
+        assert proc.returncode in (128 + signum, -signum), (proc.returncode, err)
+        assert len(err.strip().splitlines()) <= 1, err
+    after = _tree(out)
+    for folder in ("manifests", "helm", "prometheus", "grafana"):
+        part = {k: v for k, v in after.items() if k.startswith(folder + "/")}
+        assert part in ({k: v for k, v in previous.items() if k.startswith(folder + "/")},
+                        {k: v for k, v in new.items() if k.startswith(folder + "/")}), (folder, name, delay_s)
