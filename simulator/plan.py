@@ -13,8 +13,8 @@ from .loop import ReplicaSpec, SimConfig, ZoneFailure, simulate
 from .report import summarize
 from .workload import WorkloadSpec
 
-FAIL_ZONE = re.compile(r"^(?P<zone>[a-z0-9-]+)@(?P<start>\d+(\.\d+)?)(:(?P<end>\d+(\.\d+)?))?$")
-FAIL_NODE = re.compile(r"^(?P<zone>[a-z0-9-]+/node-\d+)@(?P<start>\d+(\.\d+)?)(:(?P<end>\d+(\.\d+)?))?$")
+FAIL_ZONE = re.compile(r"^(?P<zone>[a-z0-9-]+)@(?P<start>\d+(\.\d+)?)(:(?P<end>\d+(\.\d+)?))?$", re.ASCII)
+FAIL_NODE = re.compile(r"^(?P<zone>[a-z0-9-]+/node-\d+)@(?P<start>\d+(\.\d+)?)(:(?P<end>\d+(\.\d+)?))?$", re.ASCII)
 
 
 def replica_model(plan: Plan) -> ReplicaModel:
@@ -33,13 +33,19 @@ def parse_fail_zone(text: str, duration_s: float) -> ZoneFailure:
     m = FAIL_ZONE.match(text.strip())
     if not m:
         raise ValueError(f"'{text}': expected ZONE@T or ZONE@T:T2 in seconds, e.g. us-east-1b@600:1200")
-    start = float(m["start"])
-    end = float(m["end"]) if m["end"] is not None else None
+    start, end = _failure_window(text, m["start"], m["end"], duration_s, "zone")
+    return ZoneFailure(m["zone"], start, end)
+
+
+def _failure_window(text: str, start_text: str, end_text: str | None, duration_s: float,
+                    what: str) -> tuple[float, float | None]:
+    start = float(start_text)
+    end = float(end_text) if end_text is not None else None
     if start >= duration_s:
         raise ValueError(f"'{text}': the failure starts at {start:g} s, after the {duration_s:g} s run")
     if end is not None and end <= start:
-        raise ValueError(f"'{text}': the zone comes back at {end:g} s, not after it fails at {start:g} s")
-    return ZoneFailure(m["zone"], start, end)
+        raise ValueError(f"'{text}': the {what} comes back at {end:g} s, not after it fails at {start:g} s")
+    return start, end
 
 
 def parse_fail_node(text: str, duration_s: float, plan: Plan) -> ZoneFailure:
@@ -53,8 +59,8 @@ def parse_fail_node(text: str, duration_s: float, plan: Plan) -> ZoneFailure:
     node = m["zone"]
     if node not in names:
         raise ValueError(f"'{text}': no node {node} in the plan (nodes: {', '.join(names)})")
-    window = parse_fail_zone(f"{names[node].zone}@{text.strip().split('@', 1)[1]}", duration_s)
-    return ZoneFailure(window.zone, window.start_s, window.end_s, node=node)
+    start, end = _failure_window(text, m["start"], m["end"], duration_s, "node")
+    return ZoneFailure(names[node].zone, start, end, node=node)
 
 
 def config_from_plan(plan: Plan, duration_s: float, qps: float | None = None, *, router: str = "least-outstanding",

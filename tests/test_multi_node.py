@@ -225,6 +225,10 @@ def test_simulate_loses_the_whole_group_on_a_node_or_zone_failure(fail_flag, tex
                                  "us-east-1b-p5/node-1)"),
     ("node-1@100", "error: --fail-node: 'node-1@100': expected POOL/node-I@T or POOL/node-I@T:T2 in seconds, "
                    "e.g. us-east-1a-p5/node-1@600"),
+    ("us-east-1a-p5/node-1@100:50", "error: --fail-node: 'us-east-1a-p5/node-1@100:50': the node comes back at 50 s, "
+                                    "not after it fails at 100 s"),
+    ("us-east-1a-p5/node-1@\u0661\u0660", "error: --fail-node: 'us-east-1a-p5/node-1@\u0661\u0660': expected "
+                                          "POOL/node-I@T or POOL/node-I@T:T2 in seconds, e.g. us-east-1a-p5/node-1@600"),
 ])
 def test_a_bad_fail_node_is_one_line_and_exit_2(text, message):
     result = run_cli(["simulate", "--stack", STACK, "--duration", "300", "--fail-node", text], limit_s=60)
