@@ -24,7 +24,7 @@ from sizing.profiles import get_profile
 from sizing.workload import SizingError
 
 from .accuracy_fit import gate_fit_problems
-from .names import AWS_REGIONS, region as valid_region
+from .names import AWS_REGIONS, region as valid_region, role_key
 from .schema import ALL_SECRET_KEYS, MAX_API_KEYS, REQUEST_KEYS, PlanRequestSettings, StackSettings, _Strict
 
 STACKS_DIR = Path(__file__).resolve().parent.parent / "stacks"
@@ -228,10 +228,22 @@ def semantic_problems(s: StackSettings) -> list[str]:
         problems.append(f"{PROJECT}:model.checkpoint: model.config sizes a local config.json, which names no "
                         "weights to serve; set model.checkpoint to the hub id or the /models/<folder> path of "
                         "the checkpoint that config.json belongs to")
+    problems += _preview_role_problems(s)
     if s.loadTest.enabled and s.workload.qps is None:
         problems.append(f"{PROJECT}:loadTest.enabled: the workload is closed-loop (concurrency); the rate "
                         "sweep needs workload.qps, or set loadTest.enabled: false")
     return problems
+
+
+def _preview_role_problems(s: StackSettings) -> list[str]:
+    """A preview role that is also an admin role: EKS takes a principal in one access entry only
+    (EKS User Guide, "Create access entries"), so the second entry would fail `pulumi up`; and the
+    admin entry already reads everything the view one would."""
+    admins = {role_key(arn): j for j, arn in enumerate(s.adminRoleArns)}
+    return [f"{PROJECT}:previewRoleArns[{i}]: {ascii(arn)} is the admin role again (adminRoleArns[{admins[role_key(arn)]}]); "
+            "EKS takes an IAM principal in one access entry only, and cluster-admin already reads everything: drop it "
+            "from previewRoleArns"
+            for i, arn in enumerate(s.previewRoleArns) if role_key(arn) in admins]
 
 
 def request_problems(r: PlanRequestSettings, fit: bool = True) -> list[str]:

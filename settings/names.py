@@ -21,7 +21,20 @@ DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 HOSTNAME = re.compile(r"(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 # A Secret's data key (IsConfigMapKey): letters, digits, '-', '_', '.'.
 SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]+")
-ROLE_ARN = re.compile(r"arn:aws(-cn|-us-gov)?:iam::\d{12}:role/[\w+=,.@/-]{1,512}")
+# An IAM role ARN, `arn:<partition>:iam::<account>:role<path><name>` (IAM User Guide, "IAM
+# identifiers", IAM ARNs; "Amazon Resource Names (ARNs)", ARN format: the account id is 12
+# digits). ASCII only: Python's \d (and \w) match every Unicode digit (and letter), which AWS
+# does not take. The partitions are those of AWS_REGIONS below.
+ROLE_ARN = re.compile(r"arn:(?P<partition>aws|aws-cn|aws-us-gov):iam::(?P<account>[^:]*):role(?P<rest>/.*)",
+                      re.ASCII | re.DOTALL)
+ACCOUNT_ID = re.compile(r"[0-9]{12}", re.ASCII)
+# IAM API Reference, CreateRole: RoleName "Length Constraints: Minimum length of 1. Maximum length
+# of 64. Pattern: [\w+=,.@-]+" (AWS's \w is ASCII); Path "Minimum length of 1. Maximum length of
+# 512. Pattern: (\u002F)|(\u002F[\u0021-\u007E]+\u002F)".
+ROLE_NAME = re.compile(r"[A-Za-z0-9_+=,.@-]+", re.ASCII)
+MAX_ROLE_NAME = 64
+ROLE_PATH = re.compile(r"/|/[\x21-\x7e]+/", re.ASCII)
+MAX_ROLE_PATH = 512
 # A model hub id (org/name), or a path inside the pod's model cache (the node's NVMe, mounted at
 # /models). S3 is not offered: vLLM reads it only through the Run:ai streamer (`--load-format
 # runai_streamer`, an extra the image may lack) and the pods have no IAM role for a bucket.
@@ -146,9 +159,57 @@ def secret_key(value: str) -> str:
 
 
 def role_arn(value: str) -> str:
-    if not ROLE_ARN.fullmatch(value):
-        raise ValueError(f"'{value}' is not an IAM role ARN; use arn:aws:iam::<12-digit account>:role/<name>")
+    """An IAM role's ARN: a partition, a 12-digit account id (ASCII digits), `:role`, then the
+    role's path (`role_path`) and name (`role_name`); see ROLE_ARN for the sources."""
+    shown = ascii(value[:120])
+    match = ROLE_ARN.fullmatch(value)
+    if not match:
+        raise ValueError(f"{shown} is not an IAM role ARN; use arn:aws:iam::<12-digit account>:role/<name>")
+    account = match["account"]
+    if not ACCOUNT_ID.fullmatch(account):
+        what = "holds digits other than ASCII 0-9" if len(account) == 12 and account.isdigit() else "is not 12 digits"
+        raise ValueError(f"{shown}: the account id {what}; an AWS account id is 12 ASCII digits (0-9), as "
+                         "`aws sts get-caller-identity` prints it")
+    rest = match["rest"]
+    if rest.endswith("/"):
+        raise ValueError(f"{shown} ends with '/'; a role ARN ends with the role's name "
+                         "(arn:aws:iam::<account>:role/<name>, or role/<path>/<name>)")
+    path, _, name = rest.rpartition("/")
+    role_path(path + "/", shown)
+    role_name(name, shown)
     return value
+
+
+def role_path(path: str, arn: str) -> str:
+    """An IAM path (CreateRole Path, ROLE_PATH): `/`, or `/.../` of printable ASCII, at most 512
+    characters. An empty segment (`//`) is refused too: IAM paths are names between slashes
+    (IAM identifiers, "Friendly names and paths": /division_abc/subdivision_xyz/), so `//` is a typo
+    for the path the role really has, and the access entry would name no existing role."""
+    if "//" in path:
+        raise ValueError(f"{arn}: its path has an empty segment ('//'); write the role's path as IAM shows it "
+                         "(`aws iam get-role --role-name <name> --query Role.Arn`)")
+    if len(path) > MAX_ROLE_PATH or not ROLE_PATH.fullmatch(path):
+        raise ValueError(f"{arn}: its path {ascii(path[:40])} is not an IAM path; IAM takes '/' or /<segment>/.../ "
+                         f"of printable ASCII, at most {MAX_ROLE_PATH} characters (CreateRole Path)")
+    return path
+
+
+def role_name(name: str, arn: str) -> str:
+    """An IAM role name (CreateRole RoleName, ROLE_NAME): 1 to 64 of ASCII letters, digits and + = , . @ _ -."""
+    if len(name) > MAX_ROLE_NAME:
+        raise ValueError(f"{arn}: the role name is {len(name)} characters; IAM role names are at most "
+                         f"{MAX_ROLE_NAME} (CreateRole RoleName)")
+    if not ROLE_NAME.fullmatch(name):
+        raise ValueError(f"{arn}: {ascii(name[:40])} is not an IAM role name; IAM takes 1 to {MAX_ROLE_NAME} ASCII "
+                         "letters, digits and + = , . @ _ - (CreateRole RoleName)")
+    return name
+
+
+def role_key(arn: str) -> tuple[str, str, str]:
+    """Which role an ARN names: IAM role names are unique in an account whatever their path, and
+    "not distinguished by case" (CreateRole RoleName), so role/a/x and role/X are the same role."""
+    match = ROLE_ARN.fullmatch(arn)
+    return (match["partition"], match["account"], match["rest"].rpartition("/")[2].lower()) if match else ("", "", arn)
 
 
 def _tag_text_ok(text: str) -> bool:

@@ -26,7 +26,7 @@ from inputs import InputError
 from inputs.files import read_text
 
 from .capacity import offering_id, reservation_id
-from .names import RESERVED_NAMESPACES, dns_label, private_cidr, role_arn, secret_key
+from .names import RESERVED_NAMESPACES, dns_label, private_cidr, role_arn, role_key, secret_key
 from .names import acme_server, checkpoint as valid_checkpoint, hostname as valid_hostname, system_instance_type
 from .names import served_name as valid_served_name
 from .names import tags as valid_tags
@@ -495,6 +495,21 @@ class StackSettings(PlanRequestSettings):
     @classmethod
     def _tags(cls, v: dict[str, str]) -> dict[str, str]:
         return valid_tags(v)
+
+    @field_validator("adminRoleArns", "previewRoleArns")
+    @classmethod
+    def _one_entry_each(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        """Each role once: "An IAM principal can't be included in more than one access entry" (EKS
+        User Guide, "Create access entries"), and two ARNs differing in path or case name one role."""
+        seen: dict[tuple, int] = {}
+        for i, arn in enumerate(v):
+            first = v[seen.setdefault(role_key(arn), i)]
+            if seen[role_key(arn)] != i:
+                what = (f"{ascii(arn)} is listed twice" if first == arn else
+                        f"{ascii(first)} and {ascii(arn)} name one role (IAM role names are unique in an account, "
+                        "whatever their path or case)")
+                raise ValueError(f"{what}; EKS takes an IAM principal in one access entry only, so list it once")
+        return v
 
     # -- derived ----------------------------------------------------------------------------
     @property
