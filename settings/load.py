@@ -24,7 +24,7 @@ from sizing.profiles import get_profile
 from sizing.workload import SizingError
 
 from .accuracy_fit import gate_fit_problems
-from .names import AWS_REGIONS, region as valid_region, role_key
+from .names import AWS_REGIONS, region as valid_region, role_key, stack_name_problems
 from .schema import ALL_SECRET_KEYS, MAX_API_KEYS, REQUEST_KEYS, PlanRequestSettings, StackSettings, _Strict
 
 STACKS_DIR = Path(__file__).resolve().parent.parent / "stacks"
@@ -98,6 +98,7 @@ def settings_from_config(stack: str, config: dict) -> StackSettings:
     problems = [p for key, value in config.items() for p in _non_finite(str(key), value)]
     if problems:       # reported alone: pydantic would name the same values again
         raise SettingsError(problems)
+    problems += stack_name_problems(stack)      # the cluster, KMS alias and log group names it makes
     for key, value in config.items():
         if not isinstance(key, str):
             problems.append(f"config: key {key!r} is not a name; keys look like {PROJECT}:workload")

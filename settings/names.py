@@ -1,8 +1,9 @@
 """Formats the settings accept, each with the rule it follows and why.
 
 Kubernetes names (DNS-1123), the gateway's hostname (Gateway API's `Hostname`), Secret keys,
-IAM role ARNs, AWS tags, model checkpoints and the system nodes' instance types. Every checker
-returns the value or raises ValueError with the fix; pydantic turns that into `key: message`.
+IAM role ARNs, AWS tags, model checkpoints, the system nodes' instance types, and the AWS names
+the program derives from the stack name. Every checker returns the value or raises ValueError
+with the fix; pydantic turns that into `key: message`.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import re
 import unicodedata
 
 from conventions import (AI_GATEWAY_NAMESPACE, GATEWAY_CONTROLLER_NAMESPACE, GPU_PLUGIN_NAMESPACE, KEDA_NAMESPACE,
-                         MONITORING_NAMESPACE, TAG_GPUS_PER_NODE, TAG_PURCHASE_APPROVED)
+                         MONITORING_NAMESPACE, PROJECT, TAG_GPUS_PER_NODE, TAG_PURCHASE_APPROVED)
 
 # DNS-1123 label (namespaces, most object names): k8s.io/apimachinery
 # pkg/util/validation/validation.go.
@@ -260,6 +261,109 @@ def region(value: str) -> str:
         hint = f"did you mean {close[0]}?" if close else "use e.g. us-east-1"
         raise ValueError(f"'{value[:40]}' is not an AWS region; {hint}")
     return value
+
+
+# -- the AWS names the program derives from the stack name (components/cluster.py) ---------------
+# A Pulumi stack name may hold '.' and up to 100 characters (settings/load.py STACK_NAME); these
+# names take fewer, and no '.'. `stack_name_problems` checks each where the settings are loaded
+# (settings/load.py settings_from_config), before anything reaches AWS. Every other AWS name the
+# program creates (IAM roles, node groups, launch templates, security groups) is Pulumi's
+# auto-name from a fixed resource name, never from the stack name.
+# Amazon EKS API Reference, CreateCluster, request `name`: "Length Constraints: Minimum length of
+# 1. Maximum length of 100. Pattern: ^[0-9A-Za-z][A-Za-z0-9\-_]*$".
+EKS_CLUSTER_NAME = re.compile(r"[0-9A-Za-z][A-Za-z0-9_-]*", re.ASCII)
+MAX_EKS_CLUSTER_NAME = 100
+# AWS KMS API Reference, CreateAlias, `AliasName`: "Maximum length of 256. Pattern:
+# ^alias/[a-zA-Z0-9/_-]+$", and "The alias name cannot begin with alias/aws/. The alias/aws/ prefix
+# is reserved for AWS managed keys" (KMS Developer Guide, "Create aliases").
+KMS_ALIAS = re.compile(r"alias/[a-zA-Z0-9/_-]+", re.ASCII)
+MAX_KMS_ALIAS = 256
+# Amazon CloudWatch Logs API Reference, CreateLogGroup, `logGroupName`: "Maximum length of 512.
+# Pattern: [\.\-_/#A-Za-z0-9]+".
+LOG_GROUP_NAME = re.compile(r"[-._/#A-Za-z0-9]+", re.ASCII)
+MAX_LOG_GROUP_NAME = 512
+
+
+def cluster_name(stack: str) -> str:
+    return f"{PROJECT}-{stack}"
+
+
+def secrets_key_alias(stack: str) -> str:
+    """The alias of the KMS key that envelope-encrypts the cluster's Secrets."""
+    return f"alias/{cluster_name(stack)}-eks-secrets"
+
+
+def control_plane_log_group(stack: str) -> str:
+    """The log group EKS writes the control plane's logs to (its fixed name for the cluster)."""
+    return f"/aws/eks/{cluster_name(stack)}/cluster"
+
+
+def _clip(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _refused(text: str, allowed: str) -> str:
+    """The characters of `text` outside `allowed` (a regex character class), quoted."""
+    return ", ".join(repr(c) for c in dict.fromkeys(re.sub(f"[{allowed}]", "", text)))
+
+
+def eks_cluster_name(value: str) -> str:
+    """EKS CreateCluster `name` (EKS_CLUSTER_NAME): 1-100 characters, letters, digits, - and _, a
+    letter or digit first."""
+    if len(value) > MAX_EKS_CLUSTER_NAME:
+        raise ValueError(f"the EKS cluster name '{_clip(value)}' is {len(value)} characters, over EKS's "
+                         f"{MAX_EKS_CLUSTER_NAME} (CreateCluster name)")
+    if not EKS_CLUSTER_NAME.fullmatch(value):
+        raise ValueError(f"the EKS cluster name '{_clip(value, 60)}' holds {_refused(value, '0-9A-Za-z_-')}, which EKS "
+                         "refuses (CreateCluster name: letters, digits, '-' and '_')")
+    return value
+
+
+def kms_alias(value: str) -> str:
+    """KMS CreateAlias `AliasName` (KMS_ALIAS): alias/ and letters, digits, / _ -, at most 256,
+    not under alias/aws/."""
+    if value.startswith("alias/aws/"):
+        raise ValueError(f"the KMS alias '{_clip(value, 60)}' is under alias/aws/, which KMS reserves for AWS "
+                         "managed keys (CreateAlias AliasName)")
+    if len(value) > MAX_KMS_ALIAS:
+        raise ValueError(f"the KMS alias '{_clip(value)}' is {len(value)} characters, over KMS's {MAX_KMS_ALIAS} "
+                         "(CreateAlias AliasName)")
+    if not KMS_ALIAS.fullmatch(value):
+        raise ValueError(f"the KMS alias '{_clip(value, 60)}' holds {_refused(value[6:], 'a-zA-Z0-9/_-')}, which "
+                         "KMS refuses (CreateAlias AliasName: letters, digits, '/', '_' and '-')")
+    return value
+
+
+def log_group_name(value: str) -> str:
+    """CloudWatch Logs CreateLogGroup `logGroupName` (LOG_GROUP_NAME): 1-512 of letters, digits and . - _ / #."""
+    if len(value) > MAX_LOG_GROUP_NAME:
+        raise ValueError(f"the log group '{_clip(value)}' is {len(value)} characters, over CloudWatch Logs' "
+                         f"{MAX_LOG_GROUP_NAME} (CreateLogGroup logGroupName)")
+    if not LOG_GROUP_NAME.fullmatch(value):
+        raise ValueError(f"the log group '{_clip(value, 60)}' holds {_refused(value, '-._/#A-Za-z0-9')}, which "
+                         "CloudWatch Logs refuses (CreateLogGroup logGroupName: letters, digits, '.', '-', '_', '/' "
+                         "and '#')")
+    return value
+
+
+# Each AWS name made from the stack name, with the rule it must keep.
+STACK_DERIVED_NAMES = ((cluster_name, eks_cluster_name), (secrets_key_alias, kms_alias),
+                       (control_plane_log_group, log_group_name))
+# The longest stack name whose cluster name EKS takes (the tightest of the rules above): 88.
+MAX_STACK_NAME = MAX_EKS_CLUSTER_NAME - len(cluster_name(""))
+
+
+def stack_name_problems(stack: str) -> list[str]:
+    """One problem per AWS name made from `stack` that AWS would refuse, each naming that name, its
+    rule and the fix. A Pulumi stack name may hold '.', which EKS and KMS names may not."""
+    problems = []
+    for derive, rule in STACK_DERIVED_NAMES:
+        try:
+            rule(derive(stack))
+        except ValueError as exc:
+            problems.append(f"stack name '{_clip(stack)}': {exc}; rename the stack (`pulumi stack rename`, and its "
+                            f"Pulumi.<stack>.yaml) to at most {MAX_STACK_NAME} letters, digits, '-' and '_'")
+    return problems
 
 
 def checkpoint(value: str) -> str:
