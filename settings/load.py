@@ -269,8 +269,10 @@ def request_problems(r: PlanRequestSettings, fit: bool = True) -> list[str]:
 
 def _pool_problems(s: PlanRequestSettings, region: str | None) -> list[str]:
     """Each GPU pool: a zone of the region (None: the region itself is wrong), its own name, and
-    one consistent way to its capacity (reservation, a block held, or a block bought)."""
+    one consistent way to its capacity (reservation, a block held, or a block bought), a
+    reservation in its own zone only."""
     problems, names = [], set()
+    reservations: dict[str, tuple[int, str]] = {}      # reservation id -> (first pool using it, its zone)
     for i, pool in enumerate(s.gpuPools):
         key = f"{PROJECT}:gpuPools[{i}]"
         if region and not (pool.zone.startswith(region) and re.fullmatch(r"[a-z]", pool.zone[len(region):])):
@@ -295,7 +297,32 @@ def _pool_problems(s: PlanRequestSettings, region: str | None) -> list[str]:
             problems.append(f"{key}.capacityBlock: give id (a block you hold, cr-...) or purchase: true")
         if cb and cb.id and cb.purchase:
             problems.append(f"{key}.capacityBlock: set id or purchase, not both")
+        purchase_only = [k for k in ("allowPurchase", "offeringId", "durationHours") if cb and k in cb.model_fields_set]
+        if cb and cb.id and not cb.purchase and purchase_only:
+            one = len(purchase_only) == 1
+            named = purchase_only[0] if one else ", ".join(purchase_only[:-1]) + " and " + purchase_only[-1]
+            them = "it" if one else "them"
+            problems.append(f"{key}.capacityBlock: {named} only describe{'s' if one else ''} a purchase, and a block "
+                            f"you hold (id) is not bought: the program would ignore {them}; drop {them}")
+        problems += _reservation_zone_problems(key, i, pool, reservations)
     return problems
+
+
+def _reservation_zone_problems(key: str, index: int, pool, seen: dict[str, tuple[int, str]]) -> list[str]:
+    """A capacity reservation (an ODCR, or a Capacity Block's reservation) is in exactly one
+    Availability Zone (EC2 API Reference, CapacityReservation: `AvailabilityZone`, "The Availability
+    Zone in which the capacity is reserved"; CreateCapacityReservation takes one), so two pools in
+    two zones cannot both use it. Pools in one zone may share one (its instance count permitting)."""
+    field = ("capacityReservationId", pool.capacityReservationId) if pool.capacityReservationId else (
+        ("capacityBlock.id", pool.capacityBlock.id) if pool.capacityBlock and pool.capacityBlock.id else None)
+    if field is None:
+        return []
+    name, rid = field
+    first = seen.setdefault(rid, (index, pool.zone))
+    if first[1] == pool.zone:
+        return []
+    return [f"{key}.{name}: {rid} is also gpuPools[{first[0]}]'s reservation, in {first[1]}; a capacity reservation "
+            f"is in exactly one Availability Zone, so gpuPools[{index}] ({pool.zone}) needs one of its own zone"]
 
 
 def _fit_problems(r: PlanRequestSettings, instance_type: str) -> list[str]:

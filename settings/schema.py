@@ -25,7 +25,7 @@ from sizing.workload import Workload
 from inputs import InputError
 from inputs.files import read_text
 
-from .capacity import offering_id, reservation_id
+from .capacity import duration_hours, offering_id, reservation_id
 from .names import RESERVED_NAMESPACES, dns_label, private_cidr, role_arn, role_key, secret_key
 from .names import acme_server, checkpoint as valid_checkpoint, hostname as valid_hostname, system_instance_type
 from .names import served_name as valid_served_name
@@ -55,6 +55,7 @@ RoleArn = Annotated[str, AfterValidator(role_arn)]
 Score = Annotated[float, Field(ge=0, le=1)]
 ReservationId = Annotated[str, AfterValidator(reservation_id)]      # cr-<17 hex>: settings/capacity.py
 OfferingId = Annotated[str, AfterValidator(offering_id)]            # cb-<17 hex>
+BlockHours = Annotated[int, AfterValidator(duration_hours)]         # a length EC2 offers blocks in
 
 
 class _Strict(BaseModel):
@@ -234,7 +235,7 @@ class CapacityBlock(_Strict):
     purchase: bool = False                  # buy one (non-refundable): needs allowPurchase too
     allowPurchase: bool = False
     offeringId: OfferingId | None = None
-    durationHours: int | None = Field(None, gt=0)
+    durationHours: BlockHours | None = None   # the offering's length: whole days to 14, whole weeks to 182
 
 
 class GpuPoolSettings(_Strict):
