@@ -52,7 +52,19 @@ K8sLabelName = Annotated[str, AfterValidator(dns_label)]
 Hostname = Annotated[str, AfterValidator(valid_hostname)]
 ApiKeyName = Annotated[str, AfterValidator(secret_key)]
 RoleArn = Annotated[str, AfterValidator(role_arn)]
-Score = Annotated[float, Field(ge=0, le=1)]
+MAX_GATE_DROP = 0.5      # accuracyGate.maxDrop stays below it: a gate that lets half the accuracy go is no gate
+
+
+def _baseline_score(v: float) -> float:
+    """A BF16 baseline in (0, 1]: the gate fails a score more than maxDrop below it, so a baseline
+    of 0 (or less) fails none (deployment/accuracy_check.py)."""
+    if v <= 0:
+        raise ValueError(f"a baseline of {v:g} fails no score (the gate fails a score only when it falls more than "
+                         "maxDrop below the baseline); give the task's BF16 score, greater than 0 and at most 1")
+    return v
+
+
+Baseline = Annotated[float, Field(le=1), AfterValidator(_baseline_score)]
 ReservationId = Annotated[str, AfterValidator(reservation_id)]      # cr-<17 hex>: settings/capacity.py
 OfferingId = Annotated[str, AfterValidator(offering_id)]            # cb-<17 hex>
 BlockHours = Annotated[int, AfterValidator(duration_hours)]         # a length EC2 offers blocks in
@@ -343,8 +355,17 @@ class ServingSettings(_Strict):
 class AccuracyGateSettings(_Strict):
     enabled: bool | None = None              # default: on in staging and prod
     tasks: tuple[str, ...] = Field(("gsm8k", "mmlu_pro"), min_length=1)
-    baseline: dict[str, Score] = Field(default_factory=lambda: {"gsm8k": 0.93, "mmlu_pro": 0.69})
-    maxDrop: float = Field(0.01, gt=0, lt=1)
+    baseline: dict[str, Baseline] = Field(default_factory=lambda: {"gsm8k": 0.93, "mmlu_pro": 0.69})
+    maxDrop: float = Field(0.01, gt=0)       # in score points: 0.01 is one point of accuracy
+
+    @field_validator("maxDrop")
+    @classmethod
+    def _a_gate(cls, v: float) -> float:
+        if v >= MAX_GATE_DROP:
+            raise ValueError(f"{v:g} would pass a score that fell by half the scale or more: a gate that lets half "
+                             f"the accuracy go is no gate; use less than {MAX_GATE_DROP:g}, e.g. 0.01 (one point, "
+                             "the default)")
+        return v
 
     @field_validator("tasks")
     @classmethod
@@ -361,6 +382,11 @@ class AccuracyGateSettings(_Strict):
         missing = [t for t in self.tasks if t not in self.baseline]
         if missing:
             raise ValueError(f"tasks {', '.join(missing)} have no BF16 baseline; add them to baseline")
+        low = [t for t in self.tasks if self.maxDrop >= self.baseline[t]]
+        if low:
+            t = min(low, key=lambda task: self.baseline[task])
+            raise ValueError(f"maxDrop {self.maxDrop:g} is not below the {t} baseline {self.baseline[t]:g}, so a "
+                             f"score of 0 would pass; use a maxDrop below {self.baseline[t]:g}")
         return self
 
 
