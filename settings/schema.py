@@ -331,6 +331,12 @@ class GatewaySettings(_Strict):
         if self.certificate == "acme" and not (self.hostedZoneId and self.acmeEmail):
             raise ValueError("certificate: acme needs hostedZoneId (the Route 53 zone holding hostname) and "
                              "acmeEmail; or set certificate: provided and the tlsCertificate and tlsPrivateKey secrets")
+        unused = [k for k in ("acmeEmail", "acmeServer") if k in self.model_fields_set]
+        if self.certificate == "provided" and unused:
+            # __main__.py installs cert-manager (which reads them) only for certificate: acme.
+            raise ValueError(f"certificate: provided serves the tlsCertificate and tlsPrivateKey secrets and installs "
+                             f"no ACME issuer, so {' and '.join(unused)} would be ignored; drop "
+                             f"{'them' if len(unused) > 1 else 'it'}, or set certificate: acme")
         return self
 
     @property
