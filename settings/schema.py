@@ -501,7 +501,7 @@ class StackSettings(PlanRequestSettings):
     # The EKS-optimized AMI release every node group runs (`aws eks describe-nodegroup ...
     # releaseVersion`, e.g. 1.35.0-20251120); None: the newest for kubernetesVersion when a group is
     # created, then left where it is. Setting it moves the nodes (docs/operations.md).
-    nodeAmiReleaseVersion: str | None = Field(None, pattern=r"^\d+\.\d+\.\d+-\d{8}$")
+    nodeAmiReleaseVersion: str | None = Field(None, pattern=r"^[0-9]+\.[0-9]+\.[0-9]+-[0-9]{8}$")   # ASCII: \d takes any digit
     apiAllowedCidrs: tuple[str, ...] = Field(min_length=1)
     # Who may reach the gateway's load balancer. Open to all only when said so: ["0.0.0.0/0"];
     # an empty list would render an empty loadBalancerSourceRanges, which Kubernetes reads as open.
