@@ -17,7 +17,8 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
-from conventions import IMDS_HOP_LIMIT, PROJECT, SERVICE_CIDR, SYSTEM_ROLE_LABEL
+from conventions import IMDS_HOP_LIMIT, SERVICE_CIDR, SYSTEM_ROLE_LABEL
+from settings.names import cluster_name, control_plane_log_group, secrets_key_alias
 from settings.schema import SystemNodeSettings
 
 from .network import Network
@@ -84,7 +85,7 @@ def _assume_role_policy(service: str) -> str:
 
 @dataclass(frozen=True)
 class ClusterArgs:
-    stack: str                              # names the cluster: f"{PROJECT}-{stack}"
+    stack: str                              # names the cluster, its KMS alias and log group (settings.names)
     environment: str                        # prod turns on deletion protection
     region: str                             # the kubeconfig's `aws eks get-token --region`
     kubernetes_version: str
@@ -118,7 +119,7 @@ class Cluster(pulumi.ComponentResource):
         self._tags = dict(args.tags)
         # Output-returning invokes: they resolve alongside registrations instead of blocking the program.
         self._partition = aws.get_partition_output().partition
-        self._cluster_name = f"{PROJECT}-{args.stack}"
+        self._cluster_name = cluster_name(args.stack)     # checked with the settings (stack_name_problems)
 
         cluster_role, cluster_policy, node_policies = self._iam_roles()
         secrets_key, log_group = self._encryption_and_logs()
@@ -168,11 +169,11 @@ class Cluster(pulumi.ComponentResource):
         secrets_key = aws.kms.Key(
             f"{name}-secrets-key", description=f"EKS secrets envelope encryption for {cluster_name}",
             enable_key_rotation=True, deletion_window_in_days=30, tags=tags, opts=self._child)
-        aws.kms.Alias(f"{name}-secrets-key-alias", name=f"alias/{cluster_name}-eks-secrets",
+        aws.kms.Alias(f"{name}-secrets-key-alias", name=secrets_key_alias(self._args.stack),
                       target_key_id=secrets_key.key_id, opts=pulumi.ResourceOptions(parent=secrets_key))
         # Created before the cluster so EKS writes into a group with a retention, not an unbounded one.
         log_group = aws.cloudwatch.LogGroup(
-            f"{name}-control-plane-logs", name=f"/aws/eks/{cluster_name}/cluster",
+            f"{name}-control-plane-logs", name=control_plane_log_group(self._args.stack),
             retention_in_days=CONTROL_PLANE_LOG_RETENTION_DAYS, tags=tags, opts=self._child)
         return secrets_key, log_group
 

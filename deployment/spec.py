@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from settings import StackSettings
+from conventions import PROJECT
+from settings import SettingsError, StackSettings
 from sizing.planner import Plan
 
 from .exports import plan_exports
 from .gateway import GatewaySpec, gateway_spec
 from .jobs import GateSpec, LoadTestSpec, gate_job_spec, load_test_spec
 from .node_pools import NodePoolSpec, node_pool_specs
-from .serving import ServingSpec, serving_spec
+from .serving import ServingSpec, serving_spec, zone_node_slots
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,32 @@ class DeploymentSpec:
         return self.serving.nodes_per_replica > 1
 
 
+def layout_problems(plan: Plan, settings: StackSettings) -> list[str]:
+    """Settings the plan's layout would leave unused, refused with the reason rather than dropped
+    (what the program builds for the layout: components/serving.py, deployment/node_pools.py)."""
+    problems, n = [], plan.nodes_per_replica
+    if settings.serving.burstScaling and n > 1:
+        problems.append(f"{PROJECT}:serving.burstScaling: the plan's replicas are groups of {n} nodes (one "
+                        "LeaderWorkerSet each); burst scaling adds one-node replicas into a node's idle GPUs, which "
+                        "no group has, so the program would install nothing for it; set burstScaling: false")
+    elif settings.serving.burstScaling and not any(
+            zone_node_slots(plan, zone)[1] > count for zone, count in plan.replicas_by_zone.items() if count):
+        problems.append(f"{PROJECT}:serving.burstScaling: the plan's replicas leave no node with {plan.tp} idle GPUs "
+                        f"(TP={plan.tp} on {plan.instance.gpus}-GPU nodes), so KEDA could add no replica and the "
+                        "program would scale nothing; set burstScaling: false")
+    if n > 1:
+        problems += [f"{PROJECT}:gpuPools[{i}].efa: the plan's replicas span {n} nodes, whose pipeline stages talk over "
+                     "EFA, so EFA is on regardless (docs/multi-node.md); drop efa: false"
+                     for i, pool in enumerate(settings.gpuPools) if "efa" in pool.model_fields_set and not pool.efa]
+    return problems
+
+
 def deployment_spec(plan: Plan, settings: StackSettings) -> DeploymentSpec:
+    """The spec every component builds from; a setting the plan's layout would ignore is a
+    SettingsError (`layout_problems`), as the settings' own problems are."""
+    problems = layout_problems(plan, settings)
+    if problems:
+        raise SettingsError(problems)
     return DeploymentSpec(
         serving=serving_spec(plan, settings),
         gateway=gateway_spec(plan, settings),

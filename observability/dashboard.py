@@ -9,6 +9,7 @@ show the same numbers. Each panel states its unit.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 
@@ -30,6 +31,10 @@ from .rules import (
 # kube-prometheus-stack provisions its Prometheus data source with this uid.
 DATASOURCE = dashboard_models.DataSourceRef(type_val="prometheus", uid="prometheus")
 SLO_RED, PLAN_ORANGE, BASE = "red", "orange", "green"
+# Grafana takes a dashboard uid of at most 40 characters (Grafana HTTP API, Dashboard API: "The uid
+# can have a maximum length of 40 characters"; provisioning logs "uid too long, max 40 characters"
+# and skips the dashboard). A stack name may take 88 (settings.names.MAX_STACK_NAME).
+MAX_DASHBOARD_UID = 40
 
 
 @dataclass(frozen=True)
@@ -163,11 +168,20 @@ def _panel(spec: PanelSpec) -> timeseries.Panel:
     return panel
 
 
+def dashboard_uid(stack: str) -> str:
+    """`llm-serving-<stack>`; past 40 characters, cut and ended with 8 hex digits of the stack
+    name's SHA-256, so two long stack names still get two dashboards."""
+    uid = f"llm-serving-{stack}"
+    if len(uid) <= MAX_DASHBOARD_UID:
+        return uid
+    return f"{uid[:MAX_DASHBOARD_UID - 9]}-{hashlib.sha256(stack.encode()).hexdigest()[:8]}"
+
+
 def build_dashboard(plan: Plan, stack: str, recorded: set[str], policy: AlertPolicy = AlertPolicy(),
                     inference_extension: bool = True) -> dict:
     """The dashboard as Grafana JSON (a dict). `recorded`: the rule names panels may read."""
     specs = panel_specs(plan, policy, inference_extension)
-    board = (dashboard_builders.Dashboard(f"LLM serving: {stack}").uid(f"llm-serving-{stack}")
+    board = (dashboard_builders.Dashboard(f"LLM serving: {stack}").uid(dashboard_uid(stack))
              .tags(["llm-serving", stack]).refresh("30s").time("now-6h", "now").timezone("utc")
              .description(f"{plan.request.model} on {plan.replicas} x {_layout(plan)} {plan.instance.id} replicas; "
                           "lines come from the sizing plan."))

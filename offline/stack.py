@@ -62,9 +62,15 @@ class LoadedStack:
         from sizing.workload import SizingError
 
         try:
-            return plan(self.request.plan_request())
+            made = plan(self.request.plan_request())
         except SizingError as exc:
             raise StackError(self.source, [sizing_problem(exc)]) from None
+        if self.settings is not None:       # a setting the plan's layout would ignore: refused, as the program does
+            from deployment.spec import layout_problems
+            problems = layout_problems(made, self.settings)
+            if problems:
+                raise StackError(self.source, problems)
+        return made
 
     def record(self):
         """Run the program for the stack under mocks: an `offline.engine.Recording` whose

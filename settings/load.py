@@ -24,7 +24,7 @@ from sizing.profiles import get_profile
 from sizing.workload import SizingError
 
 from .accuracy_fit import gate_fit_problems
-from .names import AWS_REGIONS, region as valid_region
+from .names import AWS_REGIONS, region as valid_region, role_key, stack_name_problems
 from .schema import ALL_SECRET_KEYS, MAX_API_KEYS, REQUEST_KEYS, PlanRequestSettings, StackSettings, _Strict
 
 STACKS_DIR = Path(__file__).resolve().parent.parent / "stacks"
@@ -100,6 +100,7 @@ def settings_from_config(stack: str, config: dict, folder: Path | None = None) -
     if problems:       # reported alone: pydantic would name the same values again
         raise SettingsError(problems)
     config, problems = files_resolved(config, folder or stacks_dir())
+    problems += stack_name_problems(stack)      # the cluster, KMS alias and log group names it makes
     for key, value in config.items():
         if not isinstance(key, str):
             problems.append(f"config: key {key!r} is not a name; keys look like {PROJECT}:workload")
@@ -245,10 +246,22 @@ def semantic_problems(s: StackSettings) -> list[str]:
         problems.append(f"{PROJECT}:model.checkpoint: model.config sizes a local config.json, which names no "
                         "weights to serve; set model.checkpoint to the hub id or the /models/<folder> path of "
                         "the checkpoint that config.json belongs to")
+    problems += _preview_role_problems(s)
     if s.loadTest.enabled and s.workload.qps is None:
         problems.append(f"{PROJECT}:loadTest.enabled: the workload is closed-loop (concurrency); the rate "
                         "sweep needs workload.qps, or set loadTest.enabled: false")
     return problems
+
+
+def _preview_role_problems(s: StackSettings) -> list[str]:
+    """A preview role that is also an admin role: EKS takes a principal in one access entry only
+    (EKS User Guide, "Create access entries"), so the second entry would fail `pulumi up`; and the
+    admin entry already reads everything the view one would."""
+    admins = {role_key(arn): j for j, arn in enumerate(s.adminRoleArns)}
+    return [f"{PROJECT}:previewRoleArns[{i}]: {ascii(arn)} is the admin role again (adminRoleArns[{admins[role_key(arn)]}]); "
+            "EKS takes an IAM principal in one access entry only, and cluster-admin already reads everything: drop it "
+            "from previewRoleArns"
+            for i, arn in enumerate(s.previewRoleArns) if role_key(arn) in admins]
 
 
 def request_problems(r: PlanRequestSettings, fit: bool = True) -> list[str]:
@@ -273,8 +286,10 @@ def request_problems(r: PlanRequestSettings, fit: bool = True) -> list[str]:
 
 def _pool_problems(s: PlanRequestSettings, region: str | None) -> list[str]:
     """Each GPU pool: a zone of the region (None: the region itself is wrong), its own name, and
-    one consistent way to its capacity (reservation, a block held, or a block bought)."""
+    one consistent way to its capacity (reservation, a block held, or a block bought), a
+    reservation in its own zone only."""
     problems, names = [], set()
+    reservations: dict[str, tuple[int, str]] = {}      # reservation id -> (first pool using it, its zone)
     for i, pool in enumerate(s.gpuPools):
         key = f"{PROJECT}:gpuPools[{i}]"
         if region and not (pool.zone.startswith(region) and re.fullmatch(r"[a-z]", pool.zone[len(region):])):
@@ -299,7 +314,32 @@ def _pool_problems(s: PlanRequestSettings, region: str | None) -> list[str]:
             problems.append(f"{key}.capacityBlock: give id (a block you hold, cr-...) or purchase: true")
         if cb and cb.id and cb.purchase:
             problems.append(f"{key}.capacityBlock: set id or purchase, not both")
+        purchase_only = [k for k in ("allowPurchase", "offeringId", "durationHours") if cb and k in cb.model_fields_set]
+        if cb and cb.id and not cb.purchase and purchase_only:
+            one = len(purchase_only) == 1
+            named = purchase_only[0] if one else ", ".join(purchase_only[:-1]) + " and " + purchase_only[-1]
+            them = "it" if one else "them"
+            problems.append(f"{key}.capacityBlock: {named} only describe{'s' if one else ''} a purchase, and a block "
+                            f"you hold (id) is not bought: the program would ignore {them}; drop {them}")
+        problems += _reservation_zone_problems(key, i, pool, reservations)
     return problems
+
+
+def _reservation_zone_problems(key: str, index: int, pool, seen: dict[str, tuple[int, str]]) -> list[str]:
+    """A capacity reservation (an ODCR, or a Capacity Block's reservation) is in exactly one
+    Availability Zone (EC2 API Reference, CapacityReservation: `AvailabilityZone`, "The Availability
+    Zone in which the capacity is reserved"; CreateCapacityReservation takes one), so two pools in
+    two zones cannot both use it. Pools in one zone may share one (its instance count permitting)."""
+    field = ("capacityReservationId", pool.capacityReservationId) if pool.capacityReservationId else (
+        ("capacityBlock.id", pool.capacityBlock.id) if pool.capacityBlock and pool.capacityBlock.id else None)
+    if field is None:
+        return []
+    name, rid = field
+    first = seen.setdefault(rid, (index, pool.zone))
+    if first[1] == pool.zone:
+        return []
+    return [f"{key}.{name}: {rid} is also gpuPools[{first[0]}]'s reservation, in {first[1]}; a capacity reservation "
+            f"is in exactly one Availability Zone, so gpuPools[{index}] ({pool.zone}) needs one of its own zone"]
 
 
 def _fit_problems(r: PlanRequestSettings, instance_type: str) -> list[str]:

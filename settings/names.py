@@ -1,8 +1,9 @@
 """Formats the settings accept, each with the rule it follows and why.
 
 Kubernetes names (DNS-1123), the gateway's hostname (Gateway API's `Hostname`), Secret keys,
-IAM role ARNs, AWS tags, model checkpoints and the system nodes' instance types. Every checker
-returns the value or raises ValueError with the fix; pydantic turns that into `key: message`.
+IAM role ARNs, AWS tags, model checkpoints, the system nodes' instance types, and the AWS names
+the program derives from the stack name. Every checker returns the value or raises ValueError
+with the fix; pydantic turns that into `key: message`.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import re
 import unicodedata
 
 from conventions import (AI_GATEWAY_NAMESPACE, GATEWAY_CONTROLLER_NAMESPACE, GPU_PLUGIN_NAMESPACE, KEDA_NAMESPACE,
-                         MONITORING_NAMESPACE, TAG_GPUS_PER_NODE, TAG_PURCHASE_APPROVED)
+                         MONITORING_NAMESPACE, PROJECT, TAG_GPUS_PER_NODE, TAG_PURCHASE_APPROVED)
 
 # DNS-1123 label (namespaces, most object names): k8s.io/apimachinery
 # pkg/util/validation/validation.go.
@@ -21,7 +22,20 @@ DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 HOSTNAME = re.compile(r"(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 # A Secret's data key (IsConfigMapKey): letters, digits, '-', '_', '.'.
 SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]+")
-ROLE_ARN = re.compile(r"arn:aws(-cn|-us-gov)?:iam::\d{12}:role/[\w+=,.@/-]{1,512}")
+# An IAM role ARN, `arn:<partition>:iam::<account>:role<path><name>` (IAM User Guide, "IAM
+# identifiers", IAM ARNs; "Amazon Resource Names (ARNs)", ARN format: the account id is 12
+# digits). ASCII only: Python's \d (and \w) match every Unicode digit (and letter), which AWS
+# does not take. The partitions are those of AWS_REGIONS below.
+ROLE_ARN = re.compile(r"arn:(?P<partition>aws|aws-cn|aws-us-gov):iam::(?P<account>[^:]*):role(?P<rest>/.*)",
+                      re.ASCII | re.DOTALL)
+ACCOUNT_ID = re.compile(r"[0-9]{12}", re.ASCII)
+# IAM API Reference, CreateRole: RoleName "Length Constraints: Minimum length of 1. Maximum length
+# of 64. Pattern: [\w+=,.@-]+" (AWS's \w is ASCII); Path "Minimum length of 1. Maximum length of
+# 512. Pattern: (\u002F)|(\u002F[\u0021-\u007E]+\u002F)".
+ROLE_NAME = re.compile(r"[A-Za-z0-9_+=,.@-]+", re.ASCII)
+MAX_ROLE_NAME = 64
+ROLE_PATH = re.compile(r"/|/[\x21-\x7e]+/", re.ASCII)
+MAX_ROLE_PATH = 512
 # A model hub id (org/name), or a path inside the pod's model cache (the node's NVMe, mounted at
 # /models). S3 is not offered: vLLM reads it only through the Run:ai streamer (`--load-format
 # runai_streamer`, an extra the image may lack) and the pods have no IAM role for a bucket.
@@ -146,9 +160,57 @@ def secret_key(value: str) -> str:
 
 
 def role_arn(value: str) -> str:
-    if not ROLE_ARN.fullmatch(value):
-        raise ValueError(f"'{value}' is not an IAM role ARN; use arn:aws:iam::<12-digit account>:role/<name>")
+    """An IAM role's ARN: a partition, a 12-digit account id (ASCII digits), `:role`, then the
+    role's path (`role_path`) and name (`role_name`); see ROLE_ARN for the sources."""
+    shown = ascii(value[:120])
+    match = ROLE_ARN.fullmatch(value)
+    if not match:
+        raise ValueError(f"{shown} is not an IAM role ARN; use arn:aws:iam::<12-digit account>:role/<name>")
+    account = match["account"]
+    if not ACCOUNT_ID.fullmatch(account):
+        what = "holds digits other than ASCII 0-9" if len(account) == 12 and account.isdigit() else "is not 12 digits"
+        raise ValueError(f"{shown}: the account id {what}; an AWS account id is 12 ASCII digits (0-9), as "
+                         "`aws sts get-caller-identity` prints it")
+    rest = match["rest"]
+    if rest.endswith("/"):
+        raise ValueError(f"{shown} ends with '/'; a role ARN ends with the role's name "
+                         "(arn:aws:iam::<account>:role/<name>, or role/<path>/<name>)")
+    path, _, name = rest.rpartition("/")
+    role_path(path + "/", shown)
+    role_name(name, shown)
     return value
+
+
+def role_path(path: str, arn: str) -> str:
+    """An IAM path (CreateRole Path, ROLE_PATH): `/`, or `/.../` of printable ASCII, at most 512
+    characters. An empty segment (`//`) is refused too: IAM paths are names between slashes
+    (IAM identifiers, "Friendly names and paths": /division_abc/subdivision_xyz/), so `//` is a typo
+    for the path the role really has, and the access entry would name no existing role."""
+    if "//" in path:
+        raise ValueError(f"{arn}: its path has an empty segment ('//'); write the role's path as IAM shows it "
+                         "(`aws iam get-role --role-name <name> --query Role.Arn`)")
+    if len(path) > MAX_ROLE_PATH or not ROLE_PATH.fullmatch(path):
+        raise ValueError(f"{arn}: its path {ascii(path[:40])} is not an IAM path; IAM takes '/' or /<segment>/.../ "
+                         f"of printable ASCII, at most {MAX_ROLE_PATH} characters (CreateRole Path)")
+    return path
+
+
+def role_name(name: str, arn: str) -> str:
+    """An IAM role name (CreateRole RoleName, ROLE_NAME): 1 to 64 of ASCII letters, digits and + = , . @ _ -."""
+    if len(name) > MAX_ROLE_NAME:
+        raise ValueError(f"{arn}: the role name is {len(name)} characters; IAM role names are at most "
+                         f"{MAX_ROLE_NAME} (CreateRole RoleName)")
+    if not ROLE_NAME.fullmatch(name):
+        raise ValueError(f"{arn}: {ascii(name[:40])} is not an IAM role name; IAM takes 1 to {MAX_ROLE_NAME} ASCII "
+                         "letters, digits and + = , . @ _ - (CreateRole RoleName)")
+    return name
+
+
+def role_key(arn: str) -> tuple[str, str, str]:
+    """Which role an ARN names: IAM role names are unique in an account whatever their path, and
+    "not distinguished by case" (CreateRole RoleName), so role/a/x and role/X are the same role."""
+    match = ROLE_ARN.fullmatch(arn)
+    return (match["partition"], match["account"], match["rest"].rpartition("/")[2].lower()) if match else ("", "", arn)
 
 
 def _tag_text_ok(text: str) -> bool:
@@ -199,6 +261,109 @@ def region(value: str) -> str:
         hint = f"did you mean {close[0]}?" if close else "use e.g. us-east-1"
         raise ValueError(f"'{value[:40]}' is not an AWS region; {hint}")
     return value
+
+
+# -- the AWS names the program derives from the stack name (components/cluster.py) ---------------
+# A Pulumi stack name may hold '.' and up to 100 characters (settings/load.py STACK_NAME); these
+# names take fewer, and no '.'. `stack_name_problems` checks each where the settings are loaded
+# (settings/load.py settings_from_config), before anything reaches AWS. Every other AWS name the
+# program creates (IAM roles, node groups, launch templates, security groups) is Pulumi's
+# auto-name from a fixed resource name, never from the stack name.
+# Amazon EKS API Reference, CreateCluster, request `name`: "Length Constraints: Minimum length of
+# 1. Maximum length of 100. Pattern: ^[0-9A-Za-z][A-Za-z0-9\-_]*$".
+EKS_CLUSTER_NAME = re.compile(r"[0-9A-Za-z][A-Za-z0-9_-]*", re.ASCII)
+MAX_EKS_CLUSTER_NAME = 100
+# AWS KMS API Reference, CreateAlias, `AliasName`: "Maximum length of 256. Pattern:
+# ^alias/[a-zA-Z0-9/_-]+$", and "The alias name cannot begin with alias/aws/. The alias/aws/ prefix
+# is reserved for AWS managed keys" (KMS Developer Guide, "Create aliases").
+KMS_ALIAS = re.compile(r"alias/[a-zA-Z0-9/_-]+", re.ASCII)
+MAX_KMS_ALIAS = 256
+# Amazon CloudWatch Logs API Reference, CreateLogGroup, `logGroupName`: "Maximum length of 512.
+# Pattern: [\.\-_/#A-Za-z0-9]+".
+LOG_GROUP_NAME = re.compile(r"[-._/#A-Za-z0-9]+", re.ASCII)
+MAX_LOG_GROUP_NAME = 512
+
+
+def cluster_name(stack: str) -> str:
+    return f"{PROJECT}-{stack}"
+
+
+def secrets_key_alias(stack: str) -> str:
+    """The alias of the KMS key that envelope-encrypts the cluster's Secrets."""
+    return f"alias/{cluster_name(stack)}-eks-secrets"
+
+
+def control_plane_log_group(stack: str) -> str:
+    """The log group EKS writes the control plane's logs to (its fixed name for the cluster)."""
+    return f"/aws/eks/{cluster_name(stack)}/cluster"
+
+
+def _clip(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _refused(text: str, allowed: str) -> str:
+    """The characters of `text` outside `allowed` (a regex character class), quoted."""
+    return ", ".join(repr(c) for c in dict.fromkeys(re.sub(f"[{allowed}]", "", text)))
+
+
+def eks_cluster_name(value: str) -> str:
+    """EKS CreateCluster `name` (EKS_CLUSTER_NAME): 1-100 characters, letters, digits, - and _, a
+    letter or digit first."""
+    if len(value) > MAX_EKS_CLUSTER_NAME:
+        raise ValueError(f"the EKS cluster name '{_clip(value)}' is {len(value)} characters, over EKS's "
+                         f"{MAX_EKS_CLUSTER_NAME} (CreateCluster name)")
+    if not EKS_CLUSTER_NAME.fullmatch(value):
+        raise ValueError(f"the EKS cluster name '{_clip(value, 60)}' holds {_refused(value, '0-9A-Za-z_-')}, which EKS "
+                         "refuses (CreateCluster name: letters, digits, '-' and '_')")
+    return value
+
+
+def kms_alias(value: str) -> str:
+    """KMS CreateAlias `AliasName` (KMS_ALIAS): alias/ and letters, digits, / _ -, at most 256,
+    not under alias/aws/."""
+    if value.startswith("alias/aws/"):
+        raise ValueError(f"the KMS alias '{_clip(value, 60)}' is under alias/aws/, which KMS reserves for AWS "
+                         "managed keys (CreateAlias AliasName)")
+    if len(value) > MAX_KMS_ALIAS:
+        raise ValueError(f"the KMS alias '{_clip(value)}' is {len(value)} characters, over KMS's {MAX_KMS_ALIAS} "
+                         "(CreateAlias AliasName)")
+    if not KMS_ALIAS.fullmatch(value):
+        raise ValueError(f"the KMS alias '{_clip(value, 60)}' holds {_refused(value[6:], 'a-zA-Z0-9/_-')}, which "
+                         "KMS refuses (CreateAlias AliasName: letters, digits, '/', '_' and '-')")
+    return value
+
+
+def log_group_name(value: str) -> str:
+    """CloudWatch Logs CreateLogGroup `logGroupName` (LOG_GROUP_NAME): 1-512 of letters, digits and . - _ / #."""
+    if len(value) > MAX_LOG_GROUP_NAME:
+        raise ValueError(f"the log group '{_clip(value)}' is {len(value)} characters, over CloudWatch Logs' "
+                         f"{MAX_LOG_GROUP_NAME} (CreateLogGroup logGroupName)")
+    if not LOG_GROUP_NAME.fullmatch(value):
+        raise ValueError(f"the log group '{_clip(value, 60)}' holds {_refused(value, '-._/#A-Za-z0-9')}, which "
+                         "CloudWatch Logs refuses (CreateLogGroup logGroupName: letters, digits, '.', '-', '_', '/' "
+                         "and '#')")
+    return value
+
+
+# Each AWS name made from the stack name, with the rule it must keep.
+STACK_DERIVED_NAMES = ((cluster_name, eks_cluster_name), (secrets_key_alias, kms_alias),
+                       (control_plane_log_group, log_group_name))
+# The longest stack name whose cluster name EKS takes (the tightest of the rules above): 88.
+MAX_STACK_NAME = MAX_EKS_CLUSTER_NAME - len(cluster_name(""))
+
+
+def stack_name_problems(stack: str) -> list[str]:
+    """One problem per AWS name made from `stack` that AWS would refuse, each naming that name, its
+    rule and the fix. A Pulumi stack name may hold '.', which EKS and KMS names may not."""
+    problems = []
+    for derive, rule in STACK_DERIVED_NAMES:
+        try:
+            rule(derive(stack))
+        except ValueError as exc:
+            problems.append(f"stack name '{_clip(stack)}': {exc}; rename the stack (`pulumi stack rename`, and its "
+                            f"Pulumi.<stack>.yaml) to at most {MAX_STACK_NAME} letters, digits, '-' and '_'")
+    return problems
 
 
 def checkpoint(value: str) -> str:

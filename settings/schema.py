@@ -26,8 +26,8 @@ from inputs import InputError
 from inputs.files import read_text
 from inputs.untrusted import nfkc_ascii
 
-from .capacity import offering_id, reservation_id
-from .names import RESERVED_NAMESPACES, dns_label, private_cidr, role_arn, secret_key
+from .capacity import duration_hours, offering_id, reservation_id
+from .names import RESERVED_NAMESPACES, dns_label, private_cidr, role_arn, role_key, secret_key
 from .names import acme_server, checkpoint as valid_checkpoint, hostname as valid_hostname, system_instance_type
 from .names import served_name as valid_served_name
 from .names import tags as valid_tags
@@ -53,9 +53,22 @@ K8sLabelName = Annotated[str, AfterValidator(dns_label)]
 Hostname = Annotated[str, AfterValidator(valid_hostname)]
 ApiKeyName = Annotated[str, AfterValidator(secret_key)]
 RoleArn = Annotated[str, AfterValidator(role_arn)]
-Score = Annotated[float, Field(ge=0, le=1)]
+MAX_GATE_DROP = 0.5      # accuracyGate.maxDrop stays below it: a gate that lets half the accuracy go is no gate
+
+
+def _baseline_score(v: float) -> float:
+    """A BF16 baseline in (0, 1]: the gate fails a score more than maxDrop below it, so a baseline
+    of 0 (or less) fails none (deployment/accuracy_check.py)."""
+    if v <= 0:
+        raise ValueError(f"a baseline of {v:g} fails no score (the gate fails a score only when it falls more than "
+                         "maxDrop below the baseline); give the task's BF16 score, greater than 0 and at most 1")
+    return v
+
+
+Baseline = Annotated[float, Field(le=1), AfterValidator(_baseline_score)]
 ReservationId = Annotated[str, AfterValidator(reservation_id)]      # cr-<17 hex>: settings/capacity.py
 OfferingId = Annotated[str, AfterValidator(offering_id)]            # cb-<17 hex>
+BlockHours = Annotated[int, AfterValidator(duration_hours)]         # a length EC2 offers blocks in
 
 
 class _Strict(BaseModel):
@@ -253,7 +266,7 @@ class CapacityBlock(_Strict):
     purchase: bool = False                  # buy one (non-refundable): needs allowPurchase too
     allowPurchase: bool = False
     offeringId: OfferingId | None = None
-    durationHours: int | None = Field(None, gt=0)
+    durationHours: BlockHours | None = None   # the offering's length: whole days to 14, whole weeks to 182
 
 
 class GpuPoolSettings(_Strict):
@@ -337,6 +350,12 @@ class GatewaySettings(_Strict):
         if self.certificate == "acme" and not (self.hostedZoneId and self.acmeEmail):
             raise ValueError("certificate: acme needs hostedZoneId (the Route 53 zone holding hostname) and "
                              "acmeEmail; or set certificate: provided and the tlsCertificate and tlsPrivateKey secrets")
+        unused = [k for k in ("acmeEmail", "acmeServer") if k in self.model_fields_set]
+        if self.certificate == "provided" and unused:
+            # __main__.py installs cert-manager (which reads them) only for certificate: acme.
+            raise ValueError(f"certificate: provided serves the tlsCertificate and tlsPrivateKey secrets and installs "
+                             f"no ACME issuer, so {' and '.join(unused)} would be ignored; drop "
+                             f"{'them' if len(unused) > 1 else 'it'}, or set certificate: acme")
         return self
 
     @property
@@ -361,8 +380,17 @@ class ServingSettings(_Strict):
 class AccuracyGateSettings(_Strict):
     enabled: bool | None = None              # default: on in staging and prod
     tasks: tuple[str, ...] = Field(("gsm8k", "mmlu_pro"), min_length=1)
-    baseline: dict[str, Score] = Field(default_factory=lambda: {"gsm8k": 0.93, "mmlu_pro": 0.69})
-    maxDrop: float = Field(0.01, gt=0, lt=1)
+    baseline: dict[str, Baseline] = Field(default_factory=lambda: {"gsm8k": 0.93, "mmlu_pro": 0.69})
+    maxDrop: float = Field(0.01, gt=0)       # in score points: 0.01 is one point of accuracy
+
+    @field_validator("maxDrop")
+    @classmethod
+    def _a_gate(cls, v: float) -> float:
+        if v >= MAX_GATE_DROP:
+            raise ValueError(f"{v:g} would pass a score that fell by half the scale or more: a gate that lets half "
+                             f"the accuracy go is no gate; use less than {MAX_GATE_DROP:g}, e.g. 0.01 (one point, "
+                             "the default)")
+        return v
 
     @field_validator("tasks")
     @classmethod
@@ -379,6 +407,11 @@ class AccuracyGateSettings(_Strict):
         missing = [t for t in self.tasks if t not in self.baseline]
         if missing:
             raise ValueError(f"tasks {', '.join(missing)} have no BF16 baseline; add them to baseline")
+        low = [t for t in self.tasks if self.maxDrop >= self.baseline[t]]
+        if low:
+            t = min(low, key=lambda task: self.baseline[task])
+            raise ValueError(f"maxDrop {self.maxDrop:g} is not below the {t} baseline {self.baseline[t]:g}, so a "
+                             f"score of 0 would pass; use a maxDrop below {self.baseline[t]:g}")
         return self
 
 
@@ -487,7 +520,7 @@ class StackSettings(PlanRequestSettings):
     # The EKS-optimized AMI release every node group runs (`aws eks describe-nodegroup ...
     # releaseVersion`, e.g. 1.35.0-20251120); None: the newest for kubernetesVersion when a group is
     # created, then left where it is. Setting it moves the nodes (docs/operations.md).
-    nodeAmiReleaseVersion: str | None = Field(None, pattern=r"^\d+\.\d+\.\d+-\d{8}$")
+    nodeAmiReleaseVersion: str | None = Field(None, pattern=r"^[0-9]+\.[0-9]+\.[0-9]+-[0-9]{8}$")   # ASCII: \d takes any digit
     apiAllowedCidrs: tuple[str, ...] = Field(min_length=1)
     # Who may reach the gateway's load balancer. Open to all only when said so: ["0.0.0.0/0"];
     # an empty list would render an empty loadBalancerSourceRanges, which Kubernetes reads as open.
@@ -514,6 +547,21 @@ class StackSettings(PlanRequestSettings):
     @classmethod
     def _tags(cls, v: dict[str, str]) -> dict[str, str]:
         return valid_tags(v)
+
+    @field_validator("adminRoleArns", "previewRoleArns")
+    @classmethod
+    def _one_entry_each(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        """Each role once: "An IAM principal can't be included in more than one access entry" (EKS
+        User Guide, "Create access entries"), and two ARNs differing in path or case name one role."""
+        seen: dict[tuple, int] = {}
+        for i, arn in enumerate(v):
+            first = v[seen.setdefault(role_key(arn), i)]
+            if seen[role_key(arn)] != i:
+                what = (f"{ascii(arn)} is listed twice" if first == arn else
+                        f"{ascii(first)} and {ascii(arn)} name one role (IAM role names are unique in an account, "
+                        "whatever their path or case)")
+                raise ValueError(f"{what}; EKS takes an IAM principal in one access entry only, so list it once")
+        return v
 
     # -- derived ----------------------------------------------------------------------------
     @property
