@@ -20,13 +20,13 @@ import subprocess
 import threading
 import time
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import yaml
 
 from .exporters import LOOPBACK, Target
-from .lifecycle import Started, get_json, spawn, stop, until
+from .lifecycle import LoopbackHTTPServer, Started, get_json, spawn, stop, until
 
 # The program's scrape and rule-evaluation interval (components/monitoring.py SCRAPE_INTERVAL;
 # a test keeps them equal) and kube-prometheus-stack's Alertmanager grouping defaults.
@@ -151,8 +151,7 @@ class Webhook:
             def log_message(self, *args):
                 pass
 
-        self._server = ThreadingHTTPServer((LOOPBACK, 0), Handler)
-        self._server.daemon_threads = True
+        self._server = LoopbackHTTPServer((LOOPBACK, 0), Handler)
         self.url = f"http://{LOOPBACK}:{self._server.server_address[1]}/alerts"
         threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
 
