@@ -103,10 +103,10 @@ class Exporters(Started):
         threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
         return port
 
-    def wait_scraped(self, timeout_s: float) -> bool:
+    def wait_scraped(self, timeout_s: float, give_up=lambda: False) -> bool:
         """Until every target has been scraped once (Prometheus takes its targets a few seconds
-        after it is ready); bounded by timeout_s."""
-        return until(lambda: {t.port for t in self.targets} <= self.scraped, timeout_s)
+        after it is ready); bounded by timeout_s, and over as soon as `give_up()` holds."""
+        return until(lambda: {t.port for t in self.targets} <= self.scraped, timeout_s, give_up=give_up)
 
     def _k(self) -> int:
         return self.timeline.index(self.clock.now())
