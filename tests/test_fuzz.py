@@ -529,6 +529,7 @@ def test_special_files_as_path_options_are_one_line(tmp_path_factory, option, ki
 # A Prometheus that answers what it likes: never "within its plan", never a traceback or a raw escape.
 class _Answers:
     body = b"{}"
+    runtimeinfo = json.dumps({"status": "success", "data": {"startTime": "2026-01-05T10:00:00.000Z"}}).encode()
 
 
 def _prom_handler():
@@ -540,10 +541,16 @@ def _prom_handler():
 
         def do_POST(self):
             self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self._answer(_Answers.body)
+
+        def do_GET(self):       # the start time read before and after the queries: steady, so they are reached
+            self._answer(_Answers.runtimeinfo)
+
+        def _answer(self, body: bytes) -> None:
             self.send_response(200)
-            self.send_header("Content-Length", str(len(_Answers.body)))
+            self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(_Answers.body)
+            self.wfile.write(body)
     return Handler
 
 

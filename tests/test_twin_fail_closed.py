@@ -1,10 +1,12 @@
-"""The twin fails closed (issue 32): a Prometheus or Alertmanager that dies, stops,
+"""The twin and `check` fail closed (issue 32): a Prometheus or Alertmanager that dies, stops,
 stops answering or restarts during a run fails it with one line naming the server and what
-happened (exit 1), never "the alerts behaved as the plan expects".
+happened (exit 1), never "the alerts behaved as the plan expects" or "within its plan".
 
 - `twin.health.Watch` on stand-in processes and status servers: each way a server is lost, named;
 - `llmserve twin` with its real Prometheus or Alertmanager killed (SIGKILL) or stopped (SIGSTOP)
-  part-way (tests/twin_kills.py sends the signal).
+  part-way (tests/twin_kills.py sends the signal);
+- `llmserve check` and `calibrate` against a Prometheus that restarts, stops answering or hangs
+  up between its queries, or does not say when it started.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import time
 
 import pytest
 
+from tests.inprocess_cli import run_cli
 from tests.twin_kills import error_line, no_server_left, twin_with_a_signalled_server
 from twin import health
 from twin.lifecycle import LoopbackHTTPServer
@@ -139,3 +142,84 @@ def test_a_server_lost_during_a_run_fails_the_twin_naming_it(server, sig, phase)
     assert len(lines) == 1 and error_line(server, pid, sig, phase).fullmatch(lines[0]), result.stderr
     assert "Result:" not in result.stdout and "Traceback" not in result.stdout + result.stderr
     assert no_server_left(pid) and time.monotonic() - started < 30
+
+
+# -- check and calibrate against a Prometheus that is lost between its queries ---------------------------
+class _Flaky(http.server.BaseHTTPRequestHandler):
+    """Empty answers to every query; after AFTER queries it does what `mode` says."""
+    AFTER = 3
+    mode = "steady"
+    queries = 0
+
+    def log_message(self, *args):
+        pass
+
+    def _send(self, status: int, doc: dict) -> None:
+        body = json.dumps(doc).encode()
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):  # noqa: N802
+        late = type(self).queries >= self.AFTER
+        if type(self).mode == "no runtimeinfo":
+            self._send(404, {"status": "error", "error": "404 page not found"})
+            return
+        start = RESTARTED if late and type(self).mode == "restarts" else STARTED
+        self._send(200, {"status": "success", "data": {"startTime": start, "CWD": "/prometheus"}})
+
+    def do_POST(self):  # noqa: N802
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        type(self).queries += 1
+        late = type(self).queries > self.AFTER
+        if late and type(self).mode == "stops answering":
+            time.sleep(3)                   # past the 1 s deadline the test sets
+            return
+        if late and type(self).mode == "hangs up":
+            self.close_connection = True    # no status line: the connection just ends
+            return
+        self._send(200, {"status": "success", "data": {"resultType": "vector", "result": []}})
+
+
+@pytest.fixture
+def flaky(monkeypatch):
+    from twin import promapi
+    monkeypatch.setattr(promapi, "DEADLINE_S", 1.0)
+    monkeypatch.setattr(_Flaky, "queries", 0)
+    server = LoopbackHTTPServer(("127.0.0.1", 0), _Flaky)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("command, mode, line", [
+    ("check", "restarts", "error: {url} restarted while it was read (it had started at " + STARTED + ", and now says "
+                          + RESTARTED + "): its answers span two runs of the server, so nothing is judged"),
+    ("calibrate", "restarts", "error: {url} restarted while it was read (it had started at " + STARTED + ", and now "
+                              "says " + RESTARTED + "): its answers span two runs of the server, so nothing is judged"),
+    ("check", "stops answering", "error: {url}: no full answer within 1 s; is it a Prometheus?"),
+    ("check", "hangs up", "error: cannot reach Prometheus at {url}: Remote end closed connection without response"),
+    ("check", "no runtimeinfo", "error: {url} did not answer /api/v1/status/runtimeinfo as Prometheus does (HTTP 404; "
+                                "status: Input should be 'success'): without its start time a restart while it is "
+                                "read cannot be told"),
+], ids=["check-restarts", "calibrate-restarts", "stops-answering", "hangs-up", "no-runtimeinfo"])
+def test_a_prometheus_lost_between_queries_fails_the_read_naming_it(flaky, tmp_path, command, mode, line):
+    _Flaky.mode = mode
+    argv = [command, "--stack", "prod", "--prometheus", flaky]
+    if command == "calibrate":
+        (tmp_path / "profiles.yaml").write_text("profiles: {}\n")
+        argv += ["--profiles-file", str(tmp_path / "profiles.yaml")]
+    started = time.monotonic()
+    result = run_cli(argv, limit_s=20)
+    assert (result.exit_code, result.stderr) == (1, line.format(url=flaky) + "\n"), result.stdout
+    assert "within its plan" not in result.stdout and time.monotonic() - started < 10
+
+
+def test_a_steady_prometheus_is_read_to_the_verdict(flaky):
+    """The control: the same server, not lost, reaches check's own verdict (it has no vLLM series)."""
+    _Flaky.mode = "steady"
+    result = run_cli(["check", "--stack", "prod", "--prometheus", flaky], limit_s=20)
+    assert (result.exit_code, result.stderr) == (1, "")
+    assert "FAIL no vLLM series over the last 10m" in result.stdout and _Flaky.queries > _Flaky.AFTER
