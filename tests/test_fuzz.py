@@ -378,11 +378,11 @@ def test_live_checks_on_bad_options_or_no_prometheus(command, args, stack):
 
 # -- killed servers (issue 32): the twin's own Prometheus or Alertmanager signalled part-way -------------
 # A real SIGKILL, SIGTERM or SIGSTOP, at a phase drawn from tests/twin_kills.py: the run must end in
-# one line naming the server and what happened, exit 1, never a verdict. A few seconds a case (most of
-# it Prometheus handing its targets to its scrapers), so few cases; tests/test_twin_fail_closed.py
-# holds the fixed table.
+# one line naming the server and what happened, exit 1, never a verdict. Up to 6 s a case (most of it
+# Prometheus handing its targets to its scrapers), so two cases; tests/test_twin_fail_closed.py holds
+# the fixed table.
 @pytest.mark.servers
-@settings(max_examples=3, **FUZZ)
+@settings(max_examples=2, **FUZZ)
 @given(st.sampled_from(twin_kills.SERVERS), st.sampled_from(twin_kills.SIGNALS), st.sampled_from(twin_kills.PHASES))
 def test_a_twin_whose_server_is_killed_fails_naming_it(server, sig, phase):
     result, pid = twin_kills.twin_with_a_signalled_server(server, sig, phase)

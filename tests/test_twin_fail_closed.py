@@ -4,7 +4,7 @@ happened (exit 1), never "the alerts behaved as the plan expects" or "within its
 
 - `twin.health.Watch` on stand-in processes and status servers: each way a server is lost, named;
 - `llmserve twin` with its real Prometheus or Alertmanager killed (SIGKILL) or stopped (SIGSTOP)
-  part-way (tests/twin_kills.py sends the signal);
+  part-way (tests/twin_kills.py sends the signal; the runs play in the background, tests/twin_runs.py);
 - `llmserve check` and `calibrate` against a Prometheus that restarts, stops answering or hangs
   up between its queries, or does not say when it started.
 """
@@ -21,7 +21,8 @@ import time
 import pytest
 
 from tests.inprocess_cli import run_cli
-from tests.twin_kills import error_line, no_server_left, twin_with_a_signalled_server
+from tests.twin_kills import FIXED, error_line
+from tests.twin_runs import killed_name
 from twin import health
 from twin.lifecycle import LoopbackHTTPServer
 
@@ -125,23 +126,22 @@ def test_an_exit_in_words(code, text):
 
 
 # -- the twin with its real servers killed or stopped part-way ------------------------------------------
+@pytest.fixture
+def killed_run(request, twin_runs) -> tuple[tuple, dict]:
+    """(server, signal, phase) and its run, played in the background (tests/twin_runs.py, lane "killed")."""
+    return request.param, twin_runs.result(killed_name(*request.param))
+
+
 @pytest.mark.servers
-@pytest.mark.parametrize("server, sig, phase", [
-    ("Prometheus", signal.SIGKILL, "running"),
-    ("Alertmanager", signal.SIGKILL, "running"),
-    ("Prometheus", signal.SIGSTOP, "running"),          # stops answering: stopped, not dead
-    ("Alertmanager", signal.SIGKILL, "starting"),       # before the clock: no bounded wait runs to its end
-    ("Prometheus", signal.SIGTERM, "ending"),           # after the wait, as its counters are read
-], ids=lambda v: v.name if isinstance(v, signal.Signals) else str(v))
-def test_a_server_lost_during_a_run_fails_the_twin_naming_it(server, sig, phase):
-    started = time.monotonic()
-    result, pid = twin_with_a_signalled_server(server, sig, phase)
-    assert pid is not None, result.stderr
-    assert result.exit_code == 1, (result.stdout, result.stderr)
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1 and error_line(server, pid, sig, phase).fullmatch(lines[0]), result.stderr
-    assert "Result:" not in result.stdout and "Traceback" not in result.stdout + result.stderr
-    assert no_server_left(pid) and time.monotonic() - started < 30
+@pytest.mark.parametrize("killed_run", FIXED, indirect=True, ids=[f"{s}-{sig.name}-{p}" for s, sig, p in FIXED])
+def test_a_server_lost_during_a_run_fails_the_twin_naming_it(killed_run):
+    (server, sig, phase), run = killed_run
+    assert run["pid"] is not None, run["stderr"]
+    assert run["exit_code"] == 1, (run["stdout"], run["stderr"])
+    lines = run["stderr"].splitlines()
+    assert len(lines) == 1 and error_line(server, run["pid"], sig, phase).fullmatch(lines[0]), run["stderr"]
+    assert "Result:" not in run["stdout"] and "Traceback" not in run["stdout"] + run["stderr"]
+    assert run["gone"] and run["wall_s"] < 30
 
 
 # -- check and calibrate against a Prometheus that is lost between its queries ---------------------------

@@ -12,6 +12,8 @@ twin has already reaped) at `phase`:
 
 The run itself is `llmserve twin` in this process (`tests.inprocess_cli.run_cli`), on the short
 scenario SHORT: a few seconds each, most of them Prometheus handing its targets to its scrapers.
+The fixed cases (FIXED) play in a background lane of tests/twin_runs.py; the fuzz suite plays its
+draws itself.
 """
 from __future__ import annotations
 
@@ -28,6 +30,14 @@ from tests.inprocess_cli import CliResult, run_cli
 SERVERS = ("Prometheus", "Alertmanager")
 PHASES = ("starting", "running", "settling", "ending")
 SIGNALS = (signal.SIGKILL, signal.SIGTERM, signal.SIGSTOP)
+# The fixed table of tests/test_twin_fail_closed.py (played in the background: tests/twin_runs.py).
+FIXED = (
+    ("Prometheus", signal.SIGKILL, "running"),
+    ("Alertmanager", signal.SIGKILL, "running"),
+    ("Prometheus", signal.SIGSTOP, "running"),          # stops answering: stopped, not dead
+    ("Alertmanager", signal.SIGKILL, "starting"),       # before the clock: no bounded wait runs to its end
+    ("Prometheus", signal.SIGTERM, "ending"),           # after the wait, as its counters are read
+)
 DURATION_S = 60                    # simulated arrivals; the twin then waits SETTLE_S (420 s) more
 SHORT = ["twin", "--stack", "prod", "--time-scale", "150", "--duration", str(DURATION_S)]   # the fastest clock
 RUNNING_AT_S = 30.0
