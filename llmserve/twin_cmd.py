@@ -3,7 +3,8 @@
 twin: the plan's fleet emulated on 127.0.0.1 (vLLM 0.29.0 /metrics driven by the simulator),
 scraped by a real Prometheus with the program's rules and alerting a real Alertmanager; prints
 which alerts fired and resolved when; exit 1 when the plan's expected alerts did not (or
-forbidden ones did).
+forbidden ones did), or when Prometheus or Alertmanager died, stopped, stopped answering or
+restarted during the run (one line naming it: nothing is judged).
 check: plan versus the live fleet from a Prometheus; exit 1 when the fleet is outside its plan.
 calibrate: fit the profile's prefill and decode efficiencies to the fleet; write a named profile.
 """
@@ -36,7 +37,7 @@ def twin(
     as_json: bool = options.JSON,
 ) -> None:
     from twin.scenario import run
-    from twin.servers import TwinError
+    from twin.servers import ServerLost, TwinError
 
     check_positive({"--qps": qps, "--duration": duration, "--time-scale": time_scale, "--slowdown": slowdown})
     if time_scale > MAX_TIME_SCALE:
@@ -62,6 +63,8 @@ def twin(
     try:
         report = run(plan, namespace, qps=qps, duration_s=duration, failure=failure, scale=time_scale,
                      slowdown=slowdown, seed=seed, on_start=started)
+    except ServerLost as exc:         # the run failed, not the input: exit 1, as a verdict that does not hold
+        fail(str(exc), code=1)
     except TwinError as exc:
         fail(str(exc))
     except KeyboardInterrupt:

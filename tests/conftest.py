@@ -86,7 +86,7 @@ def twin_runs(request, tmp_path_factory):
 FIRST = ("test_fuzz.py", "test_rules_promtool.py", "test_policies.py", "test_secrets_never_printed.py",
          "test_controllers.py", "test_preview_cli.py", "test_accuracy_gate.py", "test_preflight.py",
          "test_hostile_inputs.py", "test_agreement.py", "test_simulator.py", "test_render.py")
-LAST = ("test_twin.py",)
+LAST = ("test_twin.py", "test_twin_fail_closed.py")
 
 
 def pytest_collection_modifyitems(items):

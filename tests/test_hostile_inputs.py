@@ -166,11 +166,22 @@ def test_escapes_and_markup_print_as_plain_characters():
 
 
 # -- a Prometheus that answers what it likes ------------------------------------------------------------
+# The start time `read_fleet` reads before and after its queries: a steady one, so each mode below
+# is what reaches the queries (tests/test_twin_fail_closed.py: a start time that changes).
+RUNTIMEINFO = json.dumps({"status": "success", "data": {"startTime": "2026-01-05T10:00:00.000Z"}}).encode()
+
+
 class _Hostile(http.server.BaseHTTPRequestHandler):
     mode = "inf"
 
     def log_message(self, *args):
         pass
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(RUNTIMEINFO)))
+        self.end_headers()
+        self.wfile.write(RUNTIMEINFO)
 
     def do_POST(self):
         self.rfile.read(int(self.headers.get("Content-Length", 0)))

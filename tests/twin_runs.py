@@ -9,8 +9,13 @@ in tests/conftest.py; under pytest-xdist the first worker to claim the session's
 starts it), one run after another; a test's fixture waits for its run's result (`Runs.result`)
 in whichever worker the test lands. The runs are the same as when each test played its own.
 
-`python -m tests.twin_runs FOLDER NAME...` plays the named runs in that order and writes
-FOLDER/NAME.json as each ends (FOLDER/NAME.error, with the traceback, if it raised).
+The twins with a server killed part-way (tests/test_twin_fail_closed.py, played by
+tests/twin_kills.py) are a second lane: another background process, started beside the first,
+so their five short runs (about 35 s in all, nearly all of it waiting) overlap the rest too.
+
+`python -m tests.twin_runs FOLDER LANE NAME...` plays the named runs in that order and writes
+FOLDER/NAME.json as each ends (FOLDER/NAME.error, with the traceback, if it raised), and
+FOLDER/LANE.ended when it stops.
 """
 from __future__ import annotations
 
@@ -33,9 +38,9 @@ SCALE = "100"              # simulated seconds per wall second
 CHECK_AT_S = 800           # simulated: when check and calibrate read the twin
 WINDOW = "6s"              # wall: 600 simulated seconds at SCALE
 SLOWDOWN = 1.2
-WAIT_S = 600.0             # the longest a test waits for its run (the four take about 90 s)
+WAIT_S = 600.0             # the longest a test waits for its run (the four take about 90 s; the lanes overlap)
 POLL_S = 0.2
-ENDED = "ended"            # written by the runner when it stops, however it stops
+ENDED = ".ended"           # FOLDER/LANE.ended: written by a lane's runner when it stops, however it stops
 
 
 def run_cli(*argv: str) -> tuple[int, str, str]:
@@ -99,13 +104,45 @@ def slower(folder: Path) -> dict:
     return {**against_twin(SLOWDOWN, path), "profiles": str(path)}
 
 
-RUNS = {"zone_loss": zone_loss, "past_capacity": past_capacity, "as_planned": as_planned, "slower": slower}
+def killed(server: str, sig, phase: str):
+    """`llmserve twin` with its `server` sent `sig` at `phase` (tests/twin_kills.py): what it
+    printed, the pid signalled, and whether that server was gone once the run had ended."""
+    def play_it(folder: Path) -> dict:
+        from tests.twin_kills import no_server_left, twin_with_a_signalled_server
+        started = time.monotonic()
+        result, pid = twin_with_a_signalled_server(server, sig, phase)
+        return {"exit_code": result.exit_code, "stdout": result.stdout, "stderr": result.stderr, "pid": pid,
+                "gone": pid is not None and no_server_left(pid), "wall_s": round(time.monotonic() - started, 1)}
+    return play_it
+
+
+def killed_name(server: str, sig, phase: str) -> str:
+    return f"killed_{server}_{sig.name}_{phase}"
+
+
+def _killed_runs() -> dict:
+    from tests.twin_kills import FIXED
+    return {killed_name(*case): killed(*case) for case in FIXED}
+
+
+# lane -> (the fixture that reads its runs, its runs in play order). A lane's runs play one after
+# another in one background process; the lanes play side by side.
+LANES = {
+    "servers": (None, {"zone_loss": zone_loss, "past_capacity": past_capacity, "as_planned": as_planned,
+                       "slower": slower}),
+    "killed": ("killed_run", _killed_runs()),
+}
+RUNS = {name: run for _, runs in LANES.values() for name, run in runs.items()}
+
+
+def lane_of(name: str) -> str:
+    return next(lane for lane, (_, runs) in LANES.items() if name in runs)
 
 
 def needed(items) -> list[str]:
-    """The runs the selected tests use (by fixture name), in the order above."""
+    """The runs the selected tests use (by fixture name: a run's own, or its lane's), in the order above."""
     used = {name for item in items for name in getattr(item, "fixturenames", ())}
-    return [name for name in RUNS if name in used]
+    return [name for fixture, runs in LANES.values() for name in runs if name in used or fixture in used]
 
 
 # -- the background process and its readers ----------------------------------------------------
@@ -116,7 +153,7 @@ def _write(path: Path, text: str) -> None:
     os.replace(part, path)
 
 
-def play(folder: Path, names: list[str]) -> None:
+def play(folder: Path, lane: str, names: list[str]) -> None:
     try:
         for name in names:
             try:
@@ -124,7 +161,7 @@ def play(folder: Path, names: list[str]) -> None:
             except Exception:               # the test that reads this run fails with it
                 _write(folder / f"{name}.error", traceback.format_exc())
     finally:
-        _write(folder / ENDED, "")
+        _write(folder / f"{lane}{ENDED}", "")
 
 
 class Runs:
@@ -136,48 +173,59 @@ class Runs:
     def result(self, name: str) -> dict:
         deadline = time.monotonic() + WAIT_S
         done, failed = self.folder / f"{name}.json", self.folder / f"{name}.error"
+        lane = lane_of(name)
         while time.monotonic() < deadline:
-            ended = (self.folder / ENDED).exists()      # before looking for the result: it is written last
+            ended = (self.folder / f"{lane}{ENDED}").exists()   # before looking for the result: it is written last
             if done.exists():
                 return json.loads(done.read_text())
             if failed.exists():
                 pytest.fail(f"twin run {name} failed:\n{failed.read_text()}", pytrace=False)
             if ended:
-                pytest.fail(f"twin run {name} was not played: {self._log()}", pytrace=False)
+                pytest.fail(f"twin run {name} was not played: {self._log(lane)}", pytrace=False)
             time.sleep(POLL_S)
-        pytest.fail(f"twin run {name} did not end within {WAIT_S:g} s: {self._log()}", pytrace=False)
+        pytest.fail(f"twin run {name} did not end within {WAIT_S:g} s: {self._log(lane)}", pytrace=False)
 
-    def _log(self) -> str:
-        log = self.folder / "runner.log"
+    def _log(self, lane: str) -> str:
+        log = self.folder / f"runner-{lane}.log"
         return log.read_text(errors="replace")[-2000:] if log.exists() else "(no runner log)"
 
 
 @contextmanager
 def started(folder: Path, names: list[str], stop_early=lambda: False):
-    """Start the runs `names` in the background, unless another process of this session already
-    has; on exit wait for them (other workers may still read them), or stop them at once if
-    `stop_early()` holds (the session is stopping on a failure)."""
-    from twin.lifecycle import spawn, stop
+    """Start the runs `names` in the background, one process per lane, unless another process of
+    this session already has; on exit wait for them (other workers may still read them), or stop
+    them at once if `stop_early()` holds (the session is stopping on a failure)."""
+    from twin.lifecycle import spawn
 
     folder.mkdir(parents=True, exist_ok=True)
-    proc = None
+    procs = []
     if names:
         try:
             os.close(os.open(folder / "claimed", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
         except FileExistsError:
             pass
         else:
-            proc = spawn([sys.executable, "-m", "tests.twin_runs", str(folder), *names], folder / "runner.log", ROOT)
+            for lane in LANES:
+                mine = [name for name in names if lane_of(name) == lane]
+                if mine:
+                    procs.append(spawn([sys.executable, "-m", "tests.twin_runs", str(folder), lane, *mine],
+                                       folder / f"runner-{lane}.log", ROOT))
     try:
         yield Runs(folder)
     finally:
-        if proc is not None:
-            try:
-                if stop_early():
-                    raise subprocess.TimeoutExpired(proc.args, 0)
-                proc.wait(timeout=WAIT_S)
-            except subprocess.TimeoutExpired:
-                stop(proc)
+        _wait_or_stop(procs, stop_early)
+
+
+def _wait_or_stop(procs: list, stop_early) -> None:
+    from twin.lifecycle import stop
+    deadline = time.monotonic() + WAIT_S
+    for proc in procs:
+        try:
+            if stop_early():
+                raise subprocess.TimeoutExpired(proc.args, 0)
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            stop(proc)
 
 
 def _stop_on_term(signum, frame):
@@ -186,4 +234,4 @@ def _stop_on_term(signum, frame):
 
 if __name__ == "__main__":
     signal.signal(signal.SIGTERM, _stop_on_term)
-    play(Path(sys.argv[1]), sys.argv[2:])
+    play(Path(sys.argv[1]), sys.argv[2], sys.argv[3:])

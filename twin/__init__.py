@@ -4,6 +4,7 @@
 - `timeline`: a simulator run turned into per-replica metric state over time.
 - `exporters`: emulated vLLM replicas, kube-state-metrics and Envoy on 127.0.0.1.
 - `servers`: a real Prometheus and Alertmanager on loopback, with the program's rules.
+- `health`: whether those servers are still the ones started, and answering (else no verdict).
 - `scenario`: `llmserve twin`: which alerts fired and resolved, against what the plan expects.
 - `promapi`, `check`, `calibrate`: `llmserve check` and `llmserve calibrate` on any Prometheus.
 - `efficiency`: the profile's prefill and decode efficiencies, by name (the one place that knows them).

@@ -12,12 +12,12 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 from conventions import GATEWAY_CONTROLLER_NAMESPACE, ROLE_SERVING_WORKER as WORKER_ROLE
 
 from . import vllm_metrics as vm
-from .lifecycle import Started, until
+from .lifecycle import LoopbackHTTPServer, Started, until
 from .timeline import Timeline, values_at
 
 LOOPBACK = "127.0.0.1"
@@ -74,7 +74,7 @@ class Exporters(Started):
 
     def __init__(self, timeline: Timeline, clock: Clock, namespace: str, model_name: str):
         self.timeline, self.clock, self.namespace, self.model_name = timeline, clock, namespace, model_name
-        self._servers: list[ThreadingHTTPServer] = []
+        self._servers: list[LoopbackHTTPServer] = []
         self.targets: list[Target] = []
         self.scraped: set[int] = set()      # ports scraped at least once
 
@@ -97,17 +97,16 @@ class Exporters(Started):
         def counted(path: str, render=render_body) -> tuple[int, str]:
             self.scraped.add(port)
             return render(path)
-        server = ThreadingHTTPServer((LOOPBACK, 0), _handler(counted))
+        server = LoopbackHTTPServer((LOOPBACK, 0), _handler(counted))
         port = server.server_address[1]
-        server.daemon_threads = True
         self._servers.append(server)
         threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
         return port
 
-    def wait_scraped(self, timeout_s: float) -> bool:
+    def wait_scraped(self, timeout_s: float, give_up=lambda: False) -> bool:
         """Until every target has been scraped once (Prometheus takes its targets a few seconds
-        after it is ready); bounded by timeout_s."""
-        return until(lambda: {t.port for t in self.targets} <= self.scraped, timeout_s)
+        after it is ready); bounded by timeout_s, and over as soon as `give_up()` holds."""
+        return until(lambda: {t.port for t in self.targets} <= self.scraped, timeout_s, give_up=give_up)
 
     def _k(self) -> int:
         return self.timeline.index(self.clock.now())

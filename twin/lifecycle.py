@@ -23,6 +23,7 @@ import time
 import urllib.request
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 POLL_S = 0.05
@@ -70,6 +71,18 @@ def until(condition: Callable[[], bool], timeout_s: float, give_up: Callable[[],
     return False
 
 
+class LoopbackHTTPServer(ThreadingHTTPServer):
+    """The twin's own HTTP endpoints (the exporters, the webhook). A client that hangs up
+    mid-answer (a Prometheus killed mid-scrape) is the client's matter, not a traceback on the
+    twin's stderr; any other error in a handler still prints."""
+    daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:
+        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            return
+        super().handle_error(request, client_address)
+
+
 def get_json(url: str):
     with urllib.request.urlopen(url, timeout=1) as resp:
         return json.load(resp)
@@ -105,6 +118,8 @@ def stop(proc: subprocess.Popen) -> None:
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(proc.pid, sig)
+            if sig == signal.SIGTERM:        # a stopped process (SIGSTOP) acts on SIGTERM only once continued
+                os.killpg(proc.pid, signal.SIGCONT)
         except ProcessLookupError:
             return
         try:

@@ -6,7 +6,9 @@ The standard library's http.client and pydantic: a fleet's Prometheus is reached
 port-forward or an in-cluster URL, with no extra client to install. The server is not trusted:
 connect and read timeouts and a deadline on the whole answer, a size cap, the answer validated
 against the HTTP API's shape, and a figure it sends as NaN, an infinity or not a number is
-*unreadable*, which `check` never counts as within the plan. The URL's credentials and secret
+*unreadable*, which `check` never counts as within the plan. A server that stops answering
+part-way fails the whole read (PromError, never a missing figure), and so does one that
+restarted between the first query and the last (`read_fleet`). The URL's credentials and secret
 query values never reach a message (`inputs.untrusted.redact_url`).
 """
 from __future__ import annotations
@@ -40,6 +42,7 @@ MAX_SERIES = 10_000          # series in one answer; a fleet has a few hundred p
 _WINDOW = re.compile(r"^[1-9]\d{0,5}(ms|s|m|h)$")
 _HOST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
 VLLM = f'job="{contract.JOBS["vllm"]}"'
+RUNTIMEINFO = "/api/v1/status/runtimeinfo"
 
 
 class PromError(RuntimeError):
@@ -99,6 +102,15 @@ class _Response(_Answer):
     error: str | None = None
 
 
+class _Runtime(_Answer):
+    startTime: str = Field(min_length=1, max_length=64)     # RFC 3339, e.g. 2026-01-05T10:00:00.123Z
+
+
+class _RuntimeInfo(_Answer):
+    status: Literal["success"]
+    data: _Runtime
+
+
 def _abort(conn: http.client.HTTPConnection) -> None:
     """The deadline passed: shut the socket, which wakes a read blocked on a trickling server."""
     sock = conn.sock
@@ -128,10 +140,13 @@ def _read_body(resp: http.client.HTTPResponse, started: float) -> bytes:
         chunks.append(chunk)
 
 
-def _post(url: str, path: str, form: dict) -> tuple[int, bytes]:
-    """(status, body) of a POST, within CONNECT/READ timeouts, DEADLINE_S in all and MAX_RESPONSE_BYTES."""
+def _send(url: str, path: str, form: dict | None) -> tuple[int, bytes]:
+    """(status, body) of a POST of `form` (a GET without one), within CONNECT/READ timeouts,
+    DEADLINE_S in all and MAX_RESPONSE_BYTES."""
     parts = urllib.parse.urlsplit(url)
-    headers = {"Content-Type": "application/x-www-form-urlencoded", "Accept": "application/json"}
+    headers = {"Accept": "application/json"}
+    if form is not None:
+        headers["Content-Type"] = "application/x-www-form-urlencoded"
     if parts.username is not None:
         user = urllib.parse.unquote(parts.username) + ":" + urllib.parse.unquote(parts.password or "")
         headers["Authorization"] = "Basic " + base64.b64encode(user.encode()).decode()
@@ -147,7 +162,8 @@ def _post(url: str, path: str, form: dict) -> tuple[int, bytes]:
     try:
         conn.connect()
         conn.sock.settimeout(READ_TIMEOUT_S)
-        conn.request("POST", (parts.path.rstrip("/") or "") + path, body=urllib.parse.urlencode(form), headers=headers)
+        conn.request("GET" if form is None else "POST", (parts.path.rstrip("/") or "") + path,
+                     body=None if form is None else urllib.parse.urlencode(form), headers=headers)
         resp = conn.getresponse()
         return resp.status, _read_body(resp, started)
     finally:
@@ -155,13 +171,12 @@ def _post(url: str, path: str, form: dict) -> tuple[int, bytes]:
         conn.close()
 
 
-def query(url: str, expr: str) -> list[tuple[dict, float]]:
-    """An instant query at now: (labels, value) per series. Values are floats as Prometheus sent
-    them, NaN and infinities included (the caller decides what an unreadable figure means)."""
+def _call(url: str, path: str, form: dict | None = None) -> tuple[int, bytes]:
+    """`_send`, with every way it fails as one PromError naming the server (credentials redacted)."""
     shown = redact_url(url)
     started = time.monotonic()
     try:
-        status, body = _post(url, "/api/v1/query", {"query": expr})
+        return _send(url, path, form)
     except PromError as exc:
         raise PromError(f"{shown}: {exc}") from None
     except (TimeoutError, socket.timeout):
@@ -172,6 +187,13 @@ def query(url: str, expr: str) -> list[tuple[dict, float]]:
             raise PromError(f"{shown}: no full answer within {DEADLINE_S:g} s; is it a Prometheus?") from None
         reason = printable(getattr(exc, "strerror", None) or exc or exc.__class__.__name__, 120)
         raise PromError(f"cannot reach Prometheus at {shown}: {reason}") from None
+
+
+def query(url: str, expr: str) -> list[tuple[dict, float]]:
+    """An instant query at now: (labels, value) per series. Values are floats as Prometheus sent
+    them, NaN and infinities included (the caller decides what an unreadable figure means)."""
+    shown = redact_url(url)
+    status, body = _call(url, "/api/v1/query", {"query": expr})
     try:
         answer = _Response.model_validate_json(body)
     except ValidationError as exc:
@@ -182,6 +204,21 @@ def query(url: str, expr: str) -> list[tuple[dict, float]]:
     if answer.status != "success" or answer.data is None:
         raise PromError(f"{shown} refused the query (HTTP {status}: {printable(answer.error or 'no error given', 200)})")
     return [(s.metric, _number(s.value[1])) for s in answer.data.result]
+
+
+def start_time(url: str) -> str:
+    """When the Prometheus at `url` started, as its /api/v1/status/runtimeinfo says (Prometheus
+    2.14 and later): the same instant for as long as the server runs, another after a restart."""
+    shown = redact_url(url)
+    status, body = _call(url, RUNTIMEINFO)
+    try:
+        return printable(_RuntimeInfo.model_validate_json(body).data.startTime, 64)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "the answer"
+        raise PromError(f"{shown} did not answer {RUNTIMEINFO} as Prometheus does (HTTP {status}; {where}: "
+                        f"{printable(err['msg'], 100)}): without its start time a restart while it is read "
+                        "cannot be told") from None
 
 
 def _number(text: str) -> float:
@@ -271,7 +308,22 @@ def _reading(value: float, what: str, unreadable: list[str], nan_is_none: bool =
 
 def read_fleet(url: str, window: str, slo_alerts: Sequence[Alert] = ()) -> FleetLive:
     """Everything `check` and `calibrate` read, over the last `window`; for each latency alert
-    in `slo_alerts`, the statistic it reads (`observability.rules.statistic_expr`)."""
+    in `slo_alerts`, the statistic it reads (`observability.rules.statistic_expr`).
+
+    Between the server's start time read before the first query and after the last: a
+    Prometheus that restarted in between (or another answering at its address) gave figures
+    from two runs of a server, one of which missed scrapes and lost its rule state (and, without
+    persistent storage, its whole head), so they are refused rather than judged."""
+    before = start_time(url)
+    live = _read_fleet(url, window, slo_alerts)
+    after = start_time(url)
+    if after != before:
+        raise PromError(f"{redact_url(url)} restarted while it was read (it had started at {before}, and now says "
+                        f"{after}): its answers span two runs of the server, so nothing is judged")
+    return live
+
+
+def _read_fleet(url: str, window: str, slo_alerts: Sequence[Alert]) -> FleetLive:
     reps: dict[tuple[str, str], ReplicaLive] = {}
     bad: list[str] = []
     for field_name, expr in _per_replica_queries(window).items():

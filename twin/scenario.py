@@ -10,6 +10,10 @@ exit. `run` plays one scenario to its end and judges the alerts against what the
 - past the sized capacity, the latency alert of the plan's binding constraint fires, and the load
   alerts whose threshold the offered load passes.
 Everything else that fires is listed, not judged.
+
+A run whose Prometheus or Alertmanager died, stopped, stopped answering or restarted is judged
+by nothing: `Twin.check_servers` (every poll while the twin waits, and once more after its last
+read) raises ServerLost naming the server, and no verdict is made.
 """
 from __future__ import annotations
 
@@ -28,8 +32,9 @@ from simulator import ZoneFailure, config_from_plan, replica_specs
 from sizing.planner import Plan
 
 from .exporters import Clock, Exporters
+from .health import PROBE_INTERVAL_S
 from .lifecycle import Started
-from .servers import GROUP_INTERVAL_S, Servers, TwinError, seconds
+from .servers import GROUP_INTERVAL_S, WHILE_STARTING, Servers, TwinError, seconds
 from .timeline import build
 
 DETECTION_LAG_S = 120.0     # simulated: rate windows filling, scrape and evaluation, AM grouping
@@ -96,7 +101,8 @@ class Twin(Started):
         self._exporters = Exporters(self.timeline, self.clock, self.namespace, self.plan.request.model).__enter__()
         groups = rule_groups(self.plan, self.namespace, self.policy)
         self._servers = Servers(Path(self._tmp.name), groups, self._exporters.targets, self.scale).__enter__()
-        if not self._exporters.wait_scraped(FIRST_SCRAPE_TIMEOUT_S):
+        if not self._exporters.wait_scraped(FIRST_SCRAPE_TIMEOUT_S, give_up=self._servers.gone):
+            self._servers.check(WHILE_STARTING)
             raise TwinError(f"Prometheus did not scrape every target within {FIRST_SCRAPE_TIMEOUT_S:g} s")
         self._servers.wait_alertmanager_discovered()
         # The reload makes Prometheus rediscover Alertmanager (about 5 s); an alert firing in
@@ -114,10 +120,23 @@ class Twin(Started):
             self._tmp = None
 
     def wait_until(self, sim_s: float) -> None:
-        """Sleep until the twin's clock reads sim_s (bounded: at most that long in wall time)."""
+        """Sleep until the twin's clock reads sim_s (bounded: at most that long in wall time),
+        checking the servers all along (ServerLost the moment one is not fine) and at the end."""
         deadline = time.monotonic() + max(0.0, sim_s - self.clock.now()) / self.scale + 1.0
+        next_probe = 0.0
         while self.clock.now() < sim_s and time.monotonic() < deadline:
+            probe = time.monotonic() >= next_probe
+            self.check_servers(probe)
+            if probe:
+                next_probe = time.monotonic() + PROBE_INTERVAL_S
             time.sleep(min(POLL_WALL_S, max(0.0, (sim_s - self.clock.now()) / self.scale)))
+        self.check_servers()
+
+    def check_servers(self, probe: bool = True) -> None:
+        """ServerLost if Prometheus or Alertmanager died, stopped, stopped answering or restarted."""
+        now = self.clock.now()
+        self._servers.check(f"at {now:,.0f} simulated s" if self.clock.wall_start is not None else WHILE_STARTING,
+                            probe)
 
     def diagnostics(self) -> dict:
         """Prometheus' own counters at the end (printed when the alerts did not behave as expected)."""
@@ -285,6 +304,7 @@ def run(plan: Plan, namespace: str, *, qps: float | None = None, duration_s: flo
         events = twin.alert_events()
         urls = (twin.prometheus_url, twin.alertmanager_url)
         diagnostics = twin.diagnostics()
+        twin.check_servers()       # the last word: had a server gone while it was read, no verdict
     prom, am = versions()
     return TwinReport(plan, rate, duration_s, failure, scale, slowdown, scrape_interval_s(scale) * scale,
                       events, judge(events, required, forbidden), prom, am, time.monotonic() - started, urls,

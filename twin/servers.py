@@ -6,7 +6,9 @@ scale, and the program's scrape interval divided the same way (`scaled_rules`, s
 twin's output). Alertmanager routes everything to a webhook in this process, which records each
 notification. Each server runs in its own process group; `Servers.close()` (called on exit, on
 error and at interpreter exit) terminates the group and waits for it, and the kernel kills both
-servers if the twin dies without closing them (`lifecycle.spawn`).
+servers if the twin dies without closing them (`lifecycle.spawn`). While the twin runs, `check`
+fails it (ServerLost) when either server died, stopped, stopped answering or restarted
+(`twin.health`).
 """
 from __future__ import annotations
 
@@ -20,13 +22,14 @@ import subprocess
 import threading
 import time
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import yaml
 
 from .exporters import LOOPBACK, Target
-from .lifecycle import Started, get_json, spawn, stop, until
+from .health import Watch, Watched, alertmanager_start, prometheus_start
+from .lifecycle import LoopbackHTTPServer, Started, get_json, spawn, stop, until
 
 # The program's scrape and rule-evaluation interval (components/monitoring.py SCRAPE_INTERVAL;
 # a test keeps them equal) and kube-prometheus-stack's Alertmanager grouping defaults.
@@ -43,6 +46,15 @@ ALERTMANAGER_BINARIES = ("prometheus-alertmanager", "alertmanager")    # Debian'
 
 class TwinError(RuntimeError):
     """The twin cannot run here (a binary missing, a server that does not start)."""
+
+
+class ServerLost(TwinError):
+    """A server the twin started died, stopped, stopped answering or restarted: what it would
+    have evaluated or sent is lost, so the run's alerts cannot be judged (exit 1, not 2: the
+    twin could run, and the run is what failed)."""
+
+
+WHILE_STARTING = "while the twin was starting"
 
 
 def find_binary(names: tuple[str, ...], package: str) -> str:
@@ -151,8 +163,7 @@ class Webhook:
             def log_message(self, *args):
                 pass
 
-        self._server = ThreadingHTTPServer((LOOPBACK, 0), Handler)
-        self._server.daemon_threads = True
+        self._server = LoopbackHTTPServer((LOOPBACK, 0), Handler)
         self.url = f"http://{LOOPBACK}:{self._server.server_address[1]}/alerts"
         threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
 
@@ -173,6 +184,7 @@ class Servers(Started):
         self.workdir, self.groups, self.targets, self.scale = workdir, rule_groups, targets, scale
         self._procs: list[subprocess.Popen] = []
         self.webhook: Webhook | None = None
+        self.watch = Watch([])
         self.prometheus_url = self.alertmanager_url = ""
 
     @property
@@ -194,7 +206,7 @@ class Servers(Started):
             yaml.safe_dump(prometheus_config(self.targets, am_port, self.scale), sort_keys=False))
         self.alertmanager_url = f"http://{LOOPBACK}:{am_port}"
         self.prometheus_url = f"http://{LOOPBACK}:{prom_port}"
-        self._spawn("alertmanager", [
+        am = self._spawn("alertmanager", [
             alertmanager, f"--config.file={self.workdir / 'alertmanager.yml'}",
             f"--storage.path={self.workdir / 'alertmanager-data'}", f"--web.listen-address={LOOPBACK}:{am_port}",
             "--cluster.listen-address=", "--log.level=warn"])       # no gossip port: loopback only
@@ -205,12 +217,34 @@ class Servers(Started):
             f"--rules.alert.resend-delay={wall(RESEND_DELAY_S, self.scale)}", "--log.level=warn"])
         for name, url in (("alertmanager", self.alertmanager_url), ("prometheus", self.prometheus_url)):
             self._wait_ready(name, url)
+        self.watch = Watch([
+            Watched("Prometheus", self._prometheus, f"{self.prometheus_url}/api/v1/status/runtimeinfo",
+                    prometheus_start, "its rule evaluations and alert states are"),
+            Watched("Alertmanager", am, f"{self.alertmanager_url}/api/v2/status", alertmanager_start,
+                    "its notifications are")])
+        self._raise_lost(self.watch.record(), WHILE_STARTING)
+
+    def check(self, when: str, probe: bool = True) -> None:
+        """ServerLost naming the server and what happened to it `when`, if either is not fine."""
+        self._raise_lost(self.watch.problem(probe), when)
+
+    def gone(self) -> bool:
+        """Either server's process exited or is stopped (cheap: no request)."""
+        return self.watch.process_problem() is not None
+
+    @staticmethod
+    def _raise_lost(found, when: str) -> None:
+        if found is not None:
+            server, what = found
+            raise ServerLost(f"{server.name} (pid {server.proc.pid}) {what} {when}: {server.loses} lost, "
+                             "so whether the alerts behaved as the plan expects cannot be judged")
 
     def wait_alertmanager_discovered(self) -> None:
         """Until Prometheus' notifier has found Alertmanager (its discovery, like the scrapers',
         hands over targets a few seconds after start; alerts sent before are dropped)."""
         if not until(lambda: bool(get_json(f"{self.prometheus_url}/api/v1/alertmanagers")["data"]
-                                  ["activeAlertmanagers"]), READY_TIMEOUT_S):
+                                  ["activeAlertmanagers"]), READY_TIMEOUT_S, give_up=self.gone):
+            self.check(WHILE_STARTING)
             raise TwinError(f"Prometheus did not find Alertmanager within {READY_TIMEOUT_S:g} s")
 
     def load_rules(self) -> None:
@@ -223,7 +257,8 @@ class Servers(Started):
         def loaded() -> bool:
             return sum(len(g["rules"]) for g in get_json(f"{self.prometheus_url}/api/v1/rules")["data"]["groups"]) \
                 == wanted
-        if not until(loaded, READY_TIMEOUT_S):
+        if not until(loaded, READY_TIMEOUT_S, give_up=self.gone):
+            self.check(WHILE_STARTING)
             raise TwinError(f"Prometheus did not load the {wanted} rules within {READY_TIMEOUT_S:g} s")
 
     def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen:
