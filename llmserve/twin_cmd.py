@@ -11,6 +11,7 @@ calibrate: fit the profile's prefill and decode efficiencies to the fleet; write
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 from typing import Optional
 
@@ -67,6 +68,9 @@ def twin(
         fail(str(exc), code=1)
     except TwinError as exc:
         fail(str(exc))
+    except OSError as exc:            # its working folder (ENOSPC, EIO) or a server it could not start
+        fail(f"the twin cannot run here: {exc.strerror or exc} (its working folder is under "
+             f"{tempfile.gettempdir()}); every server it started is stopped")
     except KeyboardInterrupt:
         fail("interrupted; every server the twin started is stopped", code=130)
     from twin.report import print_twin, twin_dict
