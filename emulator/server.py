@@ -26,6 +26,7 @@ JSON = "application/json"
 SSE = "text/event-stream; charset=utf-8"
 METRICS = "text/plain; version=0.0.4; charset=utf-8"
 STOP_GRACE_S = 2.0
+LINGER_S = 1.0          # how long a refused client may go on sending before the close
 ROUTES = {"/v1/completions": "POST", "/v1/chat/completions": "POST", "/v1/models": "GET", "/health": "GET",
           "/metrics": "GET"}
 
@@ -44,6 +45,7 @@ class Emulator:
         self.max_connections, self.max_body = max_connections, max_body
         self._busy: dict[asyncio.Task, bool] = {}       # each connection's task: answering a request?
         self._writers: set[asyncio.StreamWriter] = set()
+        self._refusing = 0
         self._models = openai.models_body(served.model, served.root, served.max_model_len, int(time.time()))
 
     async def serve(self, port: int, stop: asyncio.Future, on_ready=None) -> int:
@@ -78,7 +80,7 @@ class Emulator:
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         if len(self._busy) >= self.max_connections:
-            await self._refuse(writer, ApiError(503, f"more than {self.max_connections} connections open"))
+            await self._refuse(reader, writer, ApiError(503, f"more than {self.max_connections} connections open"))
             return
         self._busy[task] = False
         self._writers.add(writer)
@@ -98,7 +100,7 @@ class Emulator:
             except ClientGone:
                 return
             except ApiError as error:
-                await self._send(writer, error.status, JSON, error.body(), keep_alive=False)
+                await self._refuse(reader, writer, error)
                 return
             self._busy[task] = True
             keep = await self._answer(req, writer)
@@ -106,10 +108,21 @@ class Emulator:
             if not keep:
                 return
 
-    async def _refuse(self, writer: asyncio.StreamWriter, error: ApiError) -> None:
-        with contextlib.suppress(ConnectionError):
-            await self._send(writer, error.status, JSON, error.body(), keep_alive=False)
-        writer.close()
+    async def _refuse(self, reader, writer: asyncio.StreamWriter, error: ApiError) -> None:
+        """Answer with the error and close, reading what the client still sends for a moment first:
+        closing a socket with unread data resets it, and the client would never see the answer."""
+        self._refusing += 1
+        try:
+            with contextlib.suppress(ConnectionError, TimeoutError, OSError):
+                await self._send(writer, error.status, JSON, error.body(), keep_alive=False)
+                writer.write_eof()
+                # a flood of refused connections lingers no more than the connections served
+                async with asyncio.timeout(LINGER_S if self._refusing <= self.max_connections else 0):
+                    while await reader.read(65536):
+                        pass
+        finally:
+            self._refusing -= 1
+            writer.close()
 
     async def _send(self, writer, status: int, content_type: str | None, body: bytes, keep_alive: bool) -> None:
         writer.write(head(status, content_type, len(body), keep_alive) + body)

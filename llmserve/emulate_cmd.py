@@ -6,6 +6,7 @@ SIGTERM (exit 130 or 143), failing what is in flight."""
 from __future__ import annotations
 
 import math
+import os
 import sys
 from typing import Optional
 
@@ -50,7 +51,7 @@ def emulate(
     try:
         signum, failed = run(emulator, port, ready)
     except OSError as exc:
-        fail(f"--port: cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}")
+        fail(f"--port: cannot listen on 127.0.0.1:{port}: {os.strerror(exc.errno) if exc.errno else exc}")
     import signal
     fleet = emulator.fleet
     print(f"emulate: stopped on {signal.Signals(signum).name}; {failed} request(s) in flight answered 503 "
