@@ -96,7 +96,7 @@ class Emulator:
     async def _requests(self, reader, writer, task) -> None:
         while True:
             try:
-                req = await read_request(reader, self.max_body)
+                req = await read_request(reader, writer, self.max_body)
             except ClientGone:
                 return
             except ApiError as error:

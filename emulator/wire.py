@@ -38,9 +38,10 @@ class ClientGone(Exception):
     """The connection closed (or went idle) between requests: nothing to answer."""
 
 
-async def read_request(reader: asyncio.StreamReader, max_body: int) -> HttpRequest:
+async def read_request(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, max_body: int) -> HttpRequest:
     """The next request on the connection. ClientGone when there is none; ApiError (to answer,
-    then close) when it is malformed or over a limit."""
+    then close) when it is malformed or over a limit. A client that waits for `100 Continue`
+    before its body (curl does for large ones) is told to go on once the headers pass."""
     try:
         async with asyncio.timeout(IDLE_S):
             head = await reader.readuntil(b"\r\n\r\n")
@@ -54,6 +55,8 @@ async def read_request(reader: asyncio.StreamReader, max_body: int) -> HttpReque
         raise ClientGone from None
     method, path, version, headers = _parse_head(head)
     length = _content_length(headers, max_body)
+    if length and headers.get("expect", "").lower() == "100-continue":
+        writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
     try:
         async with asyncio.timeout(BODY_S):
             body = await reader.readexactly(length) if length else b""

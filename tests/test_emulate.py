@@ -120,6 +120,10 @@ def test_any_other_bind_address_is_refused(capsys, host):
     (["--fail-zone", "us-east-1z@5"], "--fail-zone: zone us-east-1z holds no replica of this plan (zones: us-east-1a)"),
     (["--fail-zone", "us-east-1a@5:4"], "--fail-zone: 'us-east-1a@5:4': the zone comes back at 4 s, not after it "
                                         "fails at 5 s"),
+    (["--fail-node", "us-east-1a-g6e/node-9@5"], "--fail-node: 'us-east-1a-g6e/node-9@5': no node "
+                                                 "us-east-1a-g6e/node-9 in the plan (nodes: us-east-1a-g6e/node-0)"),
+    (["--fail-zone", "us-east-1a@5", "--fail-node", "us-east-1a-g6e/node-0@5"],
+     "--fail-node: give --fail-zone or --fail-node, not both (one failure a run)"),
 ])
 def test_bad_options_are_one_line(capsys, args, message):
     assert main(["emulate", "--stack", "dev", *args]) == 2
@@ -307,6 +311,19 @@ def test_malformed_http_is_a_4xx_error_object(dev, data, status, message):
     assert raw_exchange(dev[0], data) == (status, {"error": {
         "message": message, "type": {400: "BadRequestError", 411: "LengthRequired", 413: "PayloadTooLarge",
                                      431: "RequestHeaderFieldsTooLarge"}[status], "param": None, "code": status}})
+
+
+def test_a_client_waiting_for_100_continue_is_told_to_send_its_body(dev):
+    body = json.dumps({"prompt": [1] * 2000, "max_tokens": 2}).encode()
+    with socket.create_connection(("127.0.0.1", dev[0]), timeout=15) as s:
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nexpect: 100-continue\r\nconnection: close\r\n"
+                  b"content-length: %d\r\n\r\n" % len(body))
+        assert s.recv(64) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        s.sendall(body)
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 400 Bad Request\r\n") and b"maximum context length is 1300" in answer
 
 
 def test_connections_beyond_the_cap_get_a_503():
