@@ -489,3 +489,26 @@ def test_a_poisson_client_sees_the_simulated_ttft_and_tpot_within_25_percent():
     assert result["exit_code"] == 128 + signal.SIGTERM
     for figure, error in bench.errors(result).items():
         assert abs(error) <= bench.TARGET, (figure, result)
+
+
+@pytest.mark.servers
+def test_the_twins_prometheus_scrapes_it(dev, tmp_path):
+    """The twin's own Prometheus (twin.servers, scraping every 250 ms) reads the emulator's /metrics."""
+    import urllib.parse
+
+    from twin.exporters import Target
+    from twin.lifecycle import get_json, until
+    from twin.servers import Servers
+
+    port = dev[0]
+    call(port, "POST", "/v1/completions", {"prompt": "x", "max_tokens": 5})
+    target = Target("vllm", port, "/metrics", {"namespace": "llm-serving", "pod": "emulate-0", "zone": "us-east-1a"})
+    with Servers(tmp_path, [], [target], scale=60.0) as servers:
+        query = urllib.parse.quote('sum(vllm:generation_tokens_total{pod="emulate-0"})')
+
+        def scraped() -> bool:
+            result = get_json(f"{servers.prometheus_url}/api/v1/query?query={query}")["data"]["result"]
+            return bool(result) and float(result[0]["value"][1]) >= 5
+        assert until(scraped, 30)
+        up = get_json(f"{servers.prometheus_url}/api/v1/query?query=up")["data"]["result"]
+        assert [r["value"][1] for r in up] == ["1"]
