@@ -25,7 +25,6 @@ fails instead (503 in the stream), as would a client's connection to a pod that 
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from dataclasses import replace
 

@@ -9,7 +9,6 @@ import asyncio
 import contextlib
 import http.client
 import json
-import os
 import re
 import shutil
 import signal
@@ -512,3 +511,24 @@ def test_the_twins_prometheus_scrapes_it(dev, tmp_path):
         assert until(scraped, 30)
         up = get_json(f"{servers.prometheus_url}/api/v1/query?query=up")["data"]["result"]
         assert [r["value"][1] for r in up] == ["1"]
+
+
+@pytest.mark.parametrize("stream, retried, failed", [(False, 1, 0), (True, 0, 1)], ids=["whole", "streamed"])
+def test_a_request_on_a_lost_replica_is_retried_once_unless_its_stream_has_begun(stream, retried, failed):
+    """As `simulate` retries what a lost replica held, through the router once more from scratch;
+    tokens a stream has sent cannot be taken back, so that stream fails."""
+    from simulator import parse_fail_zone
+
+    settings, plan = plan_for("prod")
+    fleet = from_plan(plan, settings, failure=parse_fail_zone("us-east-1b@0.3", 1e9)).fleet
+
+    async def run() -> list:
+        fleet.start(asyncio.get_running_loop())
+        jobs = [fleet.submit(100, 60, stream) for _ in range(2)]         # one on each replica
+        while not all(j.done or j.error for j in jobs):
+            await asyncio.sleep(0.05)
+        return jobs
+    jobs = asyncio.run(run())
+    assert (fleet.retried, fleet.failed) == (retried, failed)
+    assert sorted(j.request.attempts for j in jobs) == [1, 1 + retried]
+    assert sum(j.done for j in jobs) == 2 - failed
