@@ -1,4 +1,4 @@
-"""`llmserve`: size, preview, preflight, render, simulate and check an LLM serving stack.
+"""`llmserve`: size, preview, preflight, render, simulate, emulate and check an LLM serving stack.
 
 Each command lives in its own module and imports its heavy dependencies (Pulumi, matplotlib,
 boto3) only when it runs, so `llmserve size` stays fast.
@@ -34,6 +34,7 @@ COMMANDS = (
     (("preflight",), "preflight_cmd"),
     (("render",), "render_cmd"),
     (("simulate",), "simulate_cmd"),
+    (("emulate",), "emulate_cmd"),
     (("loadtest-report",), "loadtest_cmd"),
     (("twin", "check", "calibrate"), "twin_cmd"),
 )

@@ -9,7 +9,7 @@ from settings import stack_file
 
 # Every command that reads a stack reads it through offline.stack.load_stack (loadtest-report after
 # its report, check after its URL): one loader, one line.
-COMMANDS = [["size"], ["preview"], ["preflight"], ["render", "--out", "{tmp}/out"], ["simulate"], ["twin"],
+COMMANDS = [["size"], ["preview"], ["preflight"], ["render", "--out", "{tmp}/out"], ["simulate"], ["emulate"], ["twin"],
             ["check", "--prometheus", "http://127.0.0.1:9090"], ["calibrate", "--prometheus", "http://127.0.0.1:9090"],
             ["loadtest-report", "{report}"]]
 

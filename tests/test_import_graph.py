@@ -12,7 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("conventions", "inputs", "sizing", "settings", "deployment", "components", "observability", "policies",
-            "simulator", "offline", "twin", "proving", "llmserve")
+            "simulator", "offline", "twin", "proving", "emulator", "llmserve")
 CLI = "llmserve"
 LIBRARIES = tuple(p for p in PACKAGES if p != CLI)
 # Which parts each part may import (besides itself and third-party code): the layers of the README.
@@ -29,6 +29,8 @@ ALLOWED = {
     "offline": {"conventions", "sizing", "settings", "deployment", "observability", "policies", "__main__"},
     "twin": {"conventions", "sizing", "settings", "deployment", "observability", "simulator"},
     "proving": {"conventions", "sizing", "settings", "simulator"},     # the load-test report and its verdict
+    # the plan's fleet as a real-time OpenAI server: the simulator's engine, the twin's exposition
+    "emulator": {"conventions", "sizing", "settings", "deployment", "simulator", "twin"},
     "llmserve": set(PACKAGES) - {"llmserve"},
 }
 # `inputs` (reading files, YAML and URLs we do not control) imports no part; every part may read through it.

@@ -145,8 +145,9 @@ def _fill_gauges(reps: list[ReplicaTimeline], samples, config: SimConfig, points
                       "vllm:kv_cache_usage_perc": kv}
 
 
-# family -> what one finished request observes: (value, weight) pairs
-def _observations(r) -> dict[str, list[tuple[float, float]]]:
+def request_observations(r) -> dict[str, list[tuple[float, float]]]:
+    """family -> what one finished request observes, as (value, weight) pairs (`llmserve emulate`
+    observes the same when a request ends)."""
     tpot = (r.t_done - r.t_first) / (r.out - 1) if r.out > 1 else None
     obs = {
         "vllm:e2e_request_latency_seconds": [(r.t_done - r.arrival, 1.0)],
@@ -185,7 +186,7 @@ def _fill_requests(reps: list[ReplicaTimeline], result: SimResult, points: int) 
         _add(c["vllm:request_success_total|length"], r.t_done, 1.0)
         _observe(hist[r.replica], families["vllm:time_to_first_token_seconds"], r.t_first,
                  r.t_first - r.arrival, 1.0, points)
-        for name, pairs in _observations(r).items():
+        for name, pairs in request_observations(r).items():
             for value, weight in pairs:
                 _observe(hist[r.replica], families[name], r.t_done, value, weight, points)
     for name, rep in index.items():

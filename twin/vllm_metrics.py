@@ -2,8 +2,9 @@
 
 Family names, types, HELP texts, label names and histogram bucket bounds are those of a real
 vLLM 0.29.0 capture (`../shared/samples/vllm-metrics-0.29.0-inferstack.txt`; a test compares
-every family here with it). Every series carries `engine="0"` and `model_name`; every counter and
-histogram has the `*_created` gauge that prometheus_client adds. The twin fills the families the
+every family here with it). Every series carries `engine` (`"0"`, or each engine's index where
+one server fronts several: `render_engines`, which `llmserve emulate` serves) and `model_name`;
+every counter and histogram has the `*_created` gauge that prometheus_client adds. The twin fills the families the
 simulator can drive; the cache/prefix/multi-modal families stay at zero (no prefix caching in
 the simulator), as on a server with those features idle.
 """
@@ -119,30 +120,41 @@ class Histogram:
 
 
 def render(model_name: str, values: dict, created_s: float) -> str:
-    """The text exposition. `values` maps a family name to a number (plain families), to
-    {label value: number} (families with a label), or to a Histogram. Missing families are 0."""
-    base = {"engine": "0", "model_name": model_name}
+    """The text exposition of one engine (`engine="0"`). `values` maps a family name to a number
+    (plain families), to {label value: number} (families with a label), or to a Histogram.
+    Missing families are 0."""
+    return render_engines(model_name, [("0", values, created_s)])
+
+
+def render_engines(model_name: str, engines: list[tuple[str, dict, float]]) -> str:
+    """The exposition of several engines behind one server, as vLLM serves its data-parallel
+    ranks: each family's HELP and TYPE once, then every engine's series, told apart by the
+    `engine` label. `engines` holds (engine label, values as in `render`, created time)."""
     lines: list[str] = []
     for f in FAMILIES:
         lines += [f"# HELP {f.name} {f.help}", f"# TYPE {f.name} {f.kind}"]
-        v = values.get(f.name)
-        if f.kind == "histogram":
-            h = v if isinstance(v, Histogram) else Histogram([0.0] * (len(f.buckets) + 1), 0.0, 0.0)
-            for bound, c in zip(f.buckets + (float("inf"),), h.counts):
-                lines.append(f"{f.name}_bucket{_labels(base, le=_fmt(bound))} {_fmt(c)}")
-            lines.append(f"{f.name}_count{_labels(base)} {_fmt(h.count)}")
-            lines.append(f"{f.name}_sum{_labels(base)} {_fmt(h.total)}")
-        elif f.label:
-            per = v if isinstance(v, dict) else {}
-            for lv in f.values:
-                lines.append(f"{f.name}{_labels(base, **{f.label: lv})} {_fmt(per.get(lv, 0.0))}")
-        else:
-            lines.append(f"{f.name}{_labels(base)} {_fmt(v or 0.0)}")
+        for engine, values, _ in engines:
+            lines += _samples(f, {"engine": engine, "model_name": model_name}, values.get(f.name))
         if f.kind in ("counter", "histogram"):
             created = _created_name(f)
             lines += [f"# HELP {created} {f.help}", f"# TYPE {created} gauge"]
-            if f.label and f.kind == "counter":
-                lines += [f"{created}{_labels(base, **{f.label: lv})} {_fmt(created_s)}" for lv in f.values]
-            else:
-                lines.append(f"{created}{_labels(base)} {_fmt(created_s)}")
+            for engine, _, created_s in engines:
+                base = {"engine": engine, "model_name": model_name}
+                if f.label and f.kind == "counter":
+                    lines += [f"{created}{_labels(base, **{f.label: lv})} {_fmt(created_s)}" for lv in f.values]
+                else:
+                    lines.append(f"{created}{_labels(base)} {_fmt(created_s)}")
     return "\n".join(lines) + "\n"
+
+
+def _samples(f: Family, base: dict, v) -> list[str]:
+    """One engine's sample lines of family f."""
+    if f.kind == "histogram":
+        h = v if isinstance(v, Histogram) else Histogram([0.0] * (len(f.buckets) + 1), 0.0, 0.0)
+        lines = [f"{f.name}_bucket{_labels(base, le=_fmt(bound))} {_fmt(c)}"
+                 for bound, c in zip(f.buckets + (float("inf"),), h.counts)]
+        return lines + [f"{f.name}_count{_labels(base)} {_fmt(h.count)}", f"{f.name}_sum{_labels(base)} {_fmt(h.total)}"]
+    if f.label:
+        per = v if isinstance(v, dict) else {}
+        return [f"{f.name}{_labels(base, **{f.label: lv})} {_fmt(per.get(lv, 0.0))}" for lv in f.values]
+    return [f"{f.name}{_labels(base)} {_fmt(v or 0.0)}"]
