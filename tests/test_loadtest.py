@@ -265,7 +265,8 @@ def test_enabled_it_runs_guidellm_pinned_against_the_gateway_with_a_key(recorded
     assert unwrap(secret)["api-key"] == "offline-preview-secret-apiKeys-team-a"
     scenario = json.loads(names["kubernetes:core/v1:ConfigMap"].inputs["data"]["scenario.json"])
     assert scenario["spec"]["backend"]["target"] == "https://llm.example.com"
-    assert scenario["spec"]["profile"] == {"kind": "poisson", "rate": loadtest_rates(prod_plan, 5)}
+    profile = scenario["spec"]["profile"]
+    assert (profile["kind"], profile["rate"]) == ("poisson", loadtest_rates(prod_plan, 5))
 
 
 def test_the_rates_are_the_planned_qps_then_a_sweep_up_to_the_sized_capacity(prod_plan):
@@ -282,6 +283,91 @@ def test_the_rendered_objects_are_valid_kubernetes(recorded):
     assert len(objects) == 5        # Secret, ConfigMap, PVC, egress NetworkPolicy, Job
     for obj in objects:
         validate(obj, "1.33")
+
+
+# -- the Job against GuideLLM 0.8.1's own source (vendor/upstream/guidellm-0.8.1, wheel members) -------
+ROUTE = "kubernetes:gateway.networking.k8s.io/v1:HTTPRoute"
+
+
+def guidellm_source(upstream_file, member: str):
+    import ast
+    return ast.parse(upstream_file(f"guidellm-0.8.1/{member}").read_text())
+
+
+def class_fields(tree, name: str) -> set[str]:
+    """The annotated fields of a pydantic model in that source."""
+    import ast
+    cls = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == name)
+    return {n.target.id for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+
+
+def rendered_scenario(rec) -> dict:
+    config = next(r for r in loadtest_resources(rec) if r.type == "kubernetes:core/v1:ConfigMap")
+    return json.loads(config.inputs["data"]["scenario.json"])
+
+
+def test_guidellms_health_check_reaches_a_path_the_gateway_routes(recorded, upstream_file):
+    """GuideLLM validates the target with GET {target}/{api_routes["/health"]} (http.py validate),
+    our routes merged over its defaults (openai_http.py DEFAULT_API_PATHS | value); its default
+    /health is not routed by the gateway (a 404: the Job exited 1), /v1/models is, keyed like the load."""
+    import ast
+    args = guidellm_source(upstream_file, "schemas/backends/openai_http.py")
+    defaults = next(ast.literal_eval(n.value) for n in args.body if isinstance(n, ast.Assign)
+                    and n.targets[0].id == "DEFAULT_API_PATHS")
+    assert "DEFAULT_API_PATHS | value" in ast.unparse(args)          # ours override, the rest stay
+    http = ast.unparse(guidellm_source(upstream_file, "backends/openai/http.py"))
+    assert "'url': f\"{self._args.target}/{self._args.api_routes['/health']}\"" in http
+    assert "headers['Authorization'] = f'Bearer {token}'" in http     # the check carries the key
+    rec = recorded("prod", ENABLED)
+    backend = rendered_scenario(rec)["spec"]["backend"]
+    assert set(backend) <= class_fields(args, "OpenAIHTTPBackendArgs") | {"kind"}
+    assert set(backend["api_routes"]) <= set(defaults)               # a key GuideLLM reads
+    routes = defaults | backend["api_routes"]
+    route = next(r for r in rec.resources if r.type == ROUTE)
+    routed = {m["path"]["value"] for rule in route.inputs["spec"]["rules"] for m in rule["matches"]
+              if m["path"]["type"] == "Exact"}
+    health = "/" + routes["/health"]
+    assert health == "/v1/models" and health in routed
+    assert "/" + routes[backend["request_format"]] in routed          # and the load's own path
+    assert "/" + defaults["/health"] not in routed                   # what it asked for before
+
+
+def test_one_worker_process_so_the_arrivals_are_poisson(recorded, upstream_file):
+    """Each GuideLLM process seeds its own random.Random(random_seed) and adds its gaps to one shared
+    clock: with several processes every gap comes several times. The Job sets one process."""
+    import ast
+    strategies = guidellm_source(upstream_file, "scheduler/strategies.py")
+    poisson = next(n for n in ast.walk(strategies) if isinstance(n, ast.ClassDef) and n.name == "AsyncPoissonStrategy")
+    text = ast.unparse(poisson)
+    assert "self._random = random.Random(self.random_seed)" in text and "self._offset.value += next_delay" in text
+    settings = guidellm_source(upstream_file, "settings.py")
+    assert "max_worker_processes" in class_fields(settings, "Settings")
+    assert "env_prefix='GUIDELLM__'" in ast.unparse(settings)
+    container = next(r for r in loadtest_resources(recorded("prod", ENABLED)) if r.type == JOB
+                     ).inputs["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "GUIDELLM__MAX_WORKER_PROCESSES", "value": "1"} in container["env"]
+
+
+def test_each_step_is_measured_between_a_warmup_and_a_cooldown(recorded, upstream_file, prod_plan):
+    """GuideLLM's own phases (profile warmup/cooldown, mode duration, in seconds): the start-of-step
+    burst and the step-end cancellations fall outside the measured window."""
+    import ast
+    profile = guidellm_source(upstream_file, "schemas/benchmark/profiles/profile.py")
+    transient = guidellm_source(upstream_file, "schemas/benchmark/transient.py")
+    assert {"warmup", "cooldown"} <= class_fields(profile, "ProfileArgs")
+    assert {"mode", "value"} <= class_fields(transient, "TransientPhaseConfig")
+    assert "'duration'" in ast.unparse(transient)
+    spec = rendered_scenario(recorded("prod", ENABLED))["spec"]
+    # prod: TTFT SLO 1 s + 300 tokens x 40 ms = 13 s for a request within the SLOs, twice that
+    assert spec["profile"]["warmup"] == spec["profile"]["cooldown"] == {"mode": "duration", "value": 26}
+    assert 26 <= spec["constraints"][0]["seconds"] / 5
+
+
+@pytest.mark.parametrize("step_s, expected", [(300, 26), (3600, 26), (100, 20), (30, 6)])
+def test_the_transient_is_twice_an_slo_request_and_at_most_a_fifth_of_the_step(prod_plan, step_s, expected):
+    from deployment.jobs import transient_s
+    from settings.schema import LoadTestSettings
+    assert transient_s(prod_plan, LoadTestSettings(stepSeconds=step_s)) == expected
 
 
 def test_the_slos_are_judged_at_the_plans_statistic():
