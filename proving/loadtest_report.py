@@ -15,6 +15,7 @@ SLOs hold at the planned rate nor raise the measured capacity.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -35,6 +36,18 @@ ACHIEVED_SHARE = 0.9     # a step counts when it achieved >= 90% of its offered 
 # stay within a few percent; 1.5x leaves room for short steps and still refuses a 1000x claim.
 MAX_OVER_OFFERED = 1.5
 ERROR_BUDGET = 0.01      # at most 1% errored requests in a step that counts as meeting the SLOs
+# Requests GuideLLM cancels when a step's time is up are "incomplete" (guidellm 0.8.1 scheduler/constraints/
+# request.py L240-242 stops processing; benchmark/schemas/accumulator.py L895-897 files a request cancelled
+# after it started as incomplete): not server errors. The step's end explains up to what Little's law puts
+# in flight at the p99 request latency, twice over; beyond that a request still running is a stalled one,
+# and the excess counts as errored.
+INCOMPLETE_EXPLAINED = 2.0
+# The client kept the arrival schedule when its p95 dispatch delay (a request's actual start minus its
+# scheduled one, guidellm 0.8.1 schemas/base/request_stats.py L126-148, reported as metrics.
+# request_dispatch_delay, benchmark/schemas/metrics.py L1001) is under the mean gap between arrivals
+# and under a tenth of the TTFT SLO: a later client sends bunched arrivals, and GuideLLM's TTFT, timed
+# from the actual start, leaves its lag out.
+DISPATCH_LAG_TTFT_SHARE = 0.1
 # The 0.8.0.dev18 capture (../shared/samples) is 96 KB for its benchmarks; a long sweep's is a few MB.
 # json.loads needs ~10x the text in memory, so 64 MiB bounds the parse near 1 GB.
 MAX_REPORT_BYTES = 64 * 1024 * 1024
@@ -66,17 +79,43 @@ class Percentiles(_Fields):
 
     @model_validator(mode="after")
     def _ordered(self):
-        values = (self.p50, self.p90, self.p95, self.p99)
-        if any(a > b for a, b in zip(values, values[1:])):
-            raise ValueError(f"percentiles out of order (p50 {self.p50:g}, p90 {self.p90:g}, p95 {self.p95:g}, "
-                             f"p99 {self.p99:g}); a report whose statistics contradict themselves is not judged")
-        return self
+        return _ordered(self)
+
+
+class SignedPercentiles(_Fields):
+    """A delay's percentiles: a request started a hair before its scheduled time is a negative one."""
+    p50: float
+    p90: float
+    p95: float
+    p99: float
+
+    @model_validator(mode="after")
+    def _ordered(self):
+        return _ordered(self)
+
+
+def _ordered(self):
+    values = (self.p50, self.p90, self.p95, self.p99)
+    if any(a > b for a, b in zip(values, values[1:])):
+        raise ValueError(f"percentiles out of order (p50 {self.p50:g}, p90 {self.p90:g}, p95 {self.p95:g}, "
+                         f"p99 {self.p99:g}); a report whose statistics contradict themselves is not judged")
+    return self
 
 
 class Distribution(_Fields):
     mean: NonNegative
     count: Count
     percentiles: Percentiles
+
+
+class SignedDistribution(_Fields):
+    mean: float
+    count: Count
+    percentiles: SignedPercentiles
+
+
+class DelayBySuccess(_Fields):
+    successful: SignedDistribution
 
 
 class BySuccess(_Fields):
@@ -99,6 +138,9 @@ class Metrics(_Fields):
     time_to_first_token_ms: BySuccess
     inter_token_latency_ms: BySuccess
     request_latency: BySuccess           # seconds
+    # seconds late against the arrival schedule; GuideLLM 0.8.1 writes it for the constant and poisson
+    # strategies (metrics.py L1001-1009, L1276-1283), 0.8.0.dev18 did not
+    request_dispatch_delay: DelayBySuccess | None = None
 
 
 class Strategy(_Fields):
@@ -184,25 +226,54 @@ class Benchmark:
     duration_s: float
     successful: int
     errored: int
-    incomplete: int
+    incomplete: int             # cancelled by GuideLLM while running (the step's end), not failed by the server
     ttft_ms: Stat
     tpot_ms: Stat               # inter-token latency
     e2e_ms: Stat
+    dispatch_delay_ms: Stat | None = None     # how late the client sent requests (GuideLLM 0.8.1 and later)
+
+    @property
+    def incomplete_explained(self) -> int:
+        """Incomplete requests the step's end accounts for: INCOMPLETE_EXPLAINED x (rate x p99 request
+        latency), the requests Little's law puts in flight when the step is cut."""
+        rate = self.rate if self.rate is not None else self.requests_per_s
+        return math.ceil(INCOMPLETE_EXPLAINED * rate * self.e2e_ms.p99 / 1e3)
+
+    @property
+    def stalled(self) -> int:
+        """Incomplete requests beyond what the step's end explains: stalled, counted as errored."""
+        return max(0, self.incomplete - self.incomplete_explained)
 
     @property
     def error_share(self) -> float:
-        total = self.successful + self.errored + self.incomplete
-        return (self.errored + self.incomplete) / total if total else 1.0
+        """Errored (and stalled) requests among those that finished: the cut ones are no verdict on the server."""
+        failed = self.errored + self.stalled
+        total = self.successful + failed
+        return failed / total if total else 1.0
 
     @property
     def reached_rate(self) -> bool:
         """It achieved (nearly) the rate it offered, so it tested that rate."""
         return self.rate is not None and self.requests_per_s >= ACHIEVED_SHARE * self.rate
 
+    def dispatch_lag_limit_ms(self, ttft_slo_ms: float) -> float | None:
+        if self.rate is None:
+            return None
+        return min(1e3 / self.rate, DISPATCH_LAG_TTFT_SHARE * ttft_slo_ms)
+
+    def kept_schedule(self, ttft_slo_ms: float) -> bool:
+        """The client sent on time (p95 dispatch delay within its limit); true when the report does not say."""
+        limit = self.dispatch_lag_limit_ms(ttft_slo_ms)
+        return self.dispatch_delay_ms is None or limit is None or self.dispatch_delay_ms.p95 <= limit
+
     def meets(self, ttft_slo_ms: float, tpot_slo_ms: float, statistic: str = "mean") -> bool:
         """TTFT and TPOT within the SLOs at the plan's statistic (mean, p50, ... p99), errors within budget."""
         return (self.successful > 0 and self.ttft_ms.at(statistic) <= ttft_slo_ms
                 and self.tpot_ms.at(statistic) <= tpot_slo_ms and self.error_share <= ERROR_BUDGET)
+
+    def tested(self, ttft_slo_ms: float) -> bool:
+        """It tested its rate: achieved it, and the client kept the arrival schedule."""
+        return self.reached_rate and self.kept_schedule(ttft_slo_ms)
 
 
 @dataclass(frozen=True)
@@ -236,13 +307,15 @@ def _stat(d: Distribution, scale: float = 1.0) -> Stat:
 
 def _benchmark(b: GenerativeBenchmark) -> Benchmark:
     m, s = b.metrics, b.config.strategy
+    lag = m.request_dispatch_delay
     return Benchmark(
         strategy=s.type_, rate=s.rate if s.type_ in RATE_STRATEGIES else None,
         requests_per_s=m.requests_per_second.successful.mean, duration_s=b.duration,
         successful=m.request_totals.successful, errored=m.request_totals.errored,
         incomplete=m.request_totals.incomplete,
         ttft_ms=_stat(m.time_to_first_token_ms.successful), tpot_ms=_stat(m.inter_token_latency_ms.successful),
-        e2e_ms=_stat(m.request_latency.successful, scale=1e3))
+        e2e_ms=_stat(m.request_latency.successful, scale=1e3),
+        dispatch_delay_ms=None if lag is None or lag.successful.count == 0 else _stat(lag.successful, scale=1e3))
 
 
 def parse_report(data: Any) -> Report:
@@ -306,10 +379,17 @@ def _planned_step_check(at_plan: list[Benchmark], rated: list[Benchmark], qps: f
     detail = (f"at {b.rate:g} QPS: {stat} TTFT {b.ttft_ms.at(stat):.1f} ms (SLO {ttft_slo:g}), {stat} TPOT "
               f"{b.tpot_ms.at(stat):.1f} ms (SLO {tpot_slo:g}), errors {100 * b.error_share:.1f}% "
               f"(budget {100 * ERROR_BUDGET:g}%)")
+    if b.incomplete:
+        detail += (f", {b.incomplete} cut at the step's end" + (
+            f" ({b.stalled} beyond the {b.incomplete_explained} it explains, counted as errored)" if b.stalled else ""))
     if not b.reached_rate:
         detail += (f"; achieved only {b.requests_per_s:.2f} of {b.rate:g} QPS offered (needs "
                    f"{100 * ACHIEVED_SHARE:g}%), so the planned rate was not tested")
-    return {"name": "slos_at_planned_rate", "ok": b.reached_rate and b.meets(ttft_slo, tpot_slo, stat),
+    elif not b.kept_schedule(ttft_slo):
+        detail += (f"; the client sent late (p95 dispatch delay {b.dispatch_delay_ms.p95:.1f} ms, limit "
+                   f"{b.dispatch_lag_limit_ms(ttft_slo):.1f} ms), so the planned rate was not tested: "
+                   "the load generator, not the fleet, capped it")
+    return {"name": "slos_at_planned_rate", "ok": b.tested(ttft_slo) and b.meets(ttft_slo, tpot_slo, stat),
             "detail": detail}
 
 
@@ -320,7 +400,7 @@ def assess(report: Report, plan, simulation: dict) -> dict:
     stat = getattr(w, "slo_statistic", "mean")
 
     def counts(b: Benchmark) -> bool:
-        return b.reached_rate and b.meets(ttft_slo, tpot_slo, stat)
+        return b.tested(ttft_slo) and b.meets(ttft_slo, tpot_slo, stat)
 
     rated = sorted((b for b in report.benchmarks if b.rate is not None), key=lambda b: b.rate)
     at_plan = [b for b in rated if abs(b.rate - w.qps) <= RATE_MATCH * w.qps]
@@ -341,7 +421,9 @@ def assess(report: Report, plan, simulation: dict) -> dict:
         f"{after_loss:.2f} QPS against {w.qps:g} planned")})
     return {
         "report": {"guidellm_version": report.guidellm_version, "target": report.target, "model": report.model,
-                   "benchmarks": [{**asdict(b), "error_share": round(b.error_share, 4), "reached_rate": b.reached_rate,
+                   "benchmarks": [{**asdict(b), "error_share": round(b.error_share, 4),
+                                   "incomplete_explained": b.incomplete_explained, "stalled": b.stalled,
+                                   "reached_rate": b.reached_rate, "kept_schedule": b.kept_schedule(ttft_slo),
                                    "meets_slos": b.meets(ttft_slo, tpot_slo, stat)} for b in report.benchmarks]},
         "measured": {
             "ttft_p95_ms": at_plan[0].ttft_ms.p95 if at_plan else None,

@@ -105,10 +105,13 @@ def test_a_report_this_parser_cannot_read_says_why(sample, mutate, message):
 
 
 # -- the verdict -----------------------------------------------------------------------------------
-def step(rate: float, ttft: float, tpot: float, errored: int = 0) -> Benchmark:
+def step(rate: float, ttft: float, tpot: float, errored: int = 0, incomplete: int = 0,
+         lag_p95_ms: float | None = None) -> Benchmark:
     def s(mean):
         return Stat(mean, mean, 1.5 * mean, 2 * mean, 100)
-    return Benchmark("poisson", rate, rate, 300.0, 1000 - errored, errored, 0, s(ttft), s(tpot), s(ttft + 300 * tpot))
+    lag = None if lag_p95_ms is None else Stat(lag_p95_ms / 2, lag_p95_ms / 2, lag_p95_ms, lag_p95_ms, 100)
+    return Benchmark("poisson", rate, rate, 300.0, 1000 - errored, errored, incomplete, s(ttft), s(tpot),
+                     s(ttft + 300 * tpot), lag)
 
 
 def verdict(plan, *steps: Benchmark) -> dict:
@@ -138,6 +141,60 @@ def test_the_plan_fails_on_the_check_that_breaks(prod_plan, steps, failed, detai
     assert not v["holds"]
     broken = [c for c in v["checks"] if not c["ok"]]
     assert [(c["name"], c["detail"]) for c in broken][0] == (failed, detail)
+
+
+# A healthy step at 10 QPS has ~rate x latency = 10 x 5.2 s = 52 requests running when its time is up: GuideLLM
+# cancels them ("incomplete"). step(10, 120, 17): p99 request latency 2 x 5,220 ms, so the end explains
+# ceil(2 x 10 x 10.44) = 209 of them; more are stalled requests, counted as errored.
+@pytest.mark.parametrize("incomplete, holds, detail", [
+    (0, True, "at 10 QPS: mean TTFT 120.0 ms (SLO 1000), mean TPOT 17.0 ms (SLO 40), errors 0.0% (budget 1%)"),
+    (52, True, "at 10 QPS: mean TTFT 120.0 ms (SLO 1000), mean TPOT 17.0 ms (SLO 40), errors 0.0% (budget 1%), "
+               "52 cut at the step's end"),
+    (209, True, "at 10 QPS: mean TTFT 120.0 ms (SLO 1000), mean TPOT 17.0 ms (SLO 40), errors 0.0% (budget 1%), "
+                "209 cut at the step's end"),
+    (219, True, "at 10 QPS: mean TTFT 120.0 ms (SLO 1000), mean TPOT 17.0 ms (SLO 40), errors 1.0% (budget 1%), "
+                "219 cut at the step's end (10 beyond the 209 it explains, counted as errored)"),
+    (400, False, "at 10 QPS: mean TTFT 120.0 ms (SLO 1000), mean TPOT 17.0 ms (SLO 40), errors 16.0% (budget 1%), "
+                 "400 cut at the step's end (191 beyond the 209 it explains, counted as errored)"),
+])
+def test_requests_cut_at_the_steps_end_are_not_errors_unless_more_than_it_explains(prod_plan, incomplete, holds,
+                                                                                    detail):
+    v = verdict(prod_plan, step(10, 120, 17, incomplete=incomplete), step(20, 300, 30))
+    assert (v["holds"], v["checks"][0]["detail"]) == (holds, detail)
+    b = v["report"]["benchmarks"][0]
+    assert (b["incomplete"], b["incomplete_explained"], b["stalled"]) == (incomplete, 209, max(0, incomplete - 209))
+
+
+def test_the_error_budget_is_over_finished_requests_only(prod_plan):
+    """10 errored of 1,000 finished is 1.0% (within budget) whether 0 or 150 more were cut at the end;
+    before, the cut ones counted as errors (16% at 150) and a healthy fleet failed."""
+    for cut in (0, 150):
+        b = step(10, 120, 17, errored=10, incomplete=cut)
+        assert b.error_share == 0.01
+        assert verdict(prod_plan, b, step(20, 300, 30))["holds"]
+
+
+@pytest.mark.parametrize("rate, lag_p95_ms, counts, limit_ms", [
+    (10, 40.0, True, 100.0),     # limit min(1/rate = 100 ms, 10% of the 1 s TTFT SLO = 100 ms)
+    (10, 100.0, True, 100.0),
+    (10, 150.0, False, 100.0),
+    (20, 60.0, False, 50.0),     # 1/rate = 50 ms binds
+    (20, None, True, 50.0),      # a report without dispatch delays (GuideLLM 0.8.0.dev18) is taken as on time
+])
+def test_a_step_the_client_sent_late_did_not_test_its_rate(prod_plan, rate, lag_p95_ms, counts, limit_ms):
+    b = step(rate, 120, 17, lag_p95_ms=lag_p95_ms)
+    assert b.dispatch_lag_limit_ms(1000.0) == limit_ms
+    assert b.kept_schedule(1000.0) is counts and b.tested(1000.0) is counts
+
+
+def test_a_late_client_at_the_planned_rate_is_named_not_blamed_on_the_fleet(prod_plan):
+    v = verdict(prod_plan, step(10, 120, 17, lag_p95_ms=250.0), step(20, 300, 30))
+    assert not v["holds"]
+    assert v["checks"][0]["detail"] == (
+        "at 10 QPS: mean TTFT 120.0 ms (SLO 1000), mean TPOT 17.0 ms (SLO 40), errors 0.0% (budget 1%); the client "
+        "sent late (p95 dispatch delay 250.0 ms, limit 100.0 ms), so the planned rate was not tested: the load "
+        "generator, not the fleet, capped it")
+    assert v["report"]["benchmarks"][0]["kept_schedule"] is False
 
 
 def short(rate: float, achieved: float, ttft: float = 120, tpot: float = 17) -> Benchmark:
@@ -182,6 +239,21 @@ def test_prod_plan_is_not_shown_by_the_sample_and_exits_1(sample):
     result = run(str(sample), "--stack", "prod")
     assert result.exit_code == 1
     assert "FAIL slos_at_planned_rate: no constant or poisson step at the planned 10 QPS (rates: 2, 4)" in result.stdout
+
+
+def test_the_table_shows_cut_requests_apart_and_stalled_ones_as_errors(sample, tmp_path):
+    """The capture's first step with 3 requests cut at its end: at 2 QPS and a p99 latency of 20 ms the end
+    explains ceil(2 x 2 x 0.020) = 1, so 2 are stalled (errors); the second step with 1 cut has none stalled."""
+    data = json.loads(sample.read_text())
+    data["benchmarks"][0]["metrics"]["request_totals"].update(incomplete=3)
+    data["benchmarks"][1]["metrics"]["request_totals"].update(incomplete=1)
+    (tmp_path / "r.json").write_text(json.dumps(data))
+    result = run(str(tmp_path / "r.json"), "--stack", "dev")
+    rows = [line.split("│")[1:-1] for line in result.stdout.splitlines() if line.startswith("│ constant")]
+    assert [[cell.strip() for cell in row][:4] for row in rows] == [
+        ["constant", "2", "0.40 (short)", "2 / 2 / 3"], ["constant", "4", "0.79 (short)", "2 / 0 / 1"]]
+    assert "cut: cancelled by GuideLLM when the step's time was up, not counted against the error budget." in \
+        " ".join(result.stdout.split())
 
 
 def test_json_puts_measured_plan_and_simulation_side_by_side(sample):
