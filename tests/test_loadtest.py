@@ -273,7 +273,7 @@ def test_json_puts_measured_plan_and_simulation_side_by_side(sample):
     (lambda tmp: Path("/dev/zero"),
      "error: RESULTS: /dev/zero: is a character device; give a GuideLLM JSON report (a regular file)"),
     (lambda tmp: sparse(tmp / "big.json", 5 * 2**30),
-     "error: RESULTS: {tmp}/big.json: 5,368,709,120 bytes; a GuideLLM JSON report is at most 67,108,864"),
+     "error: RESULTS: {tmp}/big.json: 5,368,709,120 bytes; a GuideLLM JSON report is at most 4,294,967,296"),
     (lambda tmp: (tmp / "x.json").write_text("{oops") and tmp / "x.json",
      "error: RESULTS: {tmp}/x.json: not JSON (Expecting property name enclosed in double quotes at line 1)"),
     (lambda tmp: (tmp / "y.json").write_text("[1]") and tmp / "y.json",
