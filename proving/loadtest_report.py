@@ -322,9 +322,27 @@ def _benchmark(b: GenerativeBenchmark) -> Benchmark:
         dispatch_delay_ms=None if lag is None or lag.successful.count == 0 else _stat(lag.successful, scale=1e3))
 
 
+# Other load generators' result files, told apart by the keys they always write, and refused by name:
+# no real capture of either is at hand to test a reader on, so neither is read (docs/proving.md).
+OTHER_CLIENTS = (
+    # vLLM 0.29.0 `vllm bench serve --save-result`: vllm/benchmarks/serve.py L2226-2262 (date, endpoint_type,
+    # backend, model_id, num_prompts, request_rate, ...) merged with the result, L1271-1292 (duration, completed,
+    # failed, request_throughput, ...); no version field.
+    ("a vllm bench serve result", {"date", "backend", "completed", "request_throughput"}),
+    # kubernetes-sigs inference-perf 0.7.0 `*_lifecycle_metrics.json`: inference_perf/reportgen/base.py
+    # L389-397 (ResponsesSummary: benchmark_time_seconds, load_summary, successes, failures); no version field.
+    ("an inference-perf lifecycle-metrics report", {"benchmark_time_seconds", "load_summary", "successes", "failures"}),
+)
+NOT_GUIDELLM = "not a GuideLLM report: this reads GuideLLM 0.8.x benchmarks.json"
+
+
 def parse_report(data: Any) -> Report:
     if not isinstance(data, dict):
         raise ReportError("not a GuideLLM report (a JSON object with metadata, config, benchmarks)")
+    if "benchmarks" not in data:
+        for name, keys in OTHER_CLIENTS:
+            if keys <= data.keys():
+                raise ReportError(f"{NOT_GUIDELLM}; {name} is not read yet")
     version = data.get("metadata", {}).get("version") if isinstance(data.get("metadata"), dict) else None
     if isinstance(version, int) and version != SCHEMA_VERSION:
         raise ReportError(f"report schema version {version}; this parser reads version {SCHEMA_VERSION} "

@@ -293,6 +293,34 @@ def test_bad_results_are_one_line_and_exit_code_2(tmp_path, make, message):
     assert result.stderr == message.format(tmp=tmp_path) + "\n"
 
 
+# Other clients' result files, with the keys their pinned sources always write (no real capture of either
+# is at hand: they are refused, by name). vLLM 0.29.0 vllm/benchmarks/serve.py L2226-2262 and L1271-1292:
+VLLM_BENCH_SERVE = {
+    "date": "20260722-060114", "endpoint_type": "openai", "backend": "openai", "label": None, "model_id": "m",
+    "tokenizer_id": "m", "num_prompts": 200, "request_rate": 1.0, "burstiness": 1.0, "max_concurrency": None,
+    "duration": 204.45, "completed": 199, "failed": 1, "total_input_tokens": 39800, "total_output_tokens": 25472,
+    "request_throughput": 0.97, "request_goodput": None, "output_throughput": 124.6, "mean_ttft_ms": 54.6,
+    "ttfts": [0.05] * 3, "itls": [[0.01, 0.01]] * 3, "generated_texts": ["x"] * 3}
+# inference-perf 0.7.0 inference_perf/reportgen/base.py L389-397 (ResponsesSummary) and L694-711 (load_summary):
+INFERENCE_PERF = {
+    "benchmark_time_seconds": 61.2, "load_summary": {"count": 600, "schedule_delay": None, "send_duration": 59.9,
+                                                     "requested_rate": 10.0, "achieved_rate": 10.0},
+    "successes": {"count": 600, "latency": {}}, "failures": {"count": 0}}
+
+
+@pytest.mark.parametrize("doc, message", [
+    (VLLM_BENCH_SERVE, "not a GuideLLM report: this reads GuideLLM 0.8.x benchmarks.json; a vllm bench serve result "
+                       "is not read yet"),
+    (INFERENCE_PERF, "not a GuideLLM report: this reads GuideLLM 0.8.x benchmarks.json; an inference-perf "
+                     "lifecycle-metrics report is not read yet"),
+    ({"completed": 1}, "metadata: missing"),
+])
+def test_another_clients_result_is_refused_naming_what_this_reads(tmp_path, doc, message):
+    (tmp_path / "r.json").write_text(json.dumps(doc))
+    result = run(str(tmp_path / "r.json"))
+    assert (result.exit_code, result.stderr) == (2, f"error: RESULTS: {tmp_path}/r.json: {message}\n")
+
+
 def sparse(path: Path, size: int) -> Path:
     """A file of `size` bytes that takes no disk (a hole): what a 5 GB report looks like to stat."""
     with path.open("wb") as fh:
