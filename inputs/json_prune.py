@@ -149,28 +149,32 @@ class _Reader:
                 self.emit(c)
                 self.pos += 1
             elif c == '"':
-                m = _STRING.match(self.buf, self.pos)
-                if m is None:
-                    if self.more():
-                        continue
-                    self.emit(self.buf[self.pos:])     # unterminated: json_doc names it
-                    self.pos = len(self.buf)
-                    continue
-                token = m.group()
-                if top is not None and top[0] and top[2]:
-                    try:
-                        top[1] = json.loads(token)     # a key: its value comes next
-                    except ValueError:
-                        top[1] = None
-                    top[2] = False
-                self.emit(token)
-                self.pos = m.end()
+                self.keep_string(top)
             else:
                 m = _SCALAR.match(self.buf, self.pos)
                 if m.end() >= len(self.buf) and not self.eof and self.more():
                     continue                            # a number split across chunks
                 self.emit(m.group())
                 self.pos = m.end()
+
+    def keep_string(self, top: list | None) -> None:
+        """A string, read whole (more chunks if it runs past this one); in an object's key place, the key."""
+        m = _STRING.match(self.buf, self.pos)
+        while m is None and self.more():
+            m = _STRING.match(self.buf, self.pos)
+        if m is None:
+            self.emit(self.buf[self.pos:])             # unterminated: json_doc names it
+            self.pos = len(self.buf)
+            return
+        token = m.group()
+        if top is not None and top[0] and top[2]:
+            try:
+                top[1] = json.loads(token)             # a key: its value comes next
+            except ValueError:
+                top[1] = None
+            top[2] = False
+        self.emit(token)
+        self.pos = m.end()
 
     # -- skipped values ------------------------------------------------------------------------
     def skip_value(self) -> None:
