@@ -23,7 +23,7 @@ import pulumi_kubernetes as k8s
 
 from conventions import GUIDELLM_IMAGE, LABEL_ROLE
 from deployment.api_keys import client_key
-from deployment.jobs import RESULTS_PATH, SCENARIO_PATH, LoadTestSpec
+from deployment.jobs import CLIENT_PROCESSES, RESULTS_PATH, SCENARIO_PATH, LoadTestSpec
 from deployment.serving import HUB_TOKEN_DIR, HUB_TOKEN_KEY
 
 from .options import after, own
@@ -47,6 +47,9 @@ def guidellm_container(secret_ref: dict) -> dict:
             # GuideLLM reads its API key only from its settings, so that one stays in the env.
             {"name": "HF_TOKEN_PATH", "value": f"{HUB_TOKEN_DIR}/{HUB_TOKEN_KEY}"},
             {"name": "HOME", "value": "/tmp"}, {"name": "HF_HOME", "value": "/tmp/hf"},
+            # One worker process, so the arrivals are Poisson (deployment.jobs.CLIENT_PROCESSES; GuideLLM's
+            # settings read GUIDELLM__ variables, guidellm 0.8.1 settings.py L75-76 and L103).
+            {"name": "GUIDELLM__MAX_WORKER_PROCESSES", "value": str(CLIENT_PROCESSES)},
         ],
         "resources": {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"memory": "8Gi"}},
         "volumeMounts": [{"name": "scenario", "mountPath": SCENARIO_PATH, "readOnly": True},

@@ -26,6 +26,18 @@ RESULTS_PATH = "/results"
 SCENARIO_PATH = "/config"
 SEED = 42
 LOAD_TEST_SETUP_MARGIN_S = 1800    # image pull, tokenizer download, warm-up, between-step drain
+# GuideLLM validates its target with `GET {target}/{api_routes["/health"]}` in the main process and
+# again in every worker before any request (guidellm 0.8.1 backends/openai/http.py L131-147, called
+# from benchmark/entrypoints.py L118-120 and scheduler/worker.py L289; the default route is "health",
+# schemas/backends/openai_http.py L16-17, merged with ours at L168-172). The gateway routes only the
+# OpenAI paths, so /health would be a 404 and the Job would exit 1 before sending a request: the
+# check goes to /v1/models instead, through the same route, TLS, key and backend as the load.
+HEALTH_ROUTE = {"/health": "v1/models"}
+# One GuideLLM worker process. Each process draws its Poisson gaps from its own random.Random(seed)
+# (scheduler/strategies.py L693-696) into one shared clock (L703-706): with GuideLLM's default of 10
+# processes (settings.py L103, worker_group.py L174-181) every gap is drawn 10 times, a burstier
+# process than Poisson at the same mean. With one process the arrivals are Poisson at the rate.
+CLIENT_PROCESSES = 1
 
 
 # -- figures derived from the plan (pure) ----------------------------------------------------
@@ -66,8 +78,11 @@ def scenario(plan: Plan, run: LoadTestRun) -> dict:
     w, lt = plan.request.workload, run.load_test
     spec = {
         "backend": {"kind": "openai_http", "target": gateway_url(run.hostname), "model": run.served_name,
-                    "request_format": "/v1/completions"},
-        "profile": {"kind": lt.arrivals, "rate": loadtest_rates(plan, lt.sweepSteps)},
+                    "request_format": "/v1/completions", "api_routes": dict(HEALTH_ROUTE)},
+        "profile": {"kind": lt.arrivals, "rate": loadtest_rates(plan, lt.sweepSteps),
+                    # measured between a warm-up and a cool-down (GuideLLM's own phases): see transient_s
+                    "warmup": {"mode": "duration", "value": transient_s(plan, lt)},
+                    "cooldown": {"mode": "duration", "value": transient_s(plan, lt)}},
         "constraints": [{"kind": "max_duration", "seconds": lt.stepSeconds}],
         "tokenizer": {"kind": "huggingface_auto", "model": run.checkpoint},
         "data": [synthetic_data(w)],
@@ -77,6 +92,29 @@ def scenario(plan: Plan, run: LoadTestRun) -> dict:
     spec["outputs"] = [{"kind": "json", "path": f"{RESULTS_PATH}/guidellm-{run.stack}-{digest}.json"}]
     labels = {"stack": run.stack, "plan-qps": f"{w.qps:g}", "plan-capacity-qps": f"{plan.capacity_qps:.2f}"}
     return {"metadata": {"labels": labels}, "spec": spec}
+
+
+def transient_s(plan: Plan, lt: LoadTestSettings) -> int:
+    """Seconds left out of each step's figures at its start (warm-up) and at its end (cool-down):
+    twice the longest a request meeting both SLOs takes (TTFT SLO + output tokens x TPOT SLO),
+    never more than a fifth of the step.
+
+    GuideLLM computes a step's metrics over [start + warm-up, end - cool-down] and keeps a request
+    that overlaps that window (benchmark/schemas/metrics.py L1246-1257, accumulator.py L632-677;
+    the phases are the profile's `warmup`/`cooldown`, schemas/benchmark/profiles/profile.py L63-72,
+    in seconds with mode "duration", schemas/benchmark/transient.py L85-121). Left out:
+    - the start: a burst, not Poisson arrivals. The main process publishes the step's start time
+      (scheduler/strategies.py L163-165) before it sets the Poisson clock (L677-678), so a worker
+      that wakes in between adds its gap to the clock's initial -1.0 (L656, L703-706): a time long
+      past, sent at once, and again until the clock is set. Those requests, and the queue they
+      leave, end within the warm-up.
+    - the end: GuideLLM cancels what is still running when the step's time is up (scheduler/
+      constraints/request.py L240-242: "incomplete" in the report). A request that starts in the
+      cool-down is outside the window, so a healthy step reports (almost) none; one still running
+      after a whole cool-down is slow, and the verdict counts it (proving/loadtest_report.py)."""
+    w = plan.request.workload
+    slo_request_s = w.ttft_slo_s + w.output_tokens * w.tpot_slo_s
+    return max(1, min(math.ceil(2 * slo_request_s), lt.stepSeconds // 5))
 
 
 def synthetic_data(w: Workload) -> dict:

@@ -126,6 +126,39 @@ def read_regular_file(path, max_bytes: int, what: str = "file") -> bytes:
     return b"".join(chunks)
 
 
+def iter_regular_file(path, max_bytes: int, what: str = "file", chunk_bytes: int = CHUNK):
+    """The bytes of a regular file of at most `max_bytes`, in chunks of `chunk_bytes` (the checks of
+    `read_regular_file`, without holding the file): for a reader whose memory must not grow with it."""
+    check_path_length(path)
+    try:
+        _check_stat(path, os.stat(path), max_bytes, what)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise InputError(f"{shown(path)}: no such file; check the path (a {what})") from None
+    except NotADirectoryError:
+        raise InputError(f"{shown(path)}: a part of the path is a file, not a folder; check the path") from None
+    except OSError as exc:
+        raise InputError(f"{shown(path)}: cannot be read ({exc.strerror}); check the path and its permissions") from None
+    try:
+        _check_stat(path, os.fstat(fd), max_bytes, what)
+        total = 0
+        while True:
+            try:
+                chunk = os.read(fd, min(chunk_bytes, max_bytes + 1 - total))
+            except BlockingIOError:
+                raise InputError(f"{shown(path)}: would block; give a {what} (a regular file)") from None
+            except OSError as exc:
+                raise InputError(f"{shown(path)}: cannot be read ({exc.strerror})") from None
+            if not chunk:
+                return
+            total += len(chunk)
+            if total > max_bytes:
+                raise InputError(f"{shown(path)}: more than {max_bytes:,} bytes; a {what} is at most {max_bytes:,}")
+            yield chunk
+    finally:
+        os.close(fd)
+
+
 def read_text(path, max_bytes: int, what: str = "file") -> str:
     """`read_regular_file` decoded as UTF-8 (a BOM is dropped), or InputError naming the byte."""
     data = read_regular_file(path, max_bytes, what)
@@ -136,5 +169,6 @@ def read_text(path, max_bytes: int, what: str = "file") -> str:
                          "save it as UTF-8") from None
 
 
-__all__ = ["InputError", "NAME_MAX", "PATH_MAX", "PSEUDO_FOLDERS", "file_in_folder", "check_path_length", "read_regular_file", "read_text",
+__all__ = ["InputError", "NAME_MAX", "PATH_MAX", "PSEUDO_FOLDERS", "file_in_folder", "check_path_length", "iter_regular_file",
+           "read_regular_file", "read_text",
            "shown"]

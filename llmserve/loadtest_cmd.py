@@ -48,15 +48,19 @@ def _print(v: dict, stack: str) -> None:
     console = Console(width=max(Console().width, 110), markup=False, highlight=False)
     r = v["report"]
     console.print(f"GuideLLM {r['guidellm_version']} against {r['target']} ({r['model']}); plan: stack {stack}.")
-    steps = Table("strategy", "rate", "achieved", "ok / errors", "TTFT mean", "TTFT p95", "TPOT mean", "TPOT p95",
-                  "meets SLOs")
+    # ok / errors / cut: completed, errored (and stalled), cancelled at the step's end (no verdict on the server)
+    steps = Table("strategy", "rate", "achieved", "ok / errors / cut", "TTFT mean", "TTFT p95", "TPOT mean",
+                  "TPOT p95", "meets SLOs")
     for b in r["benchmarks"]:
-        short = "" if b["rate"] is None or b["reached_rate"] else " (short)"     # did not test its rate
+        short = ("" if b["rate"] is None else " (short)" if not b["reached_rate"]      # did not test its rate
+                 else " (late)" if not b["kept_schedule"] else "")                     # the client fell behind
         steps.add_row(b["strategy"], "-" if b["rate"] is None else f"{b['rate']:g}", f"{b['requests_per_s']:.2f}{short}",
-                      f"{b['successful']} / {b['errored'] + b['incomplete']}", f"{b['ttft_ms']['mean']:.1f}",
+                      f"{b['successful']} / {b['errored'] + b['stalled']} / {b['incomplete']}", f"{b['ttft_ms']['mean']:.1f}",
                       f"{b['ttft_ms']['p95']:.1f}", f"{b['tpot_ms']['mean']:.1f}", f"{b['tpot_ms']['p95']:.1f}",
                       "yes" if b["meets_slos"] else "no")
     console.print(steps)
+    console.print("errors: errored, and cut requests beyond what the step's end explains (stalled); cut: cancelled "
+                  "by GuideLLM when the step's time was up, not counted against the error budget.")
     m, pl, s = v["measured"], v["plan"], v["simulation"]
     cmp = Table(f"at {pl['qps']:g} QPS on {pl['replicas']} replica(s)", "measured", "plan (analytic)", "simulation")
     cmp.add_row("TTFT p95 (ms)", _n(m["ttft_p95_ms"]), _n(pl["ttft_p95_ms"]), _n(s["ttft_p95_ms"]))

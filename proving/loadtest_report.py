@@ -15,15 +15,16 @@ SLOs hold at the planned rate nor raise the measured capacity.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from inputs import json_doc
+from inputs import json_doc, json_prune
 from inputs import InputError
-from inputs.files import check_path_length, read_regular_file
+from inputs.files import check_path_length, iter_regular_file
 from inputs.untrusted import printable, redact_text, redact_url
 
 SCHEMA_VERSION = 2
@@ -35,9 +36,25 @@ ACHIEVED_SHARE = 0.9     # a step counts when it achieved >= 90% of its offered 
 # stay within a few percent; 1.5x leaves room for short steps and still refuses a 1000x claim.
 MAX_OVER_OFFERED = 1.5
 ERROR_BUDGET = 0.01      # at most 1% errored requests in a step that counts as meeting the SLOs
-# The 0.8.0.dev18 capture (../shared/samples) is 96 KB for its benchmarks; a long sweep's is a few MB.
-# json.loads needs ~10x the text in memory, so 64 MiB bounds the parse near 1 GB.
-MAX_REPORT_BYTES = 64 * 1024 * 1024
+# Requests GuideLLM cancels when a step's time is up are "incomplete" (guidellm 0.8.1 scheduler/constraints/
+# request.py L240-242 stops processing; benchmark/schemas/accumulator.py L895-897 files a request cancelled
+# after it started as incomplete): not server errors. The step's end explains up to what Little's law puts
+# in flight at the p99 request latency, twice over; beyond that a request still running is a stalled one,
+# and the excess counts as errored.
+INCOMPLETE_EXPLAINED = 2.0
+# The client kept the arrival schedule when its p95 dispatch delay (a request's actual start minus its
+# scheduled one, guidellm 0.8.1 schemas/base/request_stats.py L126-148, reported as metrics.
+# request_dispatch_delay, benchmark/schemas/metrics.py L1001) is under the mean gap between arrivals
+# and under a tenth of the TTFT SLO: a later client sends bunched arrivals, and GuideLLM's TTFT, timed
+# from the actual start, leaves its lag out.
+DISPATCH_LAG_TTFT_SHARE = 0.1
+# A prod sweep's report is 200-330 MB, 6.2-6.6 KB per request: GuideLLM keeps each request's stats and
+# its prompt and output text. The reader holds only the statistics (the 0.8.0.dev18 capture's are 96 KB
+# for two steps, ~30 KB a step), at most MAX_KEPT_CHARS (json.loads needs ~10x that), and skips the rest
+# as it streams past, so the file's size costs time (~3 s per 100 MB, docs/proving.md), not memory.
+MAX_REPORT_BYTES = 4 * 1024**3
+MAX_KEPT_CHARS = 16 * 1024**2
+MAX_DEPTH = 64           # a report's statistics nest ~8 deep
 
 
 class ReportError(ValueError):
@@ -66,17 +83,43 @@ class Percentiles(_Fields):
 
     @model_validator(mode="after")
     def _ordered(self):
-        values = (self.p50, self.p90, self.p95, self.p99)
-        if any(a > b for a, b in zip(values, values[1:])):
-            raise ValueError(f"percentiles out of order (p50 {self.p50:g}, p90 {self.p90:g}, p95 {self.p95:g}, "
-                             f"p99 {self.p99:g}); a report whose statistics contradict themselves is not judged")
-        return self
+        return _ordered(self)
+
+
+class SignedPercentiles(_Fields):
+    """A delay's percentiles: a request started a hair before its scheduled time is a negative one."""
+    p50: float
+    p90: float
+    p95: float
+    p99: float
+
+    @model_validator(mode="after")
+    def _ordered(self):
+        return _ordered(self)
+
+
+def _ordered(self):
+    values = (self.p50, self.p90, self.p95, self.p99)
+    if any(a > b for a, b in zip(values, values[1:])):
+        raise ValueError(f"percentiles out of order (p50 {self.p50:g}, p90 {self.p90:g}, p95 {self.p95:g}, "
+                         f"p99 {self.p99:g}); a report whose statistics contradict themselves is not judged")
+    return self
 
 
 class Distribution(_Fields):
     mean: NonNegative
     count: Count
     percentiles: Percentiles
+
+
+class SignedDistribution(_Fields):
+    mean: float
+    count: Count
+    percentiles: SignedPercentiles
+
+
+class DelayBySuccess(_Fields):
+    successful: SignedDistribution
 
 
 class BySuccess(_Fields):
@@ -99,6 +142,9 @@ class Metrics(_Fields):
     time_to_first_token_ms: BySuccess
     inter_token_latency_ms: BySuccess
     request_latency: BySuccess           # seconds
+    # seconds late against the arrival schedule; GuideLLM 0.8.1 writes it for the constant and poisson
+    # strategies (metrics.py L1001-1009, L1276-1283), 0.8.0.dev18 did not
+    request_dispatch_delay: DelayBySuccess | None = None
 
 
 class Strategy(_Fields):
@@ -184,25 +230,54 @@ class Benchmark:
     duration_s: float
     successful: int
     errored: int
-    incomplete: int
+    incomplete: int             # cancelled by GuideLLM while running (the step's end), not failed by the server
     ttft_ms: Stat
     tpot_ms: Stat               # inter-token latency
     e2e_ms: Stat
+    dispatch_delay_ms: Stat | None = None     # how late the client sent requests (GuideLLM 0.8.1 and later)
+
+    @property
+    def incomplete_explained(self) -> int:
+        """Incomplete requests the step's end accounts for: INCOMPLETE_EXPLAINED x (rate x p99 request
+        latency), the requests Little's law puts in flight when the step is cut."""
+        rate = self.rate if self.rate is not None else self.requests_per_s
+        return math.ceil(INCOMPLETE_EXPLAINED * rate * self.e2e_ms.p99 / 1e3)
+
+    @property
+    def stalled(self) -> int:
+        """Incomplete requests beyond what the step's end explains: stalled, counted as errored."""
+        return max(0, self.incomplete - self.incomplete_explained)
 
     @property
     def error_share(self) -> float:
-        total = self.successful + self.errored + self.incomplete
-        return (self.errored + self.incomplete) / total if total else 1.0
+        """Errored (and stalled) requests among those that finished: the cut ones are no verdict on the server."""
+        failed = self.errored + self.stalled
+        total = self.successful + failed
+        return failed / total if total else 1.0
 
     @property
     def reached_rate(self) -> bool:
         """It achieved (nearly) the rate it offered, so it tested that rate."""
         return self.rate is not None and self.requests_per_s >= ACHIEVED_SHARE * self.rate
 
+    def dispatch_lag_limit_ms(self, ttft_slo_ms: float) -> float | None:
+        if self.rate is None:
+            return None
+        return min(1e3 / self.rate, DISPATCH_LAG_TTFT_SHARE * ttft_slo_ms)
+
+    def kept_schedule(self, ttft_slo_ms: float) -> bool:
+        """The client sent on time (p95 dispatch delay within its limit); true when the report does not say."""
+        limit = self.dispatch_lag_limit_ms(ttft_slo_ms)
+        return self.dispatch_delay_ms is None or limit is None or self.dispatch_delay_ms.p95 <= limit
+
     def meets(self, ttft_slo_ms: float, tpot_slo_ms: float, statistic: str = "mean") -> bool:
         """TTFT and TPOT within the SLOs at the plan's statistic (mean, p50, ... p99), errors within budget."""
         return (self.successful > 0 and self.ttft_ms.at(statistic) <= ttft_slo_ms
                 and self.tpot_ms.at(statistic) <= tpot_slo_ms and self.error_share <= ERROR_BUDGET)
+
+    def tested(self, ttft_slo_ms: float) -> bool:
+        """It tested its rate: achieved it, and the client kept the arrival schedule."""
+        return self.reached_rate and self.kept_schedule(ttft_slo_ms)
 
 
 @dataclass(frozen=True)
@@ -236,18 +311,38 @@ def _stat(d: Distribution, scale: float = 1.0) -> Stat:
 
 def _benchmark(b: GenerativeBenchmark) -> Benchmark:
     m, s = b.metrics, b.config.strategy
+    lag = m.request_dispatch_delay
     return Benchmark(
         strategy=s.type_, rate=s.rate if s.type_ in RATE_STRATEGIES else None,
         requests_per_s=m.requests_per_second.successful.mean, duration_s=b.duration,
         successful=m.request_totals.successful, errored=m.request_totals.errored,
         incomplete=m.request_totals.incomplete,
         ttft_ms=_stat(m.time_to_first_token_ms.successful), tpot_ms=_stat(m.inter_token_latency_ms.successful),
-        e2e_ms=_stat(m.request_latency.successful, scale=1e3))
+        e2e_ms=_stat(m.request_latency.successful, scale=1e3),
+        dispatch_delay_ms=None if lag is None or lag.successful.count == 0 else _stat(lag.successful, scale=1e3))
+
+
+# Other load generators' result files, told apart by the keys they always write, and refused by name:
+# no real capture of either is at hand to test a reader on, so neither is read (docs/proving.md).
+OTHER_CLIENTS = (
+    # vLLM 0.29.0 `vllm bench serve --save-result`: vllm/benchmarks/serve.py L2226-2262 (date, endpoint_type,
+    # backend, model_id, num_prompts, request_rate, ...) merged with the result, L1271-1292 (duration, completed,
+    # failed, request_throughput, ...); no version field.
+    ("a vllm bench serve result", {"date", "backend", "completed", "request_throughput"}),
+    # kubernetes-sigs inference-perf 0.7.0 `*_lifecycle_metrics.json`: inference_perf/reportgen/base.py
+    # L389-397 (ResponsesSummary: benchmark_time_seconds, load_summary, successes, failures); no version field.
+    ("an inference-perf lifecycle-metrics report", {"benchmark_time_seconds", "load_summary", "successes", "failures"}),
+)
+NOT_GUIDELLM = "not a GuideLLM report: this reads GuideLLM 0.8.x benchmarks.json"
 
 
 def parse_report(data: Any) -> Report:
     if not isinstance(data, dict):
         raise ReportError("not a GuideLLM report (a JSON object with metadata, config, benchmarks)")
+    if "benchmarks" not in data:
+        for name, keys in OTHER_CLIENTS:
+            if keys <= data.keys():
+                raise ReportError(f"{NOT_GUIDELLM}; {name} is not read yet")
     version = data.get("metadata", {}).get("version") if isinstance(data.get("metadata"), dict) else None
     if isinstance(version, int) and version != SCHEMA_VERSION:
         raise ReportError(f"report schema version {version}; this parser reads version {SCHEMA_VERSION} "
@@ -269,20 +364,37 @@ def parse_report(data: Any) -> Report:
                   model=str(backend.model), benchmarks=tuple(benches))
 
 
+def _skipped(path: list) -> bool:
+    """What the verdict never reads: each benchmark's per-request lists (what makes a report big: GuideLLM
+    0.8.1 keeps every request's stats, prompt and output text when metrics.sample_size is unset,
+    benchmark/schemas/benchmark.py L62-71, schemas/benchmark/entrypoints.py L132-141), and at the top
+    every key but the three it reads (their names stay, for telling other clients' files apart)."""
+    return ((len(path) == 3 and path[0] == "benchmarks" and path[2] == "requests")
+            or (len(path) == 1 and isinstance(path[0], str) and path[0] not in ("metadata", "config", "benchmarks")))
+
+
 def read_report(path: Path) -> Report:
     """The report at `path` (or `path`/benchmarks.json): a regular file of at most MAX_REPORT_BYTES,
-    checked by `stat` before it is opened (inputs.files: no FIFO, device or sparse giant)."""
+    checked by `stat` before it is opened (inputs.files: no FIFO, device or sparse giant), read in
+    chunks with the per-request lists skipped as they pass (inputs.json_prune): its memory is the
+    statistics', at most MAX_KEPT_CHARS, not the file's."""
     try:
         check_path_length(path)
         if path.is_dir():
             path = path / "benchmarks.json"       # GuideLLM's default file name in a folder
-        raw = read_regular_file(path, MAX_REPORT_BYTES, "GuideLLM JSON report")
+        text = json_prune.pruned_text(iter_regular_file(path, MAX_REPORT_BYTES, "GuideLLM JSON report"),
+                                      _skipped, MAX_KEPT_CHARS, MAX_DEPTH)
+    except json_prune.NotUTF8 as exc:
+        raise ReportError(f"{path}: {exc}") from None
+    except json_prune.TooDeep:
+        raise ReportError(f"{path}: nested too deeply to be a GuideLLM report") from None
+    except json_prune.TooLarge:
+        raise ReportError(f"{path}: more than {MAX_KEPT_CHARS:,} characters outside the per-request lists; "
+                          "a GuideLLM report's statistics are far smaller") from None
     except InputError as exc:
         raise ReportError(str(exc)) from None
     try:
-        data = json_doc.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise ReportError(f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})") from None
+        data = json_doc.loads(text)
     except json.JSONDecodeError as exc:
         raise ReportError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
     except RecursionError:
@@ -306,10 +418,17 @@ def _planned_step_check(at_plan: list[Benchmark], rated: list[Benchmark], qps: f
     detail = (f"at {b.rate:g} QPS: {stat} TTFT {b.ttft_ms.at(stat):.1f} ms (SLO {ttft_slo:g}), {stat} TPOT "
               f"{b.tpot_ms.at(stat):.1f} ms (SLO {tpot_slo:g}), errors {100 * b.error_share:.1f}% "
               f"(budget {100 * ERROR_BUDGET:g}%)")
+    if b.incomplete:
+        detail += (f", {b.incomplete} cut at the step's end" + (
+            f" ({b.stalled} beyond the {b.incomplete_explained} it explains, counted as errored)" if b.stalled else ""))
     if not b.reached_rate:
         detail += (f"; achieved only {b.requests_per_s:.2f} of {b.rate:g} QPS offered (needs "
                    f"{100 * ACHIEVED_SHARE:g}%), so the planned rate was not tested")
-    return {"name": "slos_at_planned_rate", "ok": b.reached_rate and b.meets(ttft_slo, tpot_slo, stat),
+    elif not b.kept_schedule(ttft_slo):
+        detail += (f"; the client sent late (p95 dispatch delay {b.dispatch_delay_ms.p95:.1f} ms, limit "
+                   f"{b.dispatch_lag_limit_ms(ttft_slo):.1f} ms), so the planned rate was not tested: "
+                   "the load generator, not the fleet, capped it")
+    return {"name": "slos_at_planned_rate", "ok": b.tested(ttft_slo) and b.meets(ttft_slo, tpot_slo, stat),
             "detail": detail}
 
 
@@ -320,7 +439,7 @@ def assess(report: Report, plan, simulation: dict) -> dict:
     stat = getattr(w, "slo_statistic", "mean")
 
     def counts(b: Benchmark) -> bool:
-        return b.reached_rate and b.meets(ttft_slo, tpot_slo, stat)
+        return b.tested(ttft_slo) and b.meets(ttft_slo, tpot_slo, stat)
 
     rated = sorted((b for b in report.benchmarks if b.rate is not None), key=lambda b: b.rate)
     at_plan = [b for b in rated if abs(b.rate - w.qps) <= RATE_MATCH * w.qps]
@@ -341,7 +460,9 @@ def assess(report: Report, plan, simulation: dict) -> dict:
         f"{after_loss:.2f} QPS against {w.qps:g} planned")})
     return {
         "report": {"guidellm_version": report.guidellm_version, "target": report.target, "model": report.model,
-                   "benchmarks": [{**asdict(b), "error_share": round(b.error_share, 4), "reached_rate": b.reached_rate,
+                   "benchmarks": [{**asdict(b), "error_share": round(b.error_share, 4),
+                                   "incomplete_explained": b.incomplete_explained, "stalled": b.stalled,
+                                   "reached_rate": b.reached_rate, "kept_schedule": b.kept_schedule(ttft_slo),
                                    "meets_slos": b.meets(ttft_slo, tpot_slo, stat)} for b in report.benchmarks]},
         "measured": {
             "ttft_p95_ms": at_plan[0].ttft_ms.p95 if at_plan else None,

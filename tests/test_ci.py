@@ -29,7 +29,14 @@ def fetch(cache, *args, mirror: str | None = None) -> subprocess.CompletedProces
 # -- the manifest and the fetch script -------------------------------------------------------
 @pytest.mark.parametrize("entry", MANIFEST, ids=[e["path"] for e in MANIFEST])
 def test_every_upstream_file_is_pinned_to_a_commit_and_a_checksum(entry):
-    assert re.fullmatch(r"https://raw\.githubusercontent\.com/[\w.-]+/[\w.-]+/[0-9a-f]{40}/\S+", entry["url"])
+    """A file of a repository at a commit, or a member of a published wheel: PyPI's file URLs name the
+    file's BLAKE2b-256, so they cannot change either, and the wheel's SHA-256 is pinned beside the member's."""
+    if entry.get("member"):
+        assert re.fullmatch(r"https://files\.pythonhosted\.org/packages/[0-9a-f]{2}/[0-9a-f]{2}/[0-9a-f]{60}/"
+                            r"[\w.-]+\.whl", entry["url"])
+        assert re.fullmatch(r"[0-9a-f]{64}", entry["archive_sha256"])
+    else:
+        assert re.fullmatch(r"https://raw\.githubusercontent\.com/[\w.-]+/[\w.-]+/[0-9a-f]{40}/\S+", entry["url"])
     assert re.fullmatch(r"[0-9a-f]{64}", entry["sha256"])
 
 
@@ -75,7 +82,7 @@ def test_every_vendored_file_is_pinned_and_unedited(path):
     """vendor/upstream holds only files of the manifest, byte for byte what its URL at a commit serves."""
     entry = next(e for e in MANIFEST if e["path"] == path)
     assert hashlib.sha256((VENDORED / path).read_bytes()).hexdigest() == entry["sha256"]
-    assert re.search(r"/[0-9a-f]{40}/", entry["url"])
+    assert re.search(r"/[0-9a-f]{40}/", entry["url"]) or re.search(r"/[0-9a-f]{60}/[\w.-]+\.whl$", entry["url"])
 
 
 def test_a_failed_fetch_names_the_mirror_variable(tmp_path):

@@ -105,10 +105,13 @@ def test_a_report_this_parser_cannot_read_says_why(sample, mutate, message):
 
 
 # -- the verdict -----------------------------------------------------------------------------------
-def step(rate: float, ttft: float, tpot: float, errored: int = 0) -> Benchmark:
+def step(rate: float, ttft: float, tpot: float, errored: int = 0, incomplete: int = 0,
+         lag_p95_ms: float | None = None) -> Benchmark:
     def s(mean):
         return Stat(mean, mean, 1.5 * mean, 2 * mean, 100)
-    return Benchmark("poisson", rate, rate, 300.0, 1000 - errored, errored, 0, s(ttft), s(tpot), s(ttft + 300 * tpot))
+    lag = None if lag_p95_ms is None else Stat(lag_p95_ms / 2, lag_p95_ms / 2, lag_p95_ms, lag_p95_ms, 100)
+    return Benchmark("poisson", rate, rate, 300.0, 1000 - errored, errored, incomplete, s(ttft), s(tpot),
+                     s(ttft + 300 * tpot), lag)
 
 
 def verdict(plan, *steps: Benchmark) -> dict:
@@ -138,6 +141,60 @@ def test_the_plan_fails_on_the_check_that_breaks(prod_plan, steps, failed, detai
     assert not v["holds"]
     broken = [c for c in v["checks"] if not c["ok"]]
     assert [(c["name"], c["detail"]) for c in broken][0] == (failed, detail)
+
+
+# A healthy step at 10 QPS has ~rate x latency = 10 x 5.2 s = 52 requests running when its time is up: GuideLLM
+# cancels them ("incomplete"). step(10, 120, 17): p99 request latency 2 x 5,220 ms, so the end explains
+# ceil(2 x 10 x 10.44) = 209 of them; more are stalled requests, counted as errored.
+@pytest.mark.parametrize("incomplete, holds, detail", [
+    (0, True, "at 10 QPS: mean TTFT 120.0 ms (SLO 1000), mean TPOT 17.0 ms (SLO 40), errors 0.0% (budget 1%)"),
+    (52, True, "at 10 QPS: mean TTFT 120.0 ms (SLO 1000), mean TPOT 17.0 ms (SLO 40), errors 0.0% (budget 1%), "
+               "52 cut at the step's end"),
+    (209, True, "at 10 QPS: mean TTFT 120.0 ms (SLO 1000), mean TPOT 17.0 ms (SLO 40), errors 0.0% (budget 1%), "
+                "209 cut at the step's end"),
+    (219, True, "at 10 QPS: mean TTFT 120.0 ms (SLO 1000), mean TPOT 17.0 ms (SLO 40), errors 1.0% (budget 1%), "
+                "219 cut at the step's end (10 beyond the 209 it explains, counted as errored)"),
+    (400, False, "at 10 QPS: mean TTFT 120.0 ms (SLO 1000), mean TPOT 17.0 ms (SLO 40), errors 16.0% (budget 1%), "
+                 "400 cut at the step's end (191 beyond the 209 it explains, counted as errored)"),
+])
+def test_requests_cut_at_the_steps_end_are_not_errors_unless_more_than_it_explains(prod_plan, incomplete, holds,
+                                                                                    detail):
+    v = verdict(prod_plan, step(10, 120, 17, incomplete=incomplete), step(20, 300, 30))
+    assert (v["holds"], v["checks"][0]["detail"]) == (holds, detail)
+    b = v["report"]["benchmarks"][0]
+    assert (b["incomplete"], b["incomplete_explained"], b["stalled"]) == (incomplete, 209, max(0, incomplete - 209))
+
+
+def test_the_error_budget_is_over_finished_requests_only(prod_plan):
+    """10 errored of 1,000 finished is 1.0% (within budget) whether 0 or 150 more were cut at the end;
+    before, the cut ones counted as errors (16% at 150) and a healthy fleet failed."""
+    for cut in (0, 150):
+        b = step(10, 120, 17, errored=10, incomplete=cut)
+        assert b.error_share == 0.01
+        assert verdict(prod_plan, b, step(20, 300, 30))["holds"]
+
+
+@pytest.mark.parametrize("rate, lag_p95_ms, counts, limit_ms", [
+    (10, 40.0, True, 100.0),     # limit min(1/rate = 100 ms, 10% of the 1 s TTFT SLO = 100 ms)
+    (10, 100.0, True, 100.0),
+    (10, 150.0, False, 100.0),
+    (20, 60.0, False, 50.0),     # 1/rate = 50 ms binds
+    (20, None, True, 50.0),      # a report without dispatch delays (GuideLLM 0.8.0.dev18) is taken as on time
+])
+def test_a_step_the_client_sent_late_did_not_test_its_rate(prod_plan, rate, lag_p95_ms, counts, limit_ms):
+    b = step(rate, 120, 17, lag_p95_ms=lag_p95_ms)
+    assert b.dispatch_lag_limit_ms(1000.0) == limit_ms
+    assert b.kept_schedule(1000.0) is counts and b.tested(1000.0) is counts
+
+
+def test_a_late_client_at_the_planned_rate_is_named_not_blamed_on_the_fleet(prod_plan):
+    v = verdict(prod_plan, step(10, 120, 17, lag_p95_ms=250.0), step(20, 300, 30))
+    assert not v["holds"]
+    assert v["checks"][0]["detail"] == (
+        "at 10 QPS: mean TTFT 120.0 ms (SLO 1000), mean TPOT 17.0 ms (SLO 40), errors 0.0% (budget 1%); the client "
+        "sent late (p95 dispatch delay 250.0 ms, limit 100.0 ms), so the planned rate was not tested: the load "
+        "generator, not the fleet, capped it")
+    assert v["report"]["benchmarks"][0]["kept_schedule"] is False
 
 
 def short(rate: float, achieved: float, ttft: float = 120, tpot: float = 17) -> Benchmark:
@@ -184,6 +241,21 @@ def test_prod_plan_is_not_shown_by_the_sample_and_exits_1(sample):
     assert "FAIL slos_at_planned_rate: no constant or poisson step at the planned 10 QPS (rates: 2, 4)" in result.stdout
 
 
+def test_the_table_shows_cut_requests_apart_and_stalled_ones_as_errors(sample, tmp_path):
+    """The capture's first step with 3 requests cut at its end: at 2 QPS and a p99 latency of 20 ms the end
+    explains ceil(2 x 2 x 0.020) = 1, so 2 are stalled (errors); the second step with 1 cut has none stalled."""
+    data = json.loads(sample.read_text())
+    data["benchmarks"][0]["metrics"]["request_totals"].update(incomplete=3)
+    data["benchmarks"][1]["metrics"]["request_totals"].update(incomplete=1)
+    (tmp_path / "r.json").write_text(json.dumps(data))
+    result = run(str(tmp_path / "r.json"), "--stack", "dev")
+    rows = [line.split("│")[1:-1] for line in result.stdout.splitlines() if line.startswith("│ constant")]
+    assert [[cell.strip() for cell in row][:4] for row in rows] == [
+        ["constant", "2", "0.40 (short)", "2 / 2 / 3"], ["constant", "4", "0.79 (short)", "2 / 0 / 1"]]
+    assert "cut: cancelled by GuideLLM when the step's time was up, not counted against the error budget." in \
+        " ".join(result.stdout.split())
+
+
 def test_json_puts_measured_plan_and_simulation_side_by_side(sample):
     result = run(str(sample), "--stack", "dev", "--json")
     data = json.loads(result.stdout)
@@ -201,7 +273,7 @@ def test_json_puts_measured_plan_and_simulation_side_by_side(sample):
     (lambda tmp: Path("/dev/zero"),
      "error: RESULTS: /dev/zero: is a character device; give a GuideLLM JSON report (a regular file)"),
     (lambda tmp: sparse(tmp / "big.json", 5 * 2**30),
-     "error: RESULTS: {tmp}/big.json: 5,368,709,120 bytes; a GuideLLM JSON report is at most 67,108,864"),
+     "error: RESULTS: {tmp}/big.json: 5,368,709,120 bytes; a GuideLLM JSON report is at most 4,294,967,296"),
     (lambda tmp: (tmp / "x.json").write_text("{oops") and tmp / "x.json",
      "error: RESULTS: {tmp}/x.json: not JSON (Expecting property name enclosed in double quotes at line 1)"),
     (lambda tmp: (tmp / "y.json").write_text("[1]") and tmp / "y.json",
@@ -219,6 +291,34 @@ def test_bad_results_are_one_line_and_exit_code_2(tmp_path, make, message):
     result = run(str(make(tmp_path)))
     assert result.exit_code == 2
     assert result.stderr == message.format(tmp=tmp_path) + "\n"
+
+
+# Other clients' result files, with the keys their pinned sources always write (no real capture of either
+# is at hand: they are refused, by name). vLLM 0.29.0 vllm/benchmarks/serve.py L2226-2262 and L1271-1292:
+VLLM_BENCH_SERVE = {
+    "date": "20260722-060114", "endpoint_type": "openai", "backend": "openai", "label": None, "model_id": "m",
+    "tokenizer_id": "m", "num_prompts": 200, "request_rate": 1.0, "burstiness": 1.0, "max_concurrency": None,
+    "duration": 204.45, "completed": 199, "failed": 1, "total_input_tokens": 39800, "total_output_tokens": 25472,
+    "request_throughput": 0.97, "request_goodput": None, "output_throughput": 124.6, "mean_ttft_ms": 54.6,
+    "ttfts": [0.05] * 3, "itls": [[0.01, 0.01]] * 3, "generated_texts": ["x"] * 3}
+# inference-perf 0.7.0 inference_perf/reportgen/base.py L389-397 (ResponsesSummary) and L694-711 (load_summary):
+INFERENCE_PERF = {
+    "benchmark_time_seconds": 61.2, "load_summary": {"count": 600, "schedule_delay": None, "send_duration": 59.9,
+                                                     "requested_rate": 10.0, "achieved_rate": 10.0},
+    "successes": {"count": 600, "latency": {}}, "failures": {"count": 0}}
+
+
+@pytest.mark.parametrize("doc, message", [
+    (VLLM_BENCH_SERVE, "not a GuideLLM report: this reads GuideLLM 0.8.x benchmarks.json; a vllm bench serve result "
+                       "is not read yet"),
+    (INFERENCE_PERF, "not a GuideLLM report: this reads GuideLLM 0.8.x benchmarks.json; an inference-perf "
+                     "lifecycle-metrics report is not read yet"),
+    ({"completed": 1}, "metadata: missing"),
+])
+def test_another_clients_result_is_refused_naming_what_this_reads(tmp_path, doc, message):
+    (tmp_path / "r.json").write_text(json.dumps(doc))
+    result = run(str(tmp_path / "r.json"))
+    assert (result.exit_code, result.stderr) == (2, f"error: RESULTS: {tmp_path}/r.json: {message}\n")
 
 
 def sparse(path: Path, size: int) -> Path:
@@ -265,7 +365,8 @@ def test_enabled_it_runs_guidellm_pinned_against_the_gateway_with_a_key(recorded
     assert unwrap(secret)["api-key"] == "offline-preview-secret-apiKeys-team-a"
     scenario = json.loads(names["kubernetes:core/v1:ConfigMap"].inputs["data"]["scenario.json"])
     assert scenario["spec"]["backend"]["target"] == "https://llm.example.com"
-    assert scenario["spec"]["profile"] == {"kind": "poisson", "rate": loadtest_rates(prod_plan, 5)}
+    profile = scenario["spec"]["profile"]
+    assert (profile["kind"], profile["rate"]) == ("poisson", loadtest_rates(prod_plan, 5))
 
 
 def test_the_rates_are_the_planned_qps_then_a_sweep_up_to_the_sized_capacity(prod_plan):
@@ -282,6 +383,91 @@ def test_the_rendered_objects_are_valid_kubernetes(recorded):
     assert len(objects) == 5        # Secret, ConfigMap, PVC, egress NetworkPolicy, Job
     for obj in objects:
         validate(obj, "1.33")
+
+
+# -- the Job against GuideLLM 0.8.1's own source (vendor/upstream/guidellm-0.8.1, wheel members) -------
+ROUTE = "kubernetes:gateway.networking.k8s.io/v1:HTTPRoute"
+
+
+def guidellm_source(upstream_file, member: str):
+    import ast
+    return ast.parse(upstream_file(f"guidellm-0.8.1/{member}").read_text())
+
+
+def class_fields(tree, name: str) -> set[str]:
+    """The annotated fields of a pydantic model in that source."""
+    import ast
+    cls = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == name)
+    return {n.target.id for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+
+
+def rendered_scenario(rec) -> dict:
+    config = next(r for r in loadtest_resources(rec) if r.type == "kubernetes:core/v1:ConfigMap")
+    return json.loads(config.inputs["data"]["scenario.json"])
+
+
+def test_guidellms_health_check_reaches_a_path_the_gateway_routes(recorded, upstream_file):
+    """GuideLLM validates the target with GET {target}/{api_routes["/health"]} (http.py validate),
+    our routes merged over its defaults (openai_http.py DEFAULT_API_PATHS | value); its default
+    /health is not routed by the gateway (a 404: the Job exited 1), /v1/models is, keyed like the load."""
+    import ast
+    args = guidellm_source(upstream_file, "schemas/backends/openai_http.py")
+    defaults = next(ast.literal_eval(n.value) for n in args.body if isinstance(n, ast.Assign)
+                    and n.targets[0].id == "DEFAULT_API_PATHS")
+    assert "DEFAULT_API_PATHS | value" in ast.unparse(args)          # ours override, the rest stay
+    http = ast.unparse(guidellm_source(upstream_file, "backends/openai/http.py"))
+    assert "'url': f\"{self._args.target}/{self._args.api_routes['/health']}\"" in http
+    assert "headers['Authorization'] = f'Bearer {token}'" in http     # the check carries the key
+    rec = recorded("prod", ENABLED)
+    backend = rendered_scenario(rec)["spec"]["backend"]
+    assert set(backend) <= class_fields(args, "OpenAIHTTPBackendArgs") | {"kind"}
+    assert set(backend["api_routes"]) <= set(defaults)               # a key GuideLLM reads
+    routes = defaults | backend["api_routes"]
+    route = next(r for r in rec.resources if r.type == ROUTE)
+    routed = {m["path"]["value"] for rule in route.inputs["spec"]["rules"] for m in rule["matches"]
+              if m["path"]["type"] == "Exact"}
+    health = "/" + routes["/health"]
+    assert health == "/v1/models" and health in routed
+    assert "/" + routes[backend["request_format"]] in routed          # and the load's own path
+    assert "/" + defaults["/health"] not in routed                   # what it asked for before
+
+
+def test_one_worker_process_so_the_arrivals_are_poisson(recorded, upstream_file):
+    """Each GuideLLM process seeds its own random.Random(random_seed) and adds its gaps to one shared
+    clock: with several processes every gap comes several times. The Job sets one process."""
+    import ast
+    strategies = guidellm_source(upstream_file, "scheduler/strategies.py")
+    poisson = next(n for n in ast.walk(strategies) if isinstance(n, ast.ClassDef) and n.name == "AsyncPoissonStrategy")
+    text = ast.unparse(poisson)
+    assert "self._random = random.Random(self.random_seed)" in text and "self._offset.value += next_delay" in text
+    settings = guidellm_source(upstream_file, "settings.py")
+    assert "max_worker_processes" in class_fields(settings, "Settings")
+    assert "env_prefix='GUIDELLM__'" in ast.unparse(settings)
+    container = next(r for r in loadtest_resources(recorded("prod", ENABLED)) if r.type == JOB
+                     ).inputs["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "GUIDELLM__MAX_WORKER_PROCESSES", "value": "1"} in container["env"]
+
+
+def test_each_step_is_measured_between_a_warmup_and_a_cooldown(recorded, upstream_file, prod_plan):
+    """GuideLLM's own phases (profile warmup/cooldown, mode duration, in seconds): the start-of-step
+    burst and the step-end cancellations fall outside the measured window."""
+    import ast
+    profile = guidellm_source(upstream_file, "schemas/benchmark/profiles/profile.py")
+    transient = guidellm_source(upstream_file, "schemas/benchmark/transient.py")
+    assert {"warmup", "cooldown"} <= class_fields(profile, "ProfileArgs")
+    assert {"mode", "value"} <= class_fields(transient, "TransientPhaseConfig")
+    assert "'duration'" in ast.unparse(transient)
+    spec = rendered_scenario(recorded("prod", ENABLED))["spec"]
+    # prod: TTFT SLO 1 s + 300 tokens x 40 ms = 13 s for a request within the SLOs, twice that
+    assert spec["profile"]["warmup"] == spec["profile"]["cooldown"] == {"mode": "duration", "value": 26}
+    assert 26 <= spec["constraints"][0]["seconds"] / 5
+
+
+@pytest.mark.parametrize("step_s, expected", [(300, 26), (3600, 26), (100, 20), (30, 6)])
+def test_the_transient_is_twice_an_slo_request_and_at_most_a_fifth_of_the_step(prod_plan, step_s, expected):
+    from deployment.jobs import transient_s
+    from settings.schema import LoadTestSettings
+    assert transient_s(prod_plan, LoadTestSettings(stepSeconds=step_s)) == expected
 
 
 def test_the_slos_are_judged_at_the_plans_statistic():
