@@ -1,5 +1,5 @@
 # Convenience targets; the README's two commands work without make.
-.PHONY: setup test bench preview up cloud-preview
+.PHONY: setup test bench preview up cloud-preview loadtest-local
 STACK ?= prod
 # The guard policies' levels follow the stack's environment (policies/config/<environment>.json),
 # as in the offline preview: a stack named `mine` with `environment: prod` is judged as prod.
@@ -17,6 +17,10 @@ bench: setup
 	@status=0; for b in $(BENCHES); do echo "== $$b"; .venv/bin/python $$b || status=1; done; exit $$status
 preview: setup
 	.venv/bin/llmserve preview --stack prod
+# Opt-in, not CI: GuideLLM 0.8.1 (about 6 GB, its own .venv-guidellm) against `llmserve emulate`, healthy
+# and slowed 30%, each judged by loadtest-report (docs/proving.md). LOADTEST_ARGS: --step-seconds N, --stack S.
+loadtest-local: setup
+	.venv/bin/python scripts/loadtest_local.py $(LOADTEST_ARGS)
 # `pulumi up` and `pulumi preview` with the guard policies: the only flags added are the pack and its
 # config; PULUMI_ARGS passes others through (`PULUMI_ARGS=--yes` where nobody answers the prompt).
 up:
