@@ -42,11 +42,26 @@ CLIENT_PROCESSES = 1
 
 # -- figures derived from the plan (pure) ----------------------------------------------------
 def loadtest_rates(plan: Plan, steps: int) -> list[float]:
-    """The planned QPS first, then `steps` evenly spaced rates up to the sized capacity (an
-    open-loop workload: the settings refuse a load test of a closed-loop one)."""
+    """The planned QPS first, then the rate N+1 needs (n_plus_one_qps), then `steps` evenly spaced
+    rates up to the sized capacity (an open-loop workload: the settings refuse a load test of a
+    closed-loop one). Without the N+1 rate, a plan whose survivors carry the load with a thin margin
+    could show N+1 only at its top step, the sized capacity itself, where the SLOs hold just so."""
     planned = float(plan.request.workload.qps)
-    sweep = [round(plan.capacity_qps * k / steps, 2) for k in range(1, steps + 1)]
-    return [planned] + [r for r in sweep if abs(r - planned) > 0.01 * planned]
+    rates = [planned]
+    for rate in [n_plus_one_qps(plan)] + [round(plan.capacity_qps * k / steps, 2) for k in range(1, steps + 1)]:
+        if all(abs(rate - r) > 0.01 * r for r in rates):
+            rates.append(rate)
+    return rates
+
+
+def n_plus_one_qps(plan: Plan) -> float:
+    """The whole fleet's rate at which what is left after losing the plan's failure domain carries
+    the planned QPS (planned x replicas / replicas left), rounded up to the next 0.01: the rate the
+    load-test verdict's n_plus_one check needs a step at (proving.loadtest_report)."""
+    planned = float(plan.request.workload.qps)
+    if plan.redundancy == "none" or not plan.replicas_after_loss:
+        return planned
+    return math.ceil(100 * planned * plan.replicas / plan.replicas_after_loss) / 100
 
 
 def gateway_url(hostname: str) -> str:

@@ -470,8 +470,10 @@ def assess(report: Report, plan, simulation: dict) -> dict:
     good = [b for b in rated if counts(b)]
     best = max((g.rate for g in good), default=0.0)
     reached = any(b.rate > best and not counts(b) for b in rated)
-    # What the fleet carried at the SLOs: the achieved rate, never more than was offered.
-    measured_cap = max((min(b.rate, b.requests_per_s) for b in good), default=0.0)
+    # What the fleet carried at the SLOs: the highest offered rate it was tested at (`tested`: achieved
+    # within Poisson noise of it, sent on time) and met them; not the achieved rate, whose noise would
+    # put a step at exactly the rate N+1 needs a hair below it.
+    measured_cap = max((b.rate for b in good), default=0.0)
     # With no redundancy the plan claims only that its node carries the load.
     share_left = (plan.replicas if plan.redundancy == "none" else plan.replicas_after_loss) / plan.replicas
     checks = [_planned_step_check(at_plan, rated, w.qps, ttft_slo, tpot_slo, stat)]
