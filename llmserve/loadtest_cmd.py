@@ -52,7 +52,8 @@ def _print(v: dict, stack: str) -> None:
     steps = Table("strategy", "rate", "achieved", "ok / errors / cut", "TTFT mean", "TTFT p95", "TPOT mean",
                   "TPOT p95", "meets SLOs")
     for b in r["benchmarks"]:
-        short = ("" if b["rate"] is None else " (short)" if not b["reached_rate"]      # did not test its rate
+        short = ("" if b["rate"] is None else " (over)" if not b["sent_as_offered"]   # the client over-sent
+                 else " (short)" if not b["reached_rate"]                               # did not test its rate
                  else " (late)" if not b["kept_schedule"] else "")                     # the client fell behind
         steps.add_row(b["strategy"], "-" if b["rate"] is None else f"{b['rate']:g}", f"{b['requests_per_s']:.2f}{short}",
                       f"{b['successful']} / {b['errored'] + b['stalled']} / {b['incomplete']}", f"{b['ttft_ms']['mean']:.1f}",
@@ -60,7 +61,8 @@ def _print(v: dict, stack: str) -> None:
                       "yes" if b["meets_slos"] else "no")
     console.print(steps)
     console.print("errors: errored, and cut requests beyond what the step's end explains (stalled); cut: cancelled "
-                  "by GuideLLM when the step's time was up, not counted against the error budget.")
+                  "by GuideLLM when the step's time was up, not counted against the error budget. A step marked "
+                  "over, short or late did not test its rate.")
     m, pl, s = v["measured"], v["plan"], v["simulation"]
     cmp = Table(f"at {pl['qps']:g} QPS on {pl['replicas']} replica(s)", "measured", "plan (analytic)", "simulation")
     cmp.add_row("TTFT p95 (ms)", _n(m["ttft_p95_ms"]), _n(pl["ttft_p95_ms"]), _n(s["ttft_p95_ms"]))

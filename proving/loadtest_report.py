@@ -38,8 +38,8 @@ ACHIEVED_SHARE = 0.9     # a step counts when it achieved >= 90% of its offered 
 POISSON_SIGMAS = 3.0
 # Too few requests test no rate, whatever they achieved: at least this many expected in the measured window.
 MIN_COUNTED = 50
-# A client holding a rate cannot complete much more than it sends: Poisson bursts over a 300 s step
-# stay within a few percent; 1.5x leaves room for short steps and still refuses a 1000x claim.
+# A step's completions per second cannot exceed the successful requests its window holds per second:
+# 1.5x (and 1 request/s) leaves room for rounding and still refuses a 1000x claim.
 MAX_OVER_OFFERED = 1.5
 ERROR_BUDGET = 0.01      # at most 1% errored requests in a step that counts as meeting the SLOs
 # Requests GuideLLM cancels when a step's time is up are "incomplete" (guidellm 0.8.1 scheduler/constraints/
@@ -182,9 +182,12 @@ class GenerativeBenchmark(_Fields):
         if self.duration == 0 and totals.successful + totals.errored + totals.incomplete > 0:
             raise ValueError(f"duration 0 s with {totals.successful + totals.errored + totals.incomplete} requests; "
                              "a report whose statistics contradict themselves is not judged")
-        if rate is not None and achieved > MAX_OVER_OFFERED * rate:
-            raise ValueError(f"achieved {achieved:g} requests/s against {rate:g} offered (more than "
-                             f"{MAX_OVER_OFFERED:g}x); a report whose statistics contradict themselves is not judged")
+        # Completions per second over the window cannot exceed the requests the window holds (those
+        # overlapping it), beyond rounding; a client that sent more than it offered is no contradiction
+        # (Benchmark.sent_as_offered judges that), a claimed rate the requests cannot back is.
+        if self.duration > 0 and achieved > MAX_OVER_OFFERED * totals.successful / self.duration + 1:
+            raise ValueError(f"achieved {achieved:g} requests/s over {self.duration:g} s with {totals.successful} "
+                             "successful requests; a report whose statistics contradict themselves is not judged")
         return self
 
 
@@ -264,7 +267,18 @@ class Benchmark:
     @property
     def reached_rate(self) -> bool:
         """It achieved (nearly) the rate it offered, so it tested that rate."""
-        return self.long_enough and self.requests_per_s >= self.least_achieved
+        return self.long_enough and self.requests_per_s >= self.least_achieved and self.sent_as_offered
+
+    @property
+    def sent_as_offered(self) -> bool:
+        """It did not achieve more than it offered, beyond the Poisson noise (mirroring least_achieved):
+        GuideLLM 0.8.1's start-of-step race (scheduler/strategies.py L163-165 against L677-678: a worker
+        adds its gaps to the clock's initial -1.0) can send a whole step far above its rate; such a
+        step tested a heavier load than it names, so it shows nothing at that rate."""
+        if self.rate is None or self.duration_s <= 0:
+            return True
+        return self.requests_per_s <= (2 - ACHIEVED_SHARE) * self.rate + POISSON_SIGMAS * math.sqrt(
+            self.rate / self.duration_s)
 
     @property
     def long_enough(self) -> bool:
@@ -444,6 +458,9 @@ def _planned_step_check(at_plan: list[Benchmark], rated: list[Benchmark], qps: f
     if not b.long_enough:
         detail += (f"; its measured {b.duration_s:.0f} s hold {b.rate * b.duration_s:.0f} requests at {b.rate:g} QPS "
                    f"(at least {MIN_COUNTED} test a rate), so the planned rate was not tested")
+    elif not b.sent_as_offered:
+        detail += (f"; the client sent {b.requests_per_s:.2f} QPS against {b.rate:g} offered (GuideLLM's "
+                   "start-of-step race: docs/proving.md), so the planned rate was not tested")
     elif not b.reached_rate:
         detail += (f"; achieved only {b.requests_per_s:.2f} of {b.rate:g} QPS offered (needs {b.least_achieved:.2f}: "
                    f"{100 * ACHIEVED_SHARE:g}% less Poisson noise over {b.duration_s:g} s), so the planned rate was "
@@ -466,7 +483,9 @@ def assess(report: Report, plan, simulation: dict) -> dict:
         return b.tested(ttft_slo) and b.meets(ttft_slo, tpot_slo, stat)
 
     rated = sorted((b for b in report.benchmarks if b.rate is not None), key=lambda b: b.rate)
-    at_plan = [b for b in rated if abs(b.rate - w.qps) <= RATE_MATCH * w.qps]
+    # Steps at the planned rate (within 5%), one that tested its rate first, then the nearest.
+    at_plan = sorted((b for b in rated if abs(b.rate - w.qps) <= RATE_MATCH * w.qps),
+                     key=lambda b: (not b.tested(ttft_slo), abs(b.rate - w.qps)))
     good = [b for b in rated if counts(b)]
     best = max((g.rate for g in good), default=0.0)
     reached = any(b.rate > best and not counts(b) for b in rated)
@@ -488,7 +507,8 @@ def assess(report: Report, plan, simulation: dict) -> dict:
         "report": {"guidellm_version": report.guidellm_version, "target": report.target, "model": report.model,
                    "benchmarks": [{**asdict(b), "error_share": round(b.error_share, 4),
                                    "incomplete_explained": b.incomplete_explained, "stalled": b.stalled,
-                                   "reached_rate": b.reached_rate, "kept_schedule": b.kept_schedule(ttft_slo),
+                                   "reached_rate": b.reached_rate, "sent_as_offered": b.sent_as_offered,
+                                   "kept_schedule": b.kept_schedule(ttft_slo),
                                    "meets_slos": b.meets(ttft_slo, tpot_slo, stat)} for b in report.benchmarks]},
         "measured": {
             "ttft_p95_ms": at_plan[0].ttft_ms.p95 if at_plan else None,

@@ -97,6 +97,9 @@ def _nest(depth: int):
     (lambda d: d["benchmarks"][0]["metrics"]["request_totals"].update(errored=_nest(3000)),
      "benchmarks[0].metrics.request_totals.errored: Input should be a valid integer"),
     (lambda d: d["config"].update(spec="x"), "config.spec: Input should be a valid dictionary or instance of Spec"),
+    (lambda d: d["benchmarks"][0]["metrics"]["requests_per_second"]["successful"].update(mean=1000.0),
+     "benchmarks[0]: achieved 1000 requests/s over 5.01965 s with 2 successful requests; a report whose statistics "
+     "contradict themselves is not judged"),
 ])
 def test_a_report_this_parser_cannot_read_says_why(sample, mutate, message):
     data = json.loads(sample.read_text())
@@ -123,6 +126,8 @@ def step(rate: float, ttft: float, tpot: float, errored: int = 0, incomplete: in
     (10, 8.35, 248, False),
     (2, 1.9, 5, False),         # 10 requests expected: too few to test a rate, whatever they achieved
     (2, 1.9, 25, True),         # 50 expected
+    (4, 8.15, 27, False),       # the client sent twice the rate (GuideLLM's start-of-step race): untested
+    (4, 4.9, 27, True),         # within 110% plus the Poisson allowance
 ])
 def test_a_step_tests_its_rate_within_poisson_noise(rate, achieved, window_s, tested):
     b = dataclasses.replace(step(rate, 100, 20), requests_per_s=achieved, duration_s=window_s)
