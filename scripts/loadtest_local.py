@@ -125,9 +125,9 @@ def one_case(args, slowdown: float, exe: Path, tok: Path) -> tuple[int, dict]:
         proc.wait(timeout=30)
     report = subprocess.run([str(LLMSERVE), "loadtest-report", str(out), "--stack", args.stack, "--json"],
                             capture_output=True, text=True)
-    text = subprocess.run([str(LLMSERVE), "loadtest-report", str(out), "--stack", args.stack],
-                          capture_output=True, text=True).stdout
-    print(text)
+    shown = subprocess.run([str(LLMSERVE), "loadtest-report", str(out), "--stack", args.stack],
+                           capture_output=True, text=True)
+    print(shown.stdout + shown.stderr)
     return report.returncode, json.loads(report.stdout) if report.stdout.strip() else {}
 
 
