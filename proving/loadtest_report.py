@@ -266,15 +266,18 @@ class Benchmark:
 
     @property
     def reached_rate(self) -> bool:
-        """It achieved (nearly) the rate it offered, so it tested that rate."""
-        return self.long_enough and self.requests_per_s >= self.least_achieved and self.sent_as_offered
+        """It achieved (nearly) the rate it offered, or more (sent_as_offered judges that), in a window
+        long enough to test a rate."""
+        return self.long_enough and self.requests_per_s >= self.least_achieved
 
     @property
     def sent_as_offered(self) -> bool:
         """It did not achieve more than it offered, beyond the Poisson noise (mirroring least_achieved):
         GuideLLM 0.8.1's start-of-step race (scheduler/strategies.py L163-165 against L677-678: a worker
-        adds its gaps to the clock's initial -1.0) can send a whole step far above its rate; such a
-        step tested a heavier load than it names, so it shows nothing at that rate."""
+        adds its gaps to the clock's initial -1.0) can send a whole step far above its rate. Such a
+        step tested a heavier load than it names: within the SLOs it shows them at its offered rate
+        (and that rate, not more, counts as capacity); outside them it shows nothing, since the fleet
+        was not given the rate it names."""
         if self.rate is None or self.duration_s <= 0:
             return True
         return self.requests_per_s <= (2 - ACHIEVED_SHARE) * self.rate + POISSON_SIGMAS * math.sqrt(
@@ -458,7 +461,7 @@ def _planned_step_check(at_plan: list[Benchmark], rated: list[Benchmark], qps: f
     if not b.long_enough:
         detail += (f"; its measured {b.duration_s:.0f} s hold {b.rate * b.duration_s:.0f} requests at {b.rate:g} QPS "
                    f"(at least {MIN_COUNTED} test a rate), so the planned rate was not tested")
-    elif not b.sent_as_offered:
+    elif not b.sent_as_offered and not b.meets(ttft_slo, tpot_slo, stat):
         detail += (f"; the client sent {b.requests_per_s:.2f} QPS against {b.rate:g} offered (GuideLLM's "
                    "start-of-step race: docs/proving.md), so the planned rate was not tested")
     elif not b.reached_rate:
@@ -488,7 +491,8 @@ def assess(report: Report, plan, simulation: dict) -> dict:
                      key=lambda b: (not b.tested(ttft_slo), abs(b.rate - w.qps)))
     good = [b for b in rated if counts(b)]
     best = max((g.rate for g in good), default=0.0)
-    reached = any(b.rate > best and not counts(b) for b in rated)
+    # The capacity is bounded above only by a higher step tested at its own rate that missed the SLOs.
+    reached = any(b.rate > best and b.tested(ttft_slo) and b.sent_as_offered and not counts(b) for b in rated)
     # What the fleet carried at the SLOs: the highest offered rate it was tested at (`tested`: achieved
     # within Poisson noise of it, sent on time) and met them; not the achieved rate, whose noise would
     # put a step at exactly the rate N+1 needs a hair below it.
