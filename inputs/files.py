@@ -96,39 +96,13 @@ def file_in_folder(name: str, folder) -> str:
 
 def read_regular_file(path, max_bytes: int, what: str = "file") -> bytes:
     """The bytes of a regular file of at most `max_bytes`, or InputError naming the path and the fix."""
-    check_path_length(path)
-    try:
-        _check_stat(path, os.stat(path), max_bytes, what)
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        raise InputError(f"{shown(path)}: no such file; check the path (a {what})") from None
-    except NotADirectoryError:
-        raise InputError(f"{shown(path)}: a part of the path is a file, not a folder; check the path") from None
-    except OSError as exc:
-        raise InputError(f"{shown(path)}: cannot be read ({exc.strerror}); check the path and its permissions") from None
-    try:
-        _check_stat(path, os.fstat(fd), max_bytes, what)
-        chunks, total = [], 0
-        while total <= max_bytes:
-            chunk = os.read(fd, min(CHUNK, max_bytes + 1 - total))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-    except BlockingIOError:
-        raise InputError(f"{shown(path)}: would block; give a {what} (a regular file)") from None
-    except OSError as exc:
-        raise InputError(f"{shown(path)}: cannot be read ({exc.strerror})") from None
-    finally:
-        os.close(fd)
-    if total > max_bytes:
-        raise InputError(f"{shown(path)}: more than {max_bytes:,} bytes; a {what} is at most {max_bytes:,}")
-    return b"".join(chunks)
+    return b"".join(iter_regular_file(path, max_bytes, what))
 
 
 def iter_regular_file(path, max_bytes: int, what: str = "file", chunk_bytes: int = CHUNK):
-    """The bytes of a regular file of at most `max_bytes`, in chunks of `chunk_bytes` (the checks of
-    `read_regular_file`, without holding the file): for a reader whose memory must not grow with it."""
+    """The bytes of a regular file of at most `max_bytes`, in chunks of `chunk_bytes`, checked as the
+    module says (length, stat, O_NONBLOCK, fstat, a bounded read): `read_regular_file` joins them; a
+    reader whose memory must not grow with the file takes them one by one."""
     check_path_length(path)
     try:
         _check_stat(path, os.stat(path), max_bytes, what)
@@ -169,6 +143,5 @@ def read_text(path, max_bytes: int, what: str = "file") -> str:
                          "save it as UTF-8") from None
 
 
-__all__ = ["InputError", "NAME_MAX", "PATH_MAX", "PSEUDO_FOLDERS", "file_in_folder", "check_path_length", "iter_regular_file",
-           "read_regular_file", "read_text",
-           "shown"]
+__all__ = ["InputError", "NAME_MAX", "PATH_MAX", "PSEUDO_FOLDERS", "check_path_length", "file_in_folder",
+           "iter_regular_file", "read_regular_file", "read_text", "shown"]
