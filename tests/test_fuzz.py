@@ -845,3 +845,48 @@ def test_a_signal_mid_render_leaves_each_folder_whole(tmp_path_factory, name, de
         part = {k: v for k, v in after.items() if k.startswith(folder + "/")}
         assert part in ({k: v for k, v in previous.items() if k.startswith(folder + "/")},
                         {k: v for k, v in new.items() if k.startswith(folder + "/")}), (folder, name, delay_s)
+
+
+# The emulator's API: any body, any field, answered as vLLM would (200, or a 4xx/5xx error object),
+# never a dropped connection, a traceback or a hung request; the server keeps serving after each.
+EMULATE_FIELDS = st.sampled_from(["model", "prompt", "max_tokens", "stream", "stream_options", "messages", "n",
+                                  "ignore_eos", "temperature", "prompt_logprobs", "\x00", "é"])
+
+
+@st.composite
+def emulate_requests(draw) -> tuple[str, bytes]:
+    path = draw(st.sampled_from(["/v1/completions", "/v1/chat/completions"]))
+    if draw(st.integers(0, 4)) == 0:      # not JSON, or not an object
+        return path, draw(st.sampled_from([b"", b"[", b"null", b"[]", b"\xff\xfe", b"{" * 200, b'"x"', b"1e999",
+                                           b'{"max_tokens": 1' + b"0" * 5000 + b"}"]))
+    body = {"model": "llama-3-8b", "max_tokens": 2}
+    body.update(draw(st.dictionaries(EMULATE_FIELDS, nasty_values(), max_size=3)))
+    return path, json.dumps(body).encode()
+
+
+@pytest.fixture(scope="module")
+def emulator_port():
+    from tests.test_emulate import serving
+    with serving("dev") as (port, _):
+        yield port
+
+
+@settings(max_examples=40, **FUZZ)
+@given(emulate_requests())
+def test_the_emulator_answers_any_body_as_vllm_would(emulator_port, request_):
+    import http.client
+    path, data = request_
+    conn = http.client.HTTPConnection("127.0.0.1", emulator_port, timeout=20)
+    conn.request("POST", path, body=data, headers={"content-type": "application/json"})
+    resp = conn.getresponse()
+    body = resp.read()
+    conn.close()
+    CASES["emulate (bodies)"] += 1
+    assert resp.status in (200, 400, 404, 413, 422, 503), (resp.status, data[:200], body[:300])
+    if resp.status != 200:
+        error = json.loads(body)["error"]
+        assert error["message"] and "Traceback" not in error["message"], error
+    health = http.client.HTTPConnection("127.0.0.1", emulator_port, timeout=10)
+    health.request("GET", "/health")
+    assert health.getresponse().status == 200
+    health.close()
