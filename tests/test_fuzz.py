@@ -866,7 +866,7 @@ def emulate_requests(draw) -> tuple[str, bytes]:
 
 @pytest.fixture(scope="module")
 def emulator_port():
-    from tests.test_emulate import serving
+    from tests.emulated import serving
     with serving("dev") as (port, _):
         yield port
 
