@@ -59,9 +59,9 @@ def n_plus_one_qps(plan: Plan) -> float:
     the planned QPS (planned x replicas / replicas left), rounded up to the next 0.01: the rate the
     load-test verdict's n_plus_one check needs a step at (proving.loadtest_report)."""
     planned = float(plan.request.workload.qps)
-    if plan.redundancy == "none" or not plan.replicas_after_loss:
+    if plan.replicas_carrying == plan.replicas:      # no loss the plan survives: the planned rate is all
         return planned
-    return math.ceil(100 * planned * plan.replicas / plan.replicas_after_loss) / 100
+    return math.ceil(100 * planned * plan.replicas / plan.replicas_carrying) / 100
 
 
 def gateway_url(hostname: str) -> str:

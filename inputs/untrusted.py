@@ -21,10 +21,13 @@ SENSITIVE_PARAMS = frozenset({
 REDACTED = "***"
 # ESC [ ... final byte (CSI), ESC ] ... BEL or ESC \ (OSC), ESC and one byte; then single control characters.
 _ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-_]?|\x9b[0-?]*[ -/]*[@-~]")
-_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# C0 (tab and newline apart) and C1 controls, line and paragraph separators, bidi marks and overrides.
+_CONTROL_SET = r"\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069"
 # A lone surrogate (JSON's "\ud800", a non-UTF-8 byte in argv) cannot be encoded: printing it raises.
-_SURROGATES = re.compile("[\ud800-\udfff]")
-_ANY_CONTROL = re.compile(r"[\ud800-\udfff\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")   # tab and newline too
+_SURROGATE_SET = r"\ud800-\udfff"
+_CONTROLS = re.compile(f"[{_CONTROL_SET}]")
+_SURROGATES = re.compile(f"[{_SURROGATE_SET}]")
+_ANY_CONTROL = re.compile(f"[{_SURROGATE_SET}\\t\\n{_CONTROL_SET}]")      # what an error line escapes
 _USERINFO = re.compile(r"(?<=://)[^/@\s]*@")
 _PARAM = re.compile(r"(?i)([?&;](?:" + "|".join(re.escape(p) for p in sorted(SENSITIVE_PARAMS, key=len, reverse=True))
                     + r")=)[^&#\s]*")

@@ -280,8 +280,7 @@ class Benchmark:
         was not given the rate it names."""
         if self.rate is None or self.duration_s <= 0:
             return True
-        return self.requests_per_s <= (2 - ACHIEVED_SHARE) * self.rate + POISSON_SIGMAS * math.sqrt(
-            self.rate / self.duration_s)
+        return self.requests_per_s <= (2 - ACHIEVED_SHARE) * self.rate + self.poisson_allowance
 
     @property
     def long_enough(self) -> bool:
@@ -294,8 +293,14 @@ class Benchmark:
         of the requests counted over the measured window (POISSON_SIGMAS standard deviations)."""
         if self.rate is None:
             return 0.0
-        noise = POISSON_SIGMAS * math.sqrt(self.rate / self.duration_s) if self.duration_s > 0 else 0.0
-        return max(0.0, ACHIEVED_SHARE * self.rate - noise)
+        return max(0.0, ACHIEVED_SHARE * self.rate - self.poisson_allowance)
+
+    @property
+    def poisson_allowance(self) -> float:
+        """POISSON_SIGMAS standard deviations of the rate a Poisson count over the window shows."""
+        if self.rate is None or self.duration_s <= 0:
+            return 0.0
+        return POISSON_SIGMAS * math.sqrt(self.rate / self.duration_s)
 
     def dispatch_lag_limit_ms(self, ttft_slo_ms: float) -> float | None:
         if self.rate is None:

@@ -96,3 +96,19 @@ def pytest_collection_modifyitems(items):
             return FIRST.index(name)
         return len(FIRST) + (1 if name in LAST else 0)
     items.sort(key=rank)        # stable: the order within a module and among the rest is kept
+
+
+@pytest.fixture
+def metrics_lints():
+    """`promtool check metrics` on an exposition: its findings as a set of lines (the vLLM sample's
+    own findings are the baseline the twin's and the emulator's expositions are held to)."""
+    import shutil
+    import subprocess
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.fail("promtool not found: install Debian's 'prometheus' package (scripts/test does)")
+
+    def lints(text: str) -> set[str]:
+        done = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
+        return {line for line in (done.stdout + done.stderr).splitlines() if line.strip()}
+    return lints
