@@ -85,10 +85,10 @@ def main(argv: list[str] | None = None) -> int:
         quiet_stdout()
         _say(f"error: cannot write standard output: {exc}")
         return 1
-    except (KeyboardInterrupt, Terminated) as exc:
+    except KeyboardInterrupt as exc:           # Terminated (SIGTERM) is one
         # Every output is written to a temporary and renamed (inputs.outputs), which removes the
         # temporary on any exception: an interrupted command leaves the previous output as it was.
-        return _interrupted(exc.signum if isinstance(exc, Terminated) else signal.SIGINT)
+        return _interrupted(getattr(exc, "signum", signal.SIGINT))
     except NoArgsIsHelpError:
         return 0
     except UsageError as exc:
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {control_escaped(exc.format_message())}{hint}", file=sys.stderr)
         return 2
     except (typer.Exit, Exit) as exc:
-        return exc.exit_code
+        return _interrupted(_received[-1]) if _received else exc.exit_code
     except (typer.Abort, Abort):       # click's word for a KeyboardInterrupt inside a command
         return _interrupted(_received[-1] if _received else signal.SIGINT)
     except Exception:
@@ -108,12 +108,16 @@ def main(argv: list[str] | None = None) -> int:
         if _received:
             return _interrupted(_received[-1])
         raise
+    if _received:     # typer answers a KeyboardInterrupt with a silent 130 (typer/core.py, `Exit(130)`)
+        return _interrupted(_received[-1])
     return rv if isinstance(rv, int) else 0
 
 
-class Terminated(Exception):
-    """SIGTERM (a CI job cancelled, `kill`), raised in the main thread like SIGINT's KeyboardInterrupt,
-    so the writers' cleanup runs instead of the process ending mid-write."""
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a CI job cancelled, `kill`), raised in the main thread as SIGINT's KeyboardInterrupt
+    is, so the writers' cleanup runs instead of the process ending mid-write. A KeyboardInterrupt, so
+    that everything on the way treats it as one: asyncio's callback and task runners (Pulumi's engine)
+    re-raise only KeyboardInterrupt and SystemExit, and log and swallow any other exception."""
 
     def __init__(self, signum: int):
         super().__init__(signum)
@@ -131,6 +135,10 @@ def _on_signal(signum, frame):
 
 
 def _interrupted(signum: int) -> int:
+    # The tasks the interrupt cut short are abandoned on purpose: asyncio would log each at exit
+    # ("Task exception was never retrieved", with its traceback).
+    import logging
+    logging.getLogger("asyncio").disabled = True
     _say(f"error: interrupted ({signal.Signals(signum).name}); outputs not yet written keep their previous version")
     return 128 + signum
 

@@ -71,8 +71,8 @@ def twin(
     except OSError as exc:            # its working folder (ENOSPC, EIO) or a server it could not start
         fail(f"the twin cannot run here: {exc.strerror or exc} (its working folder is under "
              f"{tempfile.gettempdir()}); every server it started is stopped")
-    except KeyboardInterrupt:
-        fail("interrupted; every server the twin started is stopped", code=130)
+    except KeyboardInterrupt as exc:   # SIGINT, or SIGTERM (llmserve.cli.Terminated, which carries its signum)
+        fail("interrupted; every server the twin started is stopped", code=128 + getattr(exc, "signum", 2))
     from twin.report import print_twin, twin_dict
     if as_json:
         print(json.dumps(twin_dict(report, stack), indent=2))
