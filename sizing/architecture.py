@@ -72,6 +72,25 @@ class Quantization:
 
 
 @dataclass(frozen=True)
+class Linear:
+    """One weight matrix a token multiplies, in every layer that has it: K inputs, N outputs.
+    `experts` > 0: a routed expert's matrix, `experts` of them per layer, `topk` per token.
+    `group` is the `params_by_group` key its parameters count under (the step model prices
+    each Linear as a GEMM, `sizing.ops`)."""
+    name: str
+    group: str
+    layers: int
+    k: int
+    n: int
+    experts: int = 0
+    topk: int = 0
+
+    @property
+    def params(self) -> int:
+        return self.layers * self.k * self.n * max(self.experts, 1)
+
+
+@dataclass(frozen=True)
 class Architecture:
     model_type: str
     hidden_size: int
@@ -153,6 +172,41 @@ class Architecture:
             "shared": moe * self.shared_experts * 3 * h * self.moe_intermediate_size,
             "router": moe * router,
         }
+
+    def linears(self) -> tuple[Linear, ...]:
+        """Every GEMM of a forward pass, per layer kind (biases, norms and the embedding lookup
+        aside): what `sizing.ops` prices. Their parameters add up to `params_by_group` less those."""
+        h = self.hidden_size
+        out = list(self._attention_linears())
+        dense, moe = self.dense_layer_count, self.moe_layer_count
+        if dense:
+            out += [Linear("gate_up", "dense_mlp", dense, h, 2 * self.intermediate_size),
+                    Linear("down", "dense_mlp", dense, self.intermediate_size, h)]
+        if moe:
+            f, e, k = self.moe_intermediate_size, self.num_experts, self.experts_per_token
+            out += [Linear("router", "router", moe, h, e),
+                    Linear("experts_gate_up", "experts", moe, h, 2 * f, e, k),
+                    Linear("experts_down", "experts", moe, f, h, e, k)]
+            if self.shared_experts:
+                s = self.shared_experts * f
+                out += [Linear("shared_gate_up", "shared", moe, h, 2 * s), Linear("shared_down", "shared", moe, s, h)]
+        out.append(Linear("lm_head", "lm_head", 1, h, self.vocab_size))
+        return tuple(out)
+
+    def _attention_linears(self) -> tuple[Linear, ...]:
+        h, layers, n, kv, d = (self.hidden_size, self.num_hidden_layers, self.num_attention_heads,
+                               self.num_key_value_heads, self.head_dim)
+        if not self.is_mla:
+            return (Linear("qkv", "attention", layers, h, (n + 2 * kv) * d), Linear("o", "attention", layers, n * d, h))
+        qk = self.qk_nope_head_dim + self.qk_rope_head_dim
+        q = ((Linear("q_a", "attention", layers, h, self.q_lora_rank),
+              Linear("q_b", "attention", layers, self.q_lora_rank, n * qk)) if self.q_lora_rank
+             else (Linear("q", "attention", layers, h, n * qk),))
+        # vLLM's MLA decode absorbs kv_b into the query and the output (two per-head BMMs of the
+        # same size): the FLOPs and bytes per token are kv_b's either way.
+        return q + (Linear("kv_a", "attention", layers, h, self.kv_lora_rank + self.qk_rope_head_dim),
+                    Linear("kv_b", "attention", layers, self.kv_lora_rank, n * (self.qk_nope_head_dim + self.v_head_dim)),
+                    Linear("o", "attention", layers, n * self.v_head_dim, h))
 
     @property
     def total_params(self) -> int:

@@ -70,6 +70,14 @@ def test_every_shipped_model_is_addressable_by_key_and_hf_id_and_cites_its_sourc
         assert m.source["repo"] and len(m.source["commit"]) == 40 and m.source["path"]
 
 
+@pytest.mark.parametrize("key", sorted(k for k, m in load_catalog().models.items() if m.arch is not None))
+def test_the_gemms_priced_hold_every_weight_but_the_embedding_norms_and_biases(key):
+    a = load_catalog().model(key).arch
+    groups = a.params_by_group()
+    weights = sum(groups.values()) - groups["embed"] - groups["norms"]
+    assert sum(lin.params for lin in a.linears()) == pytest.approx(weights, rel=1e-3)
+
+
 @pytest.mark.parametrize("key,kv_dtype,context,bytes_per_token", [
     ("llama-3.3-70b", "bf16", None, 320 * 1024),              # 80 layers x 8 KV heads x 128 x K,V x 2 B
     ("qwen3-235b-a22b", "bf16", None, 94 * 4 * 128 * 2 * 2),
