@@ -30,10 +30,11 @@ class Replica:
             raise ValueError(f"max_num_batched_tokens ({max_num_batched_tokens}) must be at least "
                              f"max_num_seqs ({max_num_seqs})")
         self.name, self.zone = name, zone
-        (a1, b1), (a2, b2) = cost.decode_branches()
-        # a pure-decode step of n sequences, by n (at most max_num_seqs decode): max(A + B n) of
-        # the two branches, n = 0 costing nothing; one list lookup a step instead of its arithmetic
-        self._dec = [0.0] + [max(a1 + b1 * n, a2 + b2 * n) for n in range(1, max_num_seqs + 1)]
+        # a pure-decode step of n sequences, by n (at most max_num_seqs decode), n = 0 costing
+        # nothing: one list lookup a step instead of its arithmetic
+        self._dec = [0.0] + [cost.decode_s(n) for n in range(1, max_num_seqs + 1)]
+        # a per-operation step (`sizing.ops`) prices a prefill step with StepModel.step_s itself
+        self._ops = cost if cost.terms or cost.moe else None
         # StepModel.step_s(n, c) = max(a1 + b1 n + g1 c, a2 + b2 n + g2 c) + k n + e c, its terms
         # in n by n: a prefill step adds the c terms inline (the same operations in the same order
         # as step_s, so the same floats)
@@ -150,7 +151,9 @@ class Replica:
         self.s_start, self.s_n, self.busy = clock, n, True
         dec = self._dec[n]
         if c_total:
-            if n <= 0 and self._gated:      # StepModel.step_s(n, c_total), inline
+            if self._ops is not None:
+                dur = self._ops.step_s(n, c_total)
+            elif n <= 0 and self._gated:    # StepModel.step_s(n, c_total), inline
                 dur = self._e * c_total
             else:
                 a, b, kn = self._pf_n[n]

@@ -93,7 +93,7 @@ class ReplicaModel:
         self.branches = step.decode_branches()
         self.prefill_alone_s = step.prefill_s(s_in)          # one prompt, alone, unchunked
         # Per prompt token beyond the decode step, when a chunk is compute-bound (all of it, additive).
-        self.prefill_token_s = step.e if self.additive else step.g2 + step.e
+        self.prefill_token_s = step.prefill_token_s()
         self.share_per_request_s = s_in * self.prefill_token_s   # u = QPS x this (at most)
         self.prefill_comm_s = comm[0] + comm[1] * s_in      # not scaled by real_factor in the seed
         if self.additive:   # the seed: TTFT0 = real_factor x prefill FLOPs time + communication
@@ -134,9 +134,12 @@ class ReplicaModel:
     # -- TPOT ---------------------------------------------------------------------------------
     def step_s(self, n: float) -> float:
         """The decode-only step with n sequences."""
-        (a1, b1), (a2, b2) = self.branches
-        x, y = a1 + b1 * n, a2 + b2 * n
-        return x if x > y else y
+        best = -math.inf
+        for a, b in self.branches:
+            x = a + b * n
+            if x > best:
+                best = x
+        return best
 
     def prefill_token_cost_s(self, n: float) -> float:
         """p: seconds a prompt token adds to a step that decodes n and carries a full chunk."""

@@ -21,7 +21,7 @@ from .catalog import DATA_DIR
 
 MAX_PROFILES_BYTES = 1_000_000
 
-STEP_MODELS = ("additive", "mixed")
+STEP_MODELS = ("additive", "mixed", "ops")
 KV_ACCOUNTING = ("fixed", "vllm")
 
 

@@ -31,9 +31,9 @@ stage), which raises throughput but not a sequence's TPOT; the capacity here is 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from . import parallel
+from . import ops, parallel
 from .catalog import bytes_per_element, load_catalog
 
 GB = 1e9
@@ -50,6 +50,23 @@ class StepModel:
     k: float           # per decoding sequence, outside the max (its attention)
     e: float           # per prefill token, outside the max (its attention, or all of it when additive)
     gated: bool        # additive: no decode part without a decode batch
+    # `ops` profiles (`sizing.ops`): the step is a sum of operations, each the max of its pieces
+    # (alpha, beta per decode, gamma per prompt token); `needs` says when it runs ("n": decodes,
+    # "c": a prompt chunk, "c0": a decode-only step, "": always). `moe`: the fused-MoE layers,
+    # (floor, s per touched expert, local experts, 1 - k/E, tangent a, b, compute a, b).
+    terms: tuple = ()
+    moe: tuple = ()
+    # `ops`: decode_branches(), computed once (a decode-only step is their max, exactly)
+    lines: tuple = field(init=False, default=(), compare=False, repr=False)
+    # `ops`: the pieces a step with a prompt chunk runs, with decodes and without
+    with_chunk: tuple = field(init=False, default=(), compare=False, repr=False)
+    chunk_only: tuple = field(init=False, default=(), compare=False, repr=False)
+
+    def __post_init__(self):
+        if self.terms or self.moe:
+            object.__setattr__(self, "lines", self.decode_branches())
+            object.__setattr__(self, "with_chunk", tuple(p for needs, p in self.terms if needs != "c0"))
+            object.__setattr__(self, "chunk_only", tuple(p for needs, p in self.terms if needs in ("", "c")))
 
     @classmethod
     def additive(cls, branches, prefill_s_per_token: float) -> "StepModel":
@@ -63,22 +80,97 @@ class StepModel:
         """A step with n decodes and no prefill."""
         if n <= 0 and self.gated:
             return 0.0
+        if self.lines:
+            best = -1.0
+            for a, b in self.lines:
+                v = a + b * n
+                if v > best:
+                    best = v
+            return best
         x, y = self.a1 + self.b1 * n, self.a2 + self.b2 * n
         return (y if y > x else x) + self.k * n
 
     def step_s(self, n: float, c: float) -> float:
         if n <= 0 and self.gated:
             return self.e * c
+        if self.lines and c <= 0:
+            return self.decode_s(n)
         x, y = self.a1 + self.b1 * n + self.g1 * c, self.a2 + self.b2 * n + self.g2 * c
-        return (y if y > x else x) + self.k * n + self.e * c
+        t = (y if y > x else x) + self.k * n + self.e * c
+        if self.terms or self.moe:
+            t += self._ops_s(n, c)
+        return t
 
-    def decode_branches(self) -> tuple[tuple[float, float], tuple[float, float]]:
-        """decode_s(n) = max(A + B n) over these two lines (n >= 1)."""
-        return ((self.a1, self.b1 + self.k), (self.a2, self.b2 + self.k))
+    def _ops_s(self, n: float, c: float) -> float:
+        """The operations of a step with a prompt chunk (c > 0): each its largest piece."""
+        t = 0.0
+        for pieces in (self.with_chunk if n > 0 else self.chunk_only):
+            best = -1.0
+            for a, b, g in pieces:
+                v = a + b * n + g * c
+                if v > best:
+                    best = v
+            t += best
+        for floor, unit, e_local, miss, ta, tb, ca, cb in self.moe:
+            # the prompt tokens' own experts, beyond the decode batch's (exact: the curve is concave)
+            mem = ta + tb * n + unit * e_local * (miss ** n - miss ** (n + c))
+            comp = ca + cb * (n + c)
+            t += floor if floor > mem and floor > comp else (mem if mem > comp else comp)
+        return t
+
+    def decode_branches(self) -> tuple[tuple[float, float], ...]:
+        """decode_s(n) = max(A + B n) over these lines (1 <= n <= BRANCH_N_MAX): two for the
+        roofline profiles; for `ops` the pieces of the sum of maxes, one line per interval
+        between the n where some operation changes its binding piece (convex, so exact)."""
+        core = ((self.a1, self.b1 + self.k), (self.a2, self.b2 + self.k))
+        if not self.terms and not self.moe:
+            return core
+        if self.lines:
+            return self.lines
+        # Each operation's upper envelope in n: its binding line at n = 1 and where it changes.
+        a_sum, b_sum = max(core, key=lambda line: line[0] + line[1])
+        events = []
+        for pieces in self._decode_pieces():
+            line = max(pieces, key=lambda p: (p[0] + p[1], p[1]))
+            a_sum, b_sum = a_sum + line[0], b_sum + line[1]
+            while True:     # the next piece to overtake it: the nearest crossing of a steeper one
+                cross = [((line[0] - a) / (b - line[1]), (a, b)) for a, b in pieces if b > line[1]]
+                cross = [x for x in cross if x[0] < BRANCH_N_MAX]
+                if not cross:
+                    break
+                at, nxt = min(cross)
+                events.append((at, nxt[0] - line[0], nxt[1] - line[1]))
+                line = nxt
+        lines = [(a_sum, b_sum)]
+        for _at, da, db in sorted(events):
+            a_sum, b_sum = a_sum + da, b_sum + db
+            lines.append((a_sum, b_sum))
+        return tuple(lines)
+
+    def _decode_pieces(self):
+        """The (a, b) pieces in n of every operation a decode-only step runs."""
+        for needs, pieces in self.terms:
+            if needs != "c":
+                yield [(a, b) for a, b, _ in pieces]
+        for floor, _unit, _e, _miss, ta, tb, ca, cb in self.moe:
+            yield [(floor, 0.0), (ta, tb), (ca, cb)]
+
+    def prefill_token_s(self) -> float:
+        """What a prompt token adds to a step whose chunk is compute-bound: the largest slope in c."""
+        slope = max(self.g1, self.g2) + self.e
+        for needs, pieces in self.terms:
+            if needs != "c0":
+                slope += max(g for _, _, g in pieces)
+        for _floor, _unit, _e, _miss, _ta, _tb, _ca, cb in self.moe:
+            slope += cb
+        return slope
 
     def prefill_s(self, tokens: float) -> float:
         """A whole prompt alone in one step (no decodes): its prefill time."""
         return self.step_s(0, tokens)
+
+
+BRANCH_N_MAX = 4096.0      # decode batches the branches cover (vLLM's max_num_seqs is at most 1024)
 
 
 def comm_terms(shape, profile, tokens_per_step_bytes: float) -> tuple[float, float]:
@@ -136,6 +228,8 @@ def build_step(shape, workload, profile, real: bool = True, comm: tuple[float, f
     runs (closed loop: its clients; open loop: the batch whose step takes the TPOT SLO, where
     capacity is decided), exact there and an upper bound elsewhere. `comm`: `step_comm(shape,
     profile)`, when the caller has it."""
+    if profile.step_model == "ops" and real:       # ideal: the roofline below at full bandwidth
+        return _ops_step(shape, workload, profile)
     m, gpu, tp = shape.model, shape.instance.gpu, shape.tp
     # A decoding sequence's context averaged over its decode steps (s_in + s_out / 2 for fixed
     # lengths; longer when long prompts also decode long: sizing.traffic), and the prompt length
@@ -182,3 +276,26 @@ def _weight_read(shape, workload, profile, real, kv_seq, comm0, comm1) -> tuple[
         room = workload.tpot_slo_s - read0 / bw - comm0
         n = min(float(profile.max_num_seqs), max(1.0, room / per_seq if per_seq > 0 else 1.0))
     return parallel.decode_read_line(shape, n)
+
+
+def _ops_step(shape, workload, profile) -> StepModel:
+    """The per-operation step (`sizing.ops`). An MoE model's expert read is the tangent at the
+    batch it runs: its clients in a closed loop; in an open loop the batch whose decode step takes
+    the TPOT SLO (found from the step itself, three passes), at most max_num_seqs."""
+    extra = [pp_terms(shape)]
+    if parallel.layout_of(shape) != "tp":
+        extra.append(comm_terms(shape, profile))
+    cap = float(profile.max_num_seqs)
+    def at(n: float) -> StepModel:
+        fixed, per_token, terms, moe = ops.build_ops_step(shape, workload, profile, n, extra)
+        return StepModel(fixed, per_token, per_token, fixed, per_token, per_token, 0.0, 0.0, False,
+                         terms=terms, moe=moe)
+    if workload.concurrency is not None:
+        return at(min(float(workload.concurrency), cap))
+    n = 64.0
+    step = at(n)
+    for _ in range(3 if shape.model.is_moe else 0):
+        room = [(workload.tpot_slo_s - a) / b for a, b in step.decode_branches() if b > 0]
+        n = min(cap, max(1.0, min(room) if room else cap))
+        step = at(n)
+    return step

@@ -66,7 +66,7 @@ def slowed(cost: StepCost, slowdown: float) -> StepCost:
         if isinstance(value, tuple):
             return tuple(scale(v) for v in value)
         return value
-    return replace(cost, **{f.name: scale(getattr(cost, f.name)) for f in fields(cost)})
+    return replace(cost, **{f.name: scale(getattr(cost, f.name)) for f in fields(cost) if f.init})
 
 
 def pod_name(zone: str, i: int) -> str:
