@@ -39,7 +39,7 @@ def size(
                                                 help="mean, p50, p90, p95 or p99: the SLOs hold at this statistic "
                                                      "(default: the stack's, else p95)."),
     replicas: Optional[int] = typer.Option(None, help="Evaluate exactly this many replicas at the load (no planning)."),
-    profile: Optional[str] = typer.Option(None, help="Efficiency profile: reference or calibrated."),
+    profile: Optional[str] = typer.Option(None, help="Efficiency profile: seed, calibrated or measured."),
     gpu_hour_price: Optional[float] = typer.Option(None, "--gpu-hour-price", help="$ per GPU-hour (default: instance price / GPUs)."),
     zones: Optional[str] = typer.Option(None, help="Zones: a count (2) or names (us-east-1a,us-east-1b); one node each."),
     nodes_per_zone: Optional[int] = typer.Option(None, "--nodes-per-zone", help="Nodes per zone with --zones."),

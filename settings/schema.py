@@ -18,7 +18,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr,
 from conventions import SERVING_NAMESPACE
 from sizing.catalog import CatalogError, load_catalog
 from sizing.planner import PlanRequest, Pool
-from sizing.profiles import load_profiles
+from sizing.profiles import load_profiles, unknown_profile
 from sizing.traffic import LengthDistribution, LengthsError, Percentiles, from_percentiles, parse_lengths_text
 from sizing.workload import Workload
 
@@ -286,7 +286,7 @@ class GpuPoolSettings(_Strict):
 
 
 class SizingSettings(_Strict):
-    profile: str = "reference"
+    profile: str = "measured"
     # On-demand p5/p5en list prices are $55-64 per instance-hour, $7-8 per GPU-hour
     # (../shared/reference/hardware.md, 2026): over 100x that is a typo, not a price.
     gpuHourPrice: float | None = Field(None, gt=0, le=1000)
@@ -296,7 +296,7 @@ class SizingSettings(_Strict):
     @classmethod
     def _known(cls, v: str) -> str:
         if v not in load_profiles():
-            raise CatalogError(f"unknown profile '{v}'; choose one of: {', '.join(load_profiles())}")
+            raise CatalogError(unknown_profile(v))
         return v
 
 

@@ -48,7 +48,7 @@ def engine_args_for(plan) -> EngineArgs:
         max_model_len=w.served_max_model_len,
         # vLLM 0.29.0's own default for the GPU class (sizing.vllm_engine): its paged KV cache
         # admits what fits and preempts the newest when blocks run out, so no tighter cap is
-        # needed. The reference profile keeps the seed's 512 (memory.engine_max_num_seqs).
+        # needed. The seed profile keeps the seed's 512 (memory.engine_max_num_seqs).
         max_num_seqs=engine_max_num_seqs(rm.shape, profile),
         max_num_batched_tokens=rm.batched_tokens,
         gpu_memory_utilization=profile.gpu_memory_utilization,

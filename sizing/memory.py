@@ -2,7 +2,7 @@
 
 `Shape`: a model at some precision on some GPUs of one node type, in a layout, over one or more
 nodes. `memory(shape, workload, profile)` is its per-replica memory as vLLM 0.29.0 accounts it at
-start-up (or the seed's way, under the reference profile): the KV cache in tokens and the running
+start-up (or the seed's way, under the seed profile): the KV cache in tokens and the running
 sequences it holds, capped by the engine's max_num_seqs (`engine_max_num_seqs`). The step budget's
 bounds (`CHUNK_MIN` .. `CHUNK_MAX`) live here because the activation peak depends on it.
 """
@@ -114,7 +114,7 @@ def memory(shape: Shape, workload: Workload, profile: Profile, batched_tokens: i
 def engine_max_num_seqs(shape: Shape, profile: Profile) -> int:
     """The engine's cap on running sequences: vLLM 0.29.0's default for the GPU class under vLLM
     accounting (the plan sets no other, `sizing.vllm_engine.batch_defaults`); the seed's figure
-    under the reference profile."""
+    under the seed profile."""
     return batch_defaults(shape.instance.gpu)[1] if profile.kv_accounting == "vllm" else profile.max_num_seqs
 
 

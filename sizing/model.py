@@ -21,7 +21,7 @@ c prompt tokens; its time is t(n, c). Per replica at an open-loop (Poisson) load
 
 "ideal" takes the roofline at face value (real_factor 1, full HBM bandwidth); "real" applies the
 profile. The reference figures (../shared/reference/sizing-reference.md) reproduce exactly under
-the `reference` profile, whose step model is the seed's.
+the `seed` profile, whose step model is the seed's.
 
 The concepts it reads live beside it: the workload (`sizing.workload`), the replica's shape and
 memory (`sizing.memory`) and whether a shape can run at all (`sizing.checks`, which `ReplicaModel`

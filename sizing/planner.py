@@ -66,7 +66,7 @@ class PlanRequest:
     pools: tuple[Pool, ...] = (Pool("us-east-1a", "p5.48xlarge", 1), Pool("us-east-1b", "p5.48xlarge", 1))
     tp: int | None = None
     replicas: int | None = None          # overrides the planned count (policies then judge it)
-    profile: str = "reference"
+    profile: str = "measured"
     gpu_hour_price: float | None = None  # defaults to the instance price / its GPUs
     instance_price: float | None = None  # overrides the catalog's node price
     model_config: str | None = None      # a local config.json instead of the catalog's `model`

@@ -1,7 +1,7 @@
 """Efficiency profiles: the factors that turn datasheet peaks into what an engine delivers.
 
 Two step models (`sizing.step`), one per profile:
-- `additive` (the `reference` profile): the seed's assumptions kept exactly, so the reference
+- `additive` (the `seed` profile): the seed's assumptions kept exactly, so the reference
   figures reproduce: a step is the decode roofline times `real_factor` plus the prefill tokens
   at `mfu`, the two never overlapping.
 - `mixed` (`calibrated`): one roofline over all the step's tokens, weights read once, plus each
@@ -44,6 +44,10 @@ class Profile:
     # far, preempted when they run out) or "whole" (a request reserves prompt + output up front:
     # TensorRT-LLM's default GUARANTEED_NO_EVICT capacity scheduler, which the calibration rows ran).
     kv_reservation: str = "grow"
+    # ops only: a fleet's measured step time over the per-operation model's, for the decode
+    # operations and for a prompt token (`llmserve calibrate` fits both; 1.0: the tables as measured)
+    ops_decode_factor: float = 1.0
+    ops_prefill_factor: float = 1.0
 
 
 @lru_cache(maxsize=1)
@@ -54,9 +58,19 @@ def load_profiles() -> dict[str, Profile]:
             for name, body in raw["profiles"].items()}
 
 
+RENAMED = {"reference": "seed"}      # the seed's assumptions were the `reference` profile before the per-operation model became the default
+
+
+def unknown_profile(name: str) -> str:
+    """The error for a profile name that is not in profiles.yaml (a renamed one says its new name)."""
+    if name in RENAMED:
+        return f"the profile '{name}' is now named '{RENAMED[name]}'"
+    return f"unknown profile '{name}'; choose one of: {', '.join(load_profiles())}"
+
+
 def get_profile(name: str) -> Profile:
     profiles = load_profiles()
     if name not in profiles:
         from .catalog import CatalogError
-        raise CatalogError(f"unknown profile '{name}'; choose one of: {', '.join(profiles)}")
+        raise CatalogError(unknown_profile(name))
     return profiles[name]

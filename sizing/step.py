@@ -284,10 +284,14 @@ def _ops_step(shape, workload, profile) -> StepModel:
     the TPOT SLO (found from the step itself, three passes), at most max_num_seqs."""
     extra = [pp_terms(shape)]
     if parallel.layout_of(shape) != "tp":
-        extra.append(comm_terms(shape, profile))
+        extra.append(comm_terms(shape, profile, bytes_per_element("bf16") * shape.model.hidden))
     cap = float(profile.max_num_seqs)
     def at(n: float) -> StepModel:
         fixed, per_token, terms, moe = ops.build_ops_step(shape, workload, profile, n, extra)
+        d, p = profile.ops_decode_factor, profile.ops_prefill_factor
+        if d != 1.0 or p != 1.0:        # a fleet's fitted factors: decode pieces by d, prompt tokens by p
+            terms = tuple((needs, tuple((a * d, b * d, g * p) for a, b, g in pieces)) for needs, pieces in terms)
+            moe = tuple((f * d, u * p, e, m, ta * d, tb * d, ca * d, cb * p) for f, u, e, m, ta, tb, ca, cb in moe)
         return StepModel(fixed, per_token, per_token, fixed, per_token, per_token, 0.0, 0.0, False,
                          terms=terms, moe=moe)
     if workload.concurrency is not None:

@@ -147,7 +147,7 @@ def _shape_verdict(shape: Shape, workload: Workload, profile: Profile):
     return rm, cap, per_replica
 
 
-def sweep(workload: Workload, model_id: str, kv_dtype: str, zones: int, profile_name: str = "reference",
+def sweep(workload: Workload, model_id: str, kv_dtype: str, zones: int, profile_name: str = "measured",
           gpu_hour_price: float | None = None, model_config: str | None = None) -> list[Option]:
     catalog = load_catalog()
     model = resolve_model(model_id, model_config)

@@ -108,7 +108,7 @@ def test_every_vllm_argument_is_the_plans(recorded, stack, overrides):
                          + ["--shutdown-timeout"])
 def test_every_argument_changes_when_the_plan_changes(recorded, flag):
     # gpu-memory-utilization comes from the efficiency profile, and both profiles say 0.9;
-    # max-num-seqs is vLLM's own default for the GPU class (or the reference profile's 512).
+    # max-num-seqs is vLLM's own default for the GPU class (or the seed profile's 512).
     first = {f[flag] for f in map(flags, serving_deployments(recorded("prod")).values())}
     second = {f[flag] for f in map(flags, serving_deployments(recorded("prod", OTHER_WORKLOAD)).values())}
     assert first.isdisjoint(second), flag

@@ -44,7 +44,7 @@ def test_concurrency_adds_throughput_keys(capsys):
 
 
 def test_mean_slos_give_the_reference_table(capsys):
-    code, out, _ = run(capsys, "size", "--gpu-hour-price", "2.5", "--slo-statistic", "mean")
+    code, out, _ = run(capsys, "size", "--gpu-hour-price", "2.5", "--slo-statistic", "mean", "--profile", "seed")
     assert code == 0
     assert "prefill time per 1,000-token prompt" in out and "36 ms" in out
     assert "Binding constraint: per replica, mean TPOT reaches the 40 ms SLO" in out
@@ -67,7 +67,7 @@ BAD_INPUT = [
     (["--gpu", "h300"], "error: --gpu: unknown GPU 'h300'; choose one of: a100-40gb, b200, h100-sxm, h200, l40s"),
     (["--weights", "int3"], "error: --weights: unknown precision 'int3'; choose one of: fp8, bf16, fp16, fp4"),
     (["--kv-dtype", "int8"], "error: --kv-dtype: unknown precision 'int8'; choose one of: fp8, bf16, fp16"),
-    (["--profile", "fast"], "error: --profile: unknown profile 'fast'; choose one of: reference, calibrated"),
+    (["--profile", "fast"], "error: --profile: unknown profile 'fast'; choose one of: seed, calibrated, measured"),
     (["--tp", "16"], "error: --tp: tensor parallel 16 exceeds the 8 GPUs of one p5.48xlarge node (a TP group never spans nodes); use at most 8"),
     (["--tp", "3"], "error: --tp: tensor parallel 3 does not divide the 64 attention heads of llama-3-70b; use one of 1, 2, 4, 8"),
     (["--model", "llama-3.1-405b", "--weights", "bf16", "--tp", "8"],
@@ -89,7 +89,9 @@ BAD_INPUT = [
 
 @pytest.mark.parametrize("args,message", BAD_INPUT, ids=[" ".join(a) for a, _ in BAD_INPUT])
 def test_bad_input_is_one_line_and_exit_2(capsys, args, message):
-    code, out, err = run(capsys, "size", *args)
+    # The figures in the messages are the seed profile's (fixed); the default's follow its op tables.
+    seed = () if "--profile" in args or "--stack" in args else ("--profile", "seed")
+    code, out, err = run(capsys, "size", *args, *seed)
     assert code == 2
     assert out == ""
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
@@ -118,7 +120,7 @@ SAME_MESSAGE = [
     (["--model", "llama-9"], "model: {id: llama-9}", "model.id",
      "unknown model 'llama-9'; choose a key (deepseek-r1, glm-4.5-air, gpt-oss-120b, gpt-oss-20b, kimi-k2, llama-3-70b, llama-3-8b, llama-3.1-405b, llama-3.1-8b, llama-3.3-70b, mixtral-8x7b, qwen3-235b-a22b, qwen3-30b-a3b, qwen3-32b) or a Hugging Face id (docs/models.md), or give --model-config PATH"),
     (["--profile", "fast"], "sizing: {profile: fast}", "sizing.profile",
-     "unknown profile 'fast'; choose one of: reference, calibrated"),
+     "unknown profile 'fast'; choose one of: seed, calibrated, measured"),
     (["--gpu-hour-price", "0"], "sizing: {gpuHourPrice: 0}", "sizing.gpuHourPrice", "must be greater than 0 (got 0)"),
     (["--replicas", "0"], "replicas: 0", "replicas", "must be 'auto' or an integer of at least 1 (got 0)"),
     (["--nodes-per-zone", "65"], "gpuPools: [{zone: us-east-1a, nodes: 65}]", "gpuPools[0].nodes",
@@ -152,7 +154,8 @@ def test_a_bad_value_reads_the_same_from_a_flag_and_from_the_stack(capsys, tmp_p
 
     path = tmp_path / "Pulumi.x.yaml"
     path.write_text(yaml.safe_dump({"config": with_overrides(stack_config("prod"), yaml.safe_load(stack_keys))}))
-    assert run(capsys, "size", *flags)[::2] == (2, f"error: {flags[0]}: {message}\n")
+    seed = () if "--profile" in flags else ("--profile", "seed")     # the messages' figures are the seed's
+    assert run(capsys, "size", *flags, *seed)[::2] == (2, f"error: {flags[0]}: {message}\n")
     assert run(capsys, "size", "--stack", "x", "--config", str(path))[::2] == (
         2, f"error: --config {path}: llm-serving:{key}: {message}\n")
 
@@ -255,7 +258,7 @@ def test_ttft_that_no_configuration_meets_names_the_prefill(capsys):
 
 
 def test_one_slot_left_reads_in_the_singular(capsys):
-    code, _, err = run(capsys, "size", "--qps", "40", "--slo-statistic", "mean")
+    code, _, err = run(capsys, "size", "--qps", "40", "--slo-statistic", "mean", "--profile", "seed")
     assert code == 2 and "after losing us-east-1a, 1 TP=8 replica slot remains, carrying 34.3 QPS" in err
 
 
@@ -326,11 +329,11 @@ def test_a_ttft_slo_below_the_idle_chunked_prefill_names_the_chunks(capsys):
 
 
 def test_a_load_without_a_steady_state_says_unstable_and_why(capsys):
-    code, out, _ = run(capsys, "size", "--qps", "30", "--replicas", "2", "--tp", "4", "--json")
+    code, out, _ = run(capsys, "size", "--qps", "30", "--replicas", "2", "--tp", "4", "--json", "--profile", "seed")
     d = json.loads(out)
     assert code == 0 and d["stable"] is False and d["ttft_ms"]["real"] is None
     assert d["unstable_reason"] == "prefill alone needs 108% of the replica"
-    code, out, _ = run(capsys, "size", "--qps", "30", "--replicas", "2", "--tp", "4")
+    code, out, _ = run(capsys, "size", "--qps", "30", "--replicas", "2", "--tp", "4", "--profile", "seed")
     assert "Unstable at 30 QPS per replica: prefill alone needs 108% of the replica." in out
 
 

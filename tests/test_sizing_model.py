@@ -15,11 +15,11 @@ from sizing.queueing import erlang_c_wait, md1_wait, poisson_quantile
 from sizing.workload import SizingError, Workload
 
 CAT = load_catalog()
-REF = get_profile("reference")
+REF = get_profile("seed")
 
 
 def rm(model="llama-3-70b", instance="p5.48xlarge", tp=4, weights="fp8", kv="bf16", real=True, profile=REF, **w):
-    """A replica under the reference profile with mean SLOs (the seed's mechanics) unless told."""
+    """A replica under the seed profile with mean SLOs (the seed's mechanics) unless told."""
     shape = Shape(CAT.model(model), CAT.instance(instance), tp, weights, kv)
     return ReplicaModel(shape, Workload(**{"slo_statistic": "mean", **w}), profile, real=real)
 
@@ -163,7 +163,7 @@ def test_closed_loop_throughput_never_exceeds_the_open_loop_kv_capacity(clients)
 
 
 # -- properties of the one step model, open and closed loop, both profiles ------------------------
-PROFILES = ("reference", "calibrated")
+PROFILES = ("seed", "calibrated")
 shapes = st.sampled_from([("llama-3-70b", "p5.48xlarge", 4), ("llama-3-70b", "p5.48xlarge", 2),
                           ("llama-3-8b", "p5.48xlarge", 1), ("llama-3-70b", "p5e.48xlarge", 1)])
 lengths = st.tuples(st.integers(100, 8000), st.integers(20, 2000))

@@ -20,13 +20,13 @@ TOL = 0.03
 def replica(tp=4, output_tokens=300, real=True) -> ReplicaModel:
     c = load_catalog()
     shape = Shape(c.model("llama-3-70b"), c.instance("p5.48xlarge"), tp, "fp8", "bf16")
-    return ReplicaModel(shape, Workload(output_tokens=output_tokens, slo_statistic="mean"), get_profile("reference"),
+    return ReplicaModel(shape, Workload(output_tokens=output_tokens, slo_statistic="mean"), get_profile("seed"),
                         real=real)
 
 
 @pytest.fixture(scope="module")
 def ref() -> dict:
-    return plan_to_dict(plan(PlanRequest(Workload(qps=10, slo_statistic="mean"), gpu_hour_price=2.50)))
+    return plan_to_dict(plan(PlanRequest(Workload(qps=10, slo_statistic="mean"), gpu_hour_price=2.50, profile="seed")))
 
 
 def at(d: dict, path: str):

@@ -119,7 +119,7 @@ def test_calibrate_writes_a_profile_a_stack_can_select(slower):
     doc = yaml.safe_load(slower["profiles"].read_text())
     entry = doc["profiles"]["fleet-test"]
     assert set(entry) == set(Profile.__dataclass_fields__) - {"name"}
-    assert {"reference", "calibrated"} <= set(doc["profiles"])
+    assert {"seed", "calibrated"} <= set(doc["profiles"])
 
 
 def test_calibrate_shows_the_capacity_the_slower_fleet_really_has(slower):

@@ -213,10 +213,10 @@ def test_a_written_profile_keeps_the_others_and_the_header(tmp_path):
     path = tmp_path / "profiles.yaml"
     original = (DATA_DIR / "profiles.yaml").read_text()
     path.write_text(original)
-    write_profile(path, efficiency.with_efficiencies(get_profile("reference"), 0.4, 1.9, name="fleet-x"))
+    write_profile(path, efficiency.with_efficiencies(get_profile("seed"), 0.4, 1.9, name="fleet-x"))
     doc = yaml.safe_load(path.read_text())
     assert doc["profiles"]["fleet-x"]["mfu"] == 0.4 and doc["profiles"]["fleet-x"]["real_factor"] == 1.9
-    assert doc["profiles"]["reference"] == yaml.safe_load(original)["profiles"]["reference"]
+    assert doc["profiles"]["seed"] == yaml.safe_load(original)["profiles"]["seed"]
     assert path.read_text().startswith("#")
 
 
@@ -225,7 +225,7 @@ def test_a_profile_is_selectable_only_inside_plan_under(prod):
     from twin import efficiency
     from twin.calibrate import plan_under
 
-    slower = efficiency.with_efficiencies(get_profile("reference"), 0.4, 1.9, name="fleet-y")
+    slower = efficiency.with_efficiencies(get_profile("seed"), 0.4, 1.9, name="fleet-y")
     after = plan_under(prod.request, slower)
     assert after.capacity_per_replica.qps < prod.capacity_per_replica.qps
     assert "fleet-y" not in load_profiles()
@@ -242,7 +242,7 @@ BAD = [
     (("check", "--stack", "prod", "--prometheus", "ftp://host"), "--prometheus"),
     (("check", "--stack", "prod", "--prometheus", "http://127.0.0.1:9090", "--window", "ten"), "--window"),
     (("check", "--stack", "prod", "--prometheus", "http://127.0.0.1:9090", "--tolerance", "2"), "--tolerance"),
-    (("calibrate", "--prometheus", "http://127.0.0.1:9090", "--name", "reference"), "--name"),
+    (("calibrate", "--prometheus", "http://127.0.0.1:9090", "--name", "seed"), "--name"),
     (("calibrate", "--prometheus", "http://127.0.0.1:9090", "--name", "Bad Name"), "--name"),
     (("calibrate", "--prometheus", "http://127.0.0.1:9090", "--profiles-file", "/nonexistent.yaml"),
      "--profiles-file"),
@@ -264,7 +264,7 @@ def test_an_unreachable_prometheus_is_one_line_and_exit_1(command):
     assert err.startswith("error: cannot reach Prometheus at http://127.0.0.1:") and len(err.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("profile, field", [("reference", "real_factor"), ("calibrated", "decode_bw_fraction")])
+@pytest.mark.parametrize("profile, field", [("seed", "real_factor"), ("calibrated", "decode_bw_fraction")])
 def test_the_decode_step_factor_round_trips_through_either_step_model(profile, field):
     from sizing.profiles import get_profile
     from twin import efficiency

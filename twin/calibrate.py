@@ -40,7 +40,7 @@ from . import efficiency as eff
 from .promapi import FleetLive
 
 NAME = re.compile(r"^[a-z][a-z0-9-]{1,40}$")
-RESERVED = ("reference", "calibrated")        # written by the seed and by sizing.calibration
+RESERVED = ("seed", "calibrated", "measured")   # shipped profiles (sizing/data/profiles.yaml)
 MAX_ITERATIONS = 10
 TOLERANCE = 0.005           # on each log residual: 0.5%, about the simulated figures' jitter
 STEP = 0.05                 # finite-difference step in log space (well above that jitter)

@@ -19,12 +19,24 @@ def _mixed(profile: Profile) -> bool:
     return getattr(profile, "step_model", "additive") == "mixed"
 
 
+def _ops(profile: Profile) -> bool:
+    return getattr(profile, "step_model", "additive") == "ops"
+
+
+def prefill_field(profile: Profile) -> str:
+    return "ops_prefill_factor" if _ops(profile) else PREFILL_FIELD
+
+
 def decode_field(profile: Profile) -> str:
+    if _ops(profile):
+        return "ops_decode_factor"
     return "decode_bw_fraction" if _mixed(profile) else "real_factor"
 
 
 def prefill_efficiency(profile: Profile) -> float:
-    return getattr(profile, PREFILL_FIELD)
+    """Higher: faster prefill (an ops profile stores its inverse, the prompt-token time factor)."""
+    value = getattr(profile, prefill_field(profile))
+    return 1.0 / value if _ops(profile) else value
 
 
 def decode_factor(profile: Profile) -> float:
@@ -37,7 +49,8 @@ def with_efficiencies(profile: Profile, prefill: float, decode: float, name: str
                       description: str | None = None) -> Profile:
     """The profile with this prefill efficiency and decode step factor, in its own fields."""
     stored = round(1.0 / decode, 4) if _mixed(profile) else decode
-    changes = {PREFILL_FIELD: prefill, decode_field(profile): stored}
+    changes = {prefill_field(profile): round(1.0 / prefill, 4) if _ops(profile) else prefill,
+               decode_field(profile): stored}
     if name is not None:
         changes["name"] = name
     if description is not None:
