@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from .memory import engine_max_num_seqs
+from .memory import engine_max_num_seqs, engine_ranks
 from .parallel import serving_args
 from .profiles import get_profile
 
@@ -50,7 +50,8 @@ def engine_args_for(plan) -> EngineArgs:
         # admits what fits and preempts the newest when blocks run out, so no tighter cap is
         # needed. The seed profile keeps the seed's 512 (memory.engine_max_num_seqs).
         max_num_seqs=engine_max_num_seqs(rm.shape, profile),
-        max_num_batched_tokens=rm.batched_tokens,
+        # per engine core: under dp-ep each data-parallel rank schedules its own share
+        max_num_batched_tokens=max(-(-rm.batched_tokens // engine_ranks(rm.shape)), engine_max_num_seqs(rm.shape, profile)),
         gpu_memory_utilization=profile.gpu_memory_utilization,
         kv_cache_dtype="fp8" if req.kv_dtype == "fp8" else "auto",
         # vLLM 0.29.0 caches prefixes by default; a plan that counts on it says so explicitly.

@@ -87,7 +87,7 @@ def memory(shape: Shape, workload: Workload, profile: Profile, batched_tokens: i
     # KV bytes per token at the mean request's context (sliding-window layers hold at most their window)
     kv_tok = parallel.kv_bytes_per_token(shape, workload.input_tokens + workload.output_tokens)
     vllm = profile.kv_accounting == "vllm"
-    seqs_cap = engine_max_num_seqs(shape, profile)
+    seqs_cap = engine_max_num_seqs(shape, profile) * engine_ranks(shape)
     act = activation_gb(m, tp, batched_tokens, seqs_cap) if vllm else 0.0
     graphs = profile.cuda_graph_gb if vllm else 0.0
     total_gb = reported_memory_bytes(gpu) / GB if vllm else gpu.memory_gb
@@ -116,6 +116,15 @@ def engine_max_num_seqs(shape: Shape, profile: Profile) -> int:
     accounting (the plan sets no other, `sizing.vllm_engine.batch_defaults`); the seed's figure
     under the seed profile."""
     return batch_defaults(shape.instance.gpu)[1] if profile.kv_accounting == "vllm" else profile.max_num_seqs
+
+
+def engine_ranks(shape: Shape) -> int:
+    """Schedulers in one replica: under `dp-ep` every data-parallel rank is its own engine-core
+    process (DPEngineCoreProc, an EngineCore) whose __init__ builds its own Scheduler from the one
+    scheduler_config, so max_num_seqs and max_num_batched_tokens hold per rank (vllm-project/vllm
+    vllm/v1/engine/core.py, EngineCore.__init__ "Setup scheduler"; read at commit 00080ee, the
+    stored snapshot, not at the v0.29.0 tag); else one."""
+    return shape.tp if getattr(shape, "layout", "tp") == "dp-ep" else 1
 
 
 def resident_blocks(workload: Workload, block: int = BLOCK_TOKENS) -> float:

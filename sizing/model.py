@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .memory import CHUNK_ALIGN, CHUNK_MAX, CHUNK_MIN, GB, Memory, Shape, engine_max_num_seqs, memory
+from .memory import CHUNK_ALIGN, CHUNK_MAX, CHUNK_MIN, GB, Memory, Shape, engine_max_num_seqs, engine_ranks, memory
 from .profiles import Profile
 from .queueing import QUANTILES, erlang_c_wait, md1_wait_quantile, poisson_quantile_smooth
 from .step import build_step, step_comm
@@ -123,8 +123,9 @@ class ReplicaModel:
         n = self.in_flight(lam, w.tpot_slo_s) if math.isfinite(lam) and lam > 0 else 1.0
         room = w.tpot_slo_s - self.step.decode_s(n)
         chunk = int(room / per_token) // CHUNK_ALIGN * CHUNK_ALIGN if per_token > 0 and room > 0 else 0
-        # vLLM refuses a budget below max_num_seqs (SchedulerConfig): at least the engine's cap.
-        cap = engine_max_num_seqs(self.shape, self.profile)
+        # vLLM refuses a budget below max_num_seqs (SchedulerConfig): at least the engine's cap
+        # (every rank's, under dp-ep: the budget here is the replica's).
+        cap = engine_max_num_seqs(self.shape, self.profile) * engine_ranks(self.shape)
         return max(min(max(CHUNK_MIN, chunk), CHUNK_MAX) + self.memory.max_seqs, cap)
 
     def prompt_quantile(self, q: float) -> float:

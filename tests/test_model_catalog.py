@@ -187,6 +187,17 @@ def test_dp_attention_with_ep_serving_args():
                                                      pools=_pools("p5en.48xlarge", 2), layout="tp")).memory.kv_cache_tokens
 
 
+def test_dp_ep_admits_per_data_parallel_rank():
+    """vLLM runs one scheduler per DP rank: max_num_seqs and the token budget are each rank's."""
+    from sizing.memory import engine_max_num_seqs
+    p = plan(PlanRequest(Workload(qps=10), model="deepseek-r1", weights="fp8", pools=_pools("p5en.48xlarge", 2),
+                         layout="dp-ep"))
+    per_rank = engine_max_num_seqs(p.replica_model.shape, get_profile(p.request.profile))
+    assert p.engine_args.max_num_seqs == per_rank
+    assert p.memory.max_seqs == min(p.memory.max_seqs_kv, 8 * per_rank)
+    assert p.engine_args.max_num_batched_tokens == max(-(-p.replica_model.batched_tokens // 8), per_rank)
+
+
 @pytest.mark.parametrize("config,message", [
     ({}, "config.json: model_type: missing or not a short string"),
     ({"model_type": "llama"}, "config.json: hidden_size: missing (the sizing needs it)"),
