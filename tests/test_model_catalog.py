@@ -257,9 +257,19 @@ def test_model_config_errors_are_one_line_and_exit_2(capsys, argv, message):
 
 
 def _measurements() -> list[dict]:
+    """The rows this test was written for (in_unit_test=yes); the file's other rows are a
+    validation set for bench/bench_accuracy.py."""
     import csv
     path = Path(__file__).parent.parent / "sizing/data/moe_measurements.csv"
-    return list(csv.DictReader(line for line in path.read_text().splitlines() if not line.startswith("#")))
+    rows = csv.DictReader(line for line in path.read_text().splitlines() if not line.startswith("#"))
+    return [r for r in rows if r["in_unit_test"] == "yes"]
+
+
+def test_the_unit_test_rows_are_the_nine_published_runs_it_was_written_for():
+    rows = _measurements()
+    assert len(rows) == 9 and all(r["layout"] == "tp" for r in rows)
+    assert {r["source"] for r in rows} == {"https://github.com/SemiAnalysisAI/InferenceX/issues/828",
+                                           "https://github.com/SemiAnalysisAI/InferenceX/issues/870"}
 
 
 @pytest.mark.parametrize("row", _measurements(), ids=lambda r: f"{r['model']}-{r['engine']}-c{r['concurrency']}")
@@ -270,7 +280,7 @@ def test_moe_tpot_and_throughput_within_25_percent_of_published_measurements(row
     tp, n = int(row["tp"]), int(row["concurrency"])
     w = Workload(input_tokens=int(row["input_tokens"]), output_tokens=int(row["output_tokens"]), qps=None,
                  concurrency=n, ttft_slo_s=100, tpot_slo_s=1)
-    shape = Shape(CAT.model(row["model"]), CAT.instance(row["instance"]), tp, row["weights"], "bf16")
+    shape = Shape(CAT.model(row["model"]), CAT.instance(row["instance"]), tp, row["weights"], "bf16", row["layout"])
     cl = ReplicaModel(shape, w, get_profile("calibrated")).closed_loop(n)
     per_gpu = cl["output_tokens_per_s"] / tp
     if row["throughput_kind"] == "total":
