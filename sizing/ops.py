@@ -29,14 +29,11 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
-from inputs import safe_yaml
-from inputs.files import read_text
-
 from . import parallel
 from .architecture import Architecture, Linear
-from .catalog import DATA_DIR, CatalogError, bytes_per_element
+from .catalog import CatalogError, bytes_per_element
+from .op_costs import load_op_costs
 
-MAX_OP_COSTS_BYTES = 1_000_000
 US = 1e-6
 ACT_BYTES = 2.0                 # BF16 activations in and out of every GEMM
 # vLLM 0.29.0 uses its custom all-reduce up to this message size (vllm/distributed/device_communicators/
@@ -44,12 +41,6 @@ ACT_BYTES = 2.0                 # BF16 activations in and out of every GEMM
 CUSTOM_ALL_REDUCE_MAX_BYTES = 8192 * 1024
 LAYER_ELEMENTWISE_KERNELS = 4   # fused add+RMSNorm twice, rotary embedding, SiLU-and-mul
 ELEMENTWISE_PASSES = 8          # activation reads and writes of those kernels, per token, x hidden x 2 B
-
-
-@lru_cache(maxsize=1)
-def load_op_costs() -> dict:
-    path = DATA_DIR / "op_costs.yaml"
-    return safe_yaml.load(read_text(path, MAX_OP_COSTS_BYTES, "op cost table"), str(path))
 
 
 # A GPU without measured tables is priced from this one's, scaled by the datasheets (extrapolated:
@@ -109,15 +100,29 @@ def _gemm_pieces(p: dict, m_per_n: float, m_per_c: float, k: float, n: float, w_
             (comp_a, comp_b * m_per_n, comp_b * m_per_c))
 
 
-def _gemm_dtype(gpu_ops: dict, bytes_per_param: float) -> str:
-    """The GEMM that runs a weight of this many bytes: FP8 and FP4 on the tensor cores that have
-    them; anything else (BF16, or INT4/FP4 dequantized to BF16) as a BF16 GEMM."""
-    gemm = gpu_ops["gemm"]
-    if bytes_per_param < 0.75 and "fp4" in gemm:
-        return "fp4"
-    if bytes_per_param < 1.5 and "fp8" in gemm:
-        return "fp8"
+def _gemm_dtype(gpu_ops: dict, bytes_per_param: float, block: bool = False, op: str = "gemm") -> str:
+    """The kernel family that runs a weight of this many bytes: FP8 (block-scaled for a checkpoint
+    with `weight_block_size`, vLLM's DeepGEMM/Cutlass block kernels; per-tensor otherwise) and FP4 on
+    the tensor cores that have them; anything else (BF16, or INT4/FP4 dequantized) as BF16."""
+    table = gpu_ops[op]
+    if bytes_per_param < 0.75:          # 4-bit: FP4 tensor cores where there are, else dequantized (W4A16)
+        return "fp4" if "fp4" in table else "bf16"
+    if bytes_per_param < 1.5 and "fp8" in table:
+        # The per-tensor FP8 MoE rows are FlashInfer's ModelOpt kernel (0.55 TB/s on Hopper), not
+        # the fused-MoE kernels vLLM runs for FP8 experts: those are the block-scaled family's.
+        return "fp8_block" if (block or op == "moe") and "fp8_block" in table else "fp8"
     return "bf16"
+
+
+def gemm_params(gpu_ops: dict, dtype: str) -> dict:
+    """A GEMM family's fitted parameters. The block-scaled FP8 rows never run under 55 us on Hopper
+    (153 us on B200) whatever the shape: time outside the kernel inside the collector's timing
+    (docs/sizing-model.md), which vLLM's CUDA graphs do not pay. Its floor is the per-tensor FP8
+    GEMM's; its bandwidth and throughput are its own."""
+    p = gpu_ops["gemm"][dtype]
+    if dtype == "fp8_block":
+        p = {**p, "floor_us": gpu_ops["gemm"]["fp8"]["floor_us"]}
+    return p
 
 
 def split_linear(lin: Linear, layout: str, tp: int) -> tuple[float, float, float, float]:
@@ -142,15 +147,16 @@ def split_linear(lin: Linear, layout: str, tp: int) -> tuple[float, float, float
 def gemm_terms(arch: Architecture, gpu_ops: dict, weights: str, layout: str, tp: int) -> list:
     """Every dense GEMM of the forward pass (routed experts apart: `moe_terms`)."""
     by_bytes, by_params = arch.bytes_by_group(weights), arch.params_by_group()
+    block = bool(arch.quantization.weight_block)
     terms, merged = [], {}
     for lin in arch.linears():
-        if lin.experts:
+        if lin.experts or (lin.group == "attention" and uses_mla_module(arch, gpu_ops)):
             continue
         w = by_bytes[lin.group] / by_params[lin.group] if by_params[lin.group] else 2.0
         k, n, share, _ = split_linear(lin, layout, tp)
-        dtype = _gemm_dtype(gpu_ops, w)
+        dtype = _gemm_dtype(gpu_ops, w, block)
         m_per_c = 0.0 if lin.name == "lm_head" else share    # logits of the sampled tokens only
-        floor, mem, comp = _gemm_pieces(gpu_ops["gemm"][dtype], share, m_per_c, k, n, w, lin.layers)
+        floor, mem, comp = _gemm_pieces(gemm_params(gpu_ops, dtype), share, m_per_c, k, n, w, lin.layers)
         if mem[0] < floor[0]:            # its floor binds at small M: priced on its own
             terms.append(("", (floor, mem, comp)))
             continue
@@ -164,34 +170,85 @@ def gemm_terms(arch: Architecture, gpu_ops: dict, weights: str, layout: str, tp:
 
 
 def moe_terms(arch: Architecture, gpu_ops: dict, weights: str, layout: str, tp: int, n_op: float) -> list:
-    """The fused-MoE kernel of every routed-expert layer: (floor, bytes per touched expert / bw,
-    local experts, 1 - k/E, the touched experts' tangent at `n_op`, the compute line)."""
+    """The fused-MoE kernel of every routed-expert layer, in the fitted form
+    max(floor, touched x expert bytes / bw, expert FLOPs x (pairs + touched x m_half) / peak):
+    (floor, s per touched expert read, s per touched expert computed, s per token, local experts,
+    1 - k/E, and the touched experts' tangent a + b n at `n_op`)."""
     if not arch.is_moe:
         return []
     e, k, layers = arch.num_experts, arch.experts_per_token, arch.moe_layer_count
     by_bytes, by_params = arch.bytes_by_group(weights), arch.params_by_group()
     w = by_bytes["experts"] / by_params["experts"]
-    p = gpu_ops["moe"][_gemm_dtype(gpu_ops, w)] if "moe" in gpu_ops else gpu_ops["gemm"][_gemm_dtype(gpu_ops, w)]
+    p = gpu_ops["moe"][_gemm_dtype(gpu_ops, w, bool(arch.quantization.weight_block), "moe")]
     split = layout in ("dp-ep", "tp-ep")
     e_local, f_local = (e / tp, float(arch.moe_intermediate_size)) if split else (float(e), arch.moe_intermediate_size / tp)
     pairs_per_token = k / tp if split else float(k)            # token-expert pairs a GPU computes
     expert_flops = 2 * 3 * arch.hidden_size * f_local          # gate_up and down, per pair
     bw, peak = p["bw_tbps"] * 1e12, p["tflops"] * 1e12
-    unit = layers * 3 * arch.hidden_size * f_local * w / bw    # s to read one local expert in every layer
+    read = layers * 3 * arch.hidden_size * f_local * w / bw    # s to read one local expert in every layer
+    compute = layers * expert_flops * p["m_half"] / peak       # s per touched expert, the kernel's tiles
+    per_token = layers * expert_flops * pairs_per_token / peak
     miss = 1 - k / e
     n0 = max(n_op, 1.0)
     touched = e_local * (1 - miss ** n0)
     slope = e_local * miss ** n0 * -math.log(miss) if miss > 0 else 0.0   # d touched / d n at n0
-    tan_a, tan_b = unit * (touched - slope * n0), unit * slope
-    comp_a = layers * expert_flops * e_local * p["m_half"] / peak
-    comp_b = layers * expert_flops * pairs_per_token / peak
-    floor = layers * p["floor_us"] * US
-    return [(floor, unit, e_local, miss, tan_a, tan_b, comp_a, comp_b)]
+    return [(layers * p["floor_us"] * US, read, compute, per_token, e_local, miss, touched - slope * n0, slope)]
+
+
+# The MLA modules were measured on DeepSeek-V3's attention block (AIConfigurator's `mla` tables):
+# a model whose MLA has other dimensions is priced by its GEMMs and the generic decode attention.
+DEEPSEEK_MLA = {"hidden_size": 7168, "kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
+                "v_head_dim": 128, "q_lora_rank": 1536}
+MLA_PAIR_FLOPS = 2 * (192 + 128)     # MLA prefill per (query, key) pair per head (sizing.op_costs)
+
+
+def uses_mla_module(arch: Architecture, gpu_ops: dict) -> bool:
+    """True when a measured MLA module prices this model's whole attention block."""
+    return (arch.is_mla and "mla_decode" in gpu_ops
+            and all(getattr(arch, key) == value for key, value in DEEPSEEK_MLA.items()))
+
+
+def mla_module_terms(arch: Architecture, gpu_ops: dict, shape, workload) -> list:
+    """DeepSeek-V3's MLA block per layer (projections, latent attention, output), decode and
+    prefill, as measured: fixed + per head + the latent cache's bytes + per (sequence, head)."""
+    layout = parallel.layout_of(shape)
+    heads = arch.num_attention_heads / (1 if layout == "dp-ep" else shape.tp)
+    share = 1.0 / shape.tp if layout == "dp-ep" else 1.0        # a DP rank's share of the sequences
+    kv = "fp8" if shape.kv_dtype == "fp8" else "bf16"
+    dec, pre = gpu_ops["mla_decode"][f"module_{kv}_kv"], gpu_ops["mla_prefill"][f"module_{kv}_kv"]
+    layers = sum(1 for m in _mixers(arch) if m == "attention")
+    ctx, s_in = workload.decode_context_tokens, workload.prompt_attention_tokens
+    seen = attended(arch, ctx)
+    latent = seen * (arch.kv_lora_rank + arch.qk_rope_head_dim) * bytes_per_element(shape.kv_dtype)
+    indexer = ctx * _indexer_bytes_per_layer(arch)              # DSA: its key cache read in full
+    per_seq = (latent + indexer) / (dec["bw_tbps"] * 1e12) + heads * dec["per_head_seq_us"] * US
+    decode = ("n", ((layers * (dec["fixed_us"] + heads * dec["per_head_us"]) * US, layers * per_seq * share, 0.0),))
+    per_token = (heads * pre["per_head_token_us"] * US
+                 + heads * MLA_PAIR_FLOPS * (attended(arch, s_in) + 1) / 2 / (pre["tflops"] * 1e12))
+    prefill = ("c", ((layers * (pre["fixed_us"] + heads * pre["per_head_us"]) * US, 0.0, layers * per_token * share),))
+    return [decode, prefill]
+
+
+def _mixers(arch: Architecture) -> tuple:
+    return getattr(arch, "layer_mixers", None) or ("attention",) * arch.num_hidden_layers
+
+
+def attended(arch: Architecture, context: float) -> float:
+    """Tokens a query attends to: DSA's top-k caps it."""
+    topk = getattr(arch, "index_topk", 0) or 0
+    return min(context, topk) if topk else context
+
+
+def _indexer_bytes_per_layer(arch: Architecture) -> float:
+    per_token = getattr(arch, "indexer_bytes_per_token", None)
+    return per_token() / max(1, arch.num_hidden_layers) if per_token and getattr(arch, "index_topk", 0) else 0.0
 
 
 def attention_terms(arch: Architecture, gpu_ops: dict, shape, workload) -> list:
     """Decode attention (each sequence reads its KV at the workload's decode context) and causal
     prefill attention (each prompt token against the mean context a prompt token sees)."""
+    if uses_mla_module(arch, gpu_ops):
+        return mla_module_terms(arch, gpu_ops, shape, workload)
     tp = shape.tp if parallel.layout_of(shape) != "dp-ep" else 1
     ctx, s_in = workload.decode_context_tokens, workload.prompt_attention_tokens
     kv_b = bytes_per_element(shape.kv_dtype)

@@ -53,7 +53,8 @@ class StepModel:
     # `ops` profiles (`sizing.ops`): the step is a sum of operations, each the max of its pieces
     # (alpha, beta per decode, gamma per prompt token); `needs` says when it runs ("n": decodes,
     # "c": a prompt chunk, "c0": a decode-only step, "": always). `moe`: the fused-MoE layers,
-    # (floor, s per touched expert, local experts, 1 - k/E, tangent a, b, compute a, b).
+    # (floor, s per touched expert read, s per touched expert computed, s per token, local experts,
+    # 1 - k/E, the touched experts' tangent a + b n), `sizing.ops.moe_terms`.
     terms: tuple = ()
     moe: tuple = ()
     # `ops`: decode_branches(), computed once (a decode-only step is their max, exactly)
@@ -111,10 +112,10 @@ class StepModel:
                 if v > best:
                     best = v
             t += best
-        for floor, unit, e_local, miss, ta, tb, ca, cb in self.moe:
-            # the prompt tokens' own experts, beyond the decode batch's (exact: the curve is concave)
-            mem = ta + tb * n + unit * e_local * (miss ** n - miss ** (n + c))
-            comp = ca + cb * (n + c)
+        for floor, read, compute, per_token, e_local, miss, ta, tb in self.moe:
+            # the decode batch's experts on their tangent, the prompt tokens' own beyond them exactly
+            touched = ta + tb * n + e_local * (miss ** n - miss ** (n + c))
+            mem, comp = read * touched, compute * touched + per_token * (n + c)
             t += floor if floor > mem and floor > comp else (mem if mem > comp else comp)
         return t
 
@@ -152,8 +153,8 @@ class StepModel:
         for needs, pieces in self.terms:
             if needs != "c":
                 yield [(a, b) for a, b, _ in pieces]
-        for floor, _unit, _e, _miss, ta, tb, ca, cb in self.moe:
-            yield [(floor, 0.0), (ta, tb), (ca, cb)]
+        for floor, read, compute, per_token, _e, _miss, ta, tb in self.moe:
+            yield [(floor, 0.0), (read * ta, read * tb), (compute * ta, compute * tb + per_token)]
 
     def prefill_token_s(self) -> float:
         """What a prompt token adds to a step whose chunk is compute-bound: the largest slope in c."""
@@ -161,8 +162,8 @@ class StepModel:
         for needs, pieces in self.terms:
             if needs != "c0":
                 slope += max(g for _, _, g in pieces)
-        for _floor, _unit, _e, _miss, _ta, _tb, _ca, cb in self.moe:
-            slope += cb
+        for _floor, _read, _compute, per_token, *_ in self.moe:
+            slope += per_token
         return slope
 
     def prefill_s(self, tokens: float) -> float:
@@ -291,7 +292,7 @@ def _ops_step(shape, workload, profile) -> StepModel:
         d, p = profile.ops_decode_factor, profile.ops_prefill_factor
         if d != 1.0 or p != 1.0:        # a fleet's fitted factors: decode pieces by d, prompt tokens by p
             terms = tuple((needs, tuple((a * d, b * d, g * p) for a, b, g in pieces)) for needs, pieces in terms)
-            moe = tuple((f * d, u * p, e, m, ta * d, tb * d, ca * d, cb * p) for f, u, e, m, ta, tb, ca, cb in moe)
+            moe = tuple((f * d, r * d, c * d, t * d, *rest) for f, r, c, t, *rest in moe)
         return StepModel(fixed, per_token, per_token, fixed, per_token, per_token, 0.0, 0.0, False,
                          terms=terms, moe=moe)
     if workload.concurrency is not None:
