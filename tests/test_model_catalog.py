@@ -222,7 +222,7 @@ def test_dp_ep_admits_per_data_parallel_rank():
       "intermediate_size": 14336, "vocab_size": 32000, "max_position_embeddings": 32768,
       "quantization_config": {"quant_method": "gptq"}},
      "config.json: quantization_config.quant_method: text of 4 characters, not one the sizing knows (fp8, mxfp4, "
-     "nvfp4 / modelopt FP4)"),
+     "nvfp4 / modelopt FP4, compressed-tensors INT4)"),
     ([1, 2], "config.json: (top level): expected a JSON object"),
 ])
 def test_bad_config_gets_one_error_naming_the_field(config, message):
