@@ -233,7 +233,8 @@ _PARSED: dict[tuple, LengthDistribution] = {}
 class ModelSettings(_Strict):
     config: str | None = None          # a local config.json to size instead of the catalog's entry
     id: str = "llama-3-70b"            # a catalog key or HF id; with `config`, the served model's name
-    weights: Literal["fp8", "bf16", "fp16", "fp4"] = "fp8"
+    # None: the checkpoint's own precision when it is pre-quantized, else fp8 (sizing.catalog.default_weights)
+    weights: Literal["fp8", "bf16", "fp16", "fp4", "int4"] | None = None
     kvCacheDtype: Literal["fp8", "bf16", "fp16"] = "bf16"
     tensorParallel: int | None = Field(None, ge=1)   # GPUs per replica (with layout dp-ep: the DP size)
     layout: Literal["tp", "dp-ep"] | None = None     # sizing.parallel; None: the planner picks
@@ -259,6 +260,15 @@ class ModelSettings(_Strict):
     @classmethod
     def _checkpoint(cls, v: str | None) -> str | None:
         return None if v is None else valid_checkpoint(v)
+
+    @model_validator(mode="after")
+    def _default_weights(self) -> "ModelSettings":
+        """No precision given: the served checkpoint's own (gpt-oss plans at MXFP4, not at FP8)."""
+        if self.weights is None:
+            from sizing.catalog import default_weights, model_from_config
+            model = model_from_config(self.config) if self.config else load_catalog().model(self.id)
+            object.__setattr__(self, "weights", default_weights(model))
+        return self
 
 
 class CapacityBlock(_Strict):

@@ -1,6 +1,6 @@
 """A model is its Hugging Face `config.json`: the architecture fields vLLM reads, and what they cost.
 
-`parse_config(dict)` turns a config into a frozen `Architecture`; `read_config(path)` reads a
+`parse_config(dict)` (sizing.config_parse) turns a config into a frozen `Architecture`; `read_config(path)` reads a
 local file first (a regular file, at most `MAX_CONFIG_BYTES`). Anything missing, contradictory or
 absurd raises `ConfigError` naming the field. Nothing is downloaded.
 
@@ -27,13 +27,8 @@ loads them only for speculative decoding, and model cards count the main model.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 
-from inputs import json_doc
-from inputs import InputError
-from inputs.files import read_regular_file
-from inputs.untrusted import described
 
 MAX_CONFIG_BYTES = 1 << 20          # a config.json is a few KB; refuse anything past 1 MiB
 MAX_DIM = 1 << 20                   # no hidden size, FFN, vocab or rank in any model is near this
@@ -54,9 +49,10 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class Quantization:
-    method: str                      # none | fp8 | mxfp4 | nvfp4
+    method: str                      # none | fp8 | mxfp4 | nvfp4 | int4 (compressed-tensors W4A16)
     weight_block: tuple[int, ...] = ()
     not_converted: tuple[str, ...] = ()
+    group_size: int = 0              # int4: elements per BF16 scale
 
     def keeps(self, group: str) -> bool:
         """True when a tensor group stays in the checkpoint's dtype under this scheme."""
@@ -64,11 +60,27 @@ class Quantization:
             return True              # vLLM quantizes linear layers only; the router is a plain gate
         if self.method == "mxfp4":   # gpt-oss: experts only (attention and router listed as kept)
             return group != "experts"
+        if group == "indexer":       # deepseek_v2.py:700-706: wk_weights_proj is built with quant_config=None
+            return True
         names = self.not_converted
+        if self.method == "int4":    # compressed-tensors `ignore`: names and "re:" patterns
+            probe = {"attention": "model.layers.0.self_attn.q_a_proj", "dense_mlp": "model.layers.0.mlp.gate_proj",
+                     "experts": "model.layers.9.mlp.experts.0.gate_proj",
+                     "shared": "model.layers.9.mlp.shared_experts.gate_proj"}.get(group)
+            return probe is None or any(_ignored(probe, m) for m in names)
         if group == "dense_mlp":
             return any(m.endswith(".mlp") or m.endswith(".mlp.*") for m in names)
-        part = {"attention": "self_attn", "experts": ".experts", "shared": "shared_expert"}[group]
+        part = {"attention": "self_attn", "experts": ".experts", "shared": "shared_expert", "mamba": "mixer.in_proj",
+                "linear_attention": "linear_attn", "latent": "latent_proj"}[group]
         return any(part in m for m in names)
+
+
+def _ignored(name: str, pattern: str) -> bool:
+    """compressed-tensors' `ignore` entry: a module name, or "re:" and a regular expression."""
+    import re
+    if pattern.startswith("re:"):
+        return re.fullmatch(pattern[3:], name) is not None or re.match(pattern[3:], name) is not None
+    return name == pattern or name.endswith("." + pattern)
 
 
 @dataclass(frozen=True)
@@ -117,6 +129,42 @@ class Architecture:
     sliding_layers: tuple[bool, ...] = ()        # per layer: True when it attends to the window only
     quantization: Quantization = Quantization("none")
     dtype: str = "bfloat16"
+    # -- hybrid and sparse layers (empty / 0: every layer attention + MLP, as before) --------------
+    layer_mixers: tuple[str, ...] = ()           # per layer: attention | sliding | mamba2 | linear | none
+    ffn_layers: tuple[str, ...] = ()             # per layer: dense | moe | none
+    gated_mlp: bool = True                       # False: up + down only (Nemotron-H's relu2 MLP)
+    shared_intermediate_size: int = 0            # one shared expert's width (0: moe_intermediate_size)
+    shared_expert_gate: bool = False             # Qwen3-Next / 3.5: a 1-wide sigmoid gate on the shared expert
+    moe_latent_size: int = 0                     # > 0: LatentMoE (experts run at this width)
+    router_bias: bool = False                    # e_score_correction_bias
+    attn_output_gate: bool = False               # Qwen3-Next / 3.5: q_proj doubled (a gate per head)
+    qk_norm: str = ""                            # "" | head (per head_dim) | layer (over all heads)
+    layer_norms: int = 2                         # RMSNorms per decoder layer
+    mamba_num_heads: int = 0
+    mamba_head_dim: int = 0
+    mamba_n_groups: int = 0
+    ssm_state_size: int = 0
+    mamba_conv_kernel: int = 0
+    mamba_ssm_dtype: str = "float32"             # the recurrent (temporal) state's dtype
+    linear_num_key_heads: int = 0
+    linear_num_value_heads: int = 0
+    linear_key_head_dim: int = 0
+    linear_value_head_dim: int = 0
+    linear_conv_kernel: int = 0
+    index_n_heads: int = 0                       # > 0: DSA (DeepSeek-V3.2 sparse attention's indexer)
+    index_head_dim: int = 0
+    index_topk: int = 0
+
+    def __post_init__(self):
+        layers = self.num_hidden_layers
+        if not self.layer_mixers:
+            slides = self.sliding_layers or (False,) * layers
+            object.__setattr__(self, "layer_mixers", tuple("sliding" if s else "attention" for s in slides))
+        if not self.ffn_layers:
+            moe = self.moe_layers or (False,) * layers
+            object.__setattr__(self, "ffn_layers", tuple("moe" if m else "dense" for m in moe))
+        if not self.moe_layers:
+            object.__setattr__(self, "moe_layers", tuple(f == "moe" for f in self.ffn_layers))
 
     # -- what it is -----------------------------------------------------------------------------
     @property
@@ -133,7 +181,65 @@ class Architecture:
 
     @property
     def dense_layer_count(self) -> int:
-        return self.num_hidden_layers - self.moe_layer_count
+        return sum(1 for f in self.ffn_layers if f == "dense")
+
+    def mixer_count(self, *kinds: str) -> int:
+        return sum(1 for m in self.layer_mixers if m in kinds)
+
+    @property
+    def attention_layer_count(self) -> int:
+        """Layers with softmax attention (full or sliding): the ones with a KV cache."""
+        return self.mixer_count("attention", "sliding")
+
+    @property
+    def is_hybrid(self) -> bool:
+        return self.mixer_count("mamba2", "linear") > 0
+
+    @property
+    def is_dsa(self) -> bool:
+        return self.index_topk > 0
+
+    @property
+    def mamba_intermediate(self) -> int:
+        return self.mamba_num_heads * self.mamba_head_dim
+
+    def _mamba_conv_dim(self) -> int:
+        return self.mamba_intermediate + 2 * self.mamba_n_groups * self.ssm_state_size
+
+    def _gdn_dims(self) -> tuple[int, int]:
+        return self.linear_num_key_heads * self.linear_key_head_dim, self.linear_num_value_heads * self.linear_value_head_dim
+
+    def state_bytes_per_layer(self, mixer: str) -> float:
+        """Recurrent state bytes one sequence holds in one layer of `mixer` (TP 1), as vLLM 0.29.0
+        keeps it (mamba_utils.py MambaStateShapeCalculator / MambaStateDtypeCalculator): a conv
+        state of (kernel - 1) x conv_dim in the model dtype and a temporal state (Mamba2: heads x
+        head_dim x state_size; GDN: value heads x value dim x key dim) in `mamba_ssm_dtype`
+        (Nemotron-H default float32, config.py:661; Qwen3.5 `mamba_ssm_dtype`, config.py:811).
+        0 for attention kinds (their cache is per token)."""
+        act = 4.0 if self.dtype == "float32" else 2.0
+        ssm = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0}[self.mamba_ssm_dtype]
+        if mixer == "mamba2":
+            conv = (self.mamba_conv_kernel - 1) * self._mamba_conv_dim()
+            return conv * act + self.mamba_num_heads * self.mamba_head_dim * self.ssm_state_size * ssm
+        if mixer == "linear":
+            k, v = self._gdn_dims()
+            conv = (self.linear_conv_kernel - 1) * (2 * k + v)
+            return conv * act + self.linear_num_value_heads * self.linear_value_head_dim * self.linear_key_head_dim * ssm
+        if mixer in ("attention", "sliding", "none"):
+            return 0.0
+        raise ValueError(f"unknown mixer {mixer!r}")
+
+    def state_bytes_per_sequence(self) -> float:
+        """Recurrent state of one running sequence, all layers (0 for a model without any)."""
+        return sum(self.state_bytes_per_layer(m) * self.mixer_count(m) for m in ("mamba2", "linear"))
+
+    def indexer_bytes_per_token(self) -> float:
+        """The DSA indexer's key cache, all layers, per token: index_head_dim FP8 bytes plus one FP32
+        scale per 128 (vLLM 0.29.0 vllm/models/deepseek_v32/attention.py:93; deepseek_v2.py:715-722:
+        uint8 of head_dim + head_dim // 128 * 4), whatever the KV dtype."""
+        if not self.is_dsa:
+            return 0.0
+        return self.mixer_count("attention") * (self.index_head_dim + self.index_head_dim // 128 * 4)
 
     # -- parameters by tensor group ---------------------------------------------------------------
     def attention_params_per_layer(self) -> int:
@@ -145,59 +251,125 @@ class Architecture:
             kv_a = h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
             kv_b = self.kv_lora_rank * n * (self.qk_nope_head_dim + self.v_head_dim)
             return q + kv_a + kv_b + n * self.v_head_dim * h
-        weights = h * n * d + 2 * h * kv * d + n * d * h
+        weights = h * n * d * (2 if self.attn_output_gate else 1) + 2 * h * kv * d + n * d * h
         bias = (n * d + 2 * kv * d + h + n) if self.attention_bias and self.model_type == "gpt_oss" else (
             n * d + 2 * kv * d if self.attention_bias else 0)        # gpt-oss: o_proj bias and sinks too
-        qk_norm = 2 * d if self.model_type in ("qwen3", "qwen3_moe") else 0
+        qk_norm = {"head": 2 * d, "layer": (n + kv) * d}.get(self.qk_norm, 0)
         return weights + bias + qk_norm
+
+    def mamba_params_per_layer(self) -> int:
+        """MambaMixer2 (mamba_mixer2.py:316-490): in_proj h -> intermediate + conv_dim + heads,
+        conv1d (kernel x conv_dim, + bias), A, D, dt_bias, the gated norm, out_proj."""
+        h, i, heads = self.hidden_size, self.mamba_intermediate, self.mamba_num_heads
+        conv = self._mamba_conv_dim()
+        return h * (i + conv + heads) + conv * (self.mamba_conv_kernel + 1) + 3 * heads + i + i * h
+
+    def gdn_params_per_layer(self) -> int:
+        """Gated DeltaNet (qwen_gdn_linear_attn.py:385-490): in_proj_qkvz h -> 2k + 2v, in_proj_ba
+        h -> 2 value heads, conv1d kernel x (2k + v), A_log, dt_bias, norm (value head dim), out_proj."""
+        h, hv = self.hidden_size, self.linear_num_value_heads
+        k, v = self._gdn_dims()
+        return (h * (2 * k + 2 * v) + h * 2 * hv + self.linear_conv_kernel * (2 * k + v) + 2 * hv
+                + self.linear_value_head_dim + v * h)
+
+    def indexer_params_per_layer(self) -> int:
+        """DSA indexer (deepseek_v2.py:691-708): wq_b q_lora_rank -> heads x dim, wk_weights_proj
+        h -> dim + heads, k_norm (a LayerNorm: weight and bias)."""
+        if not self.is_dsa:
+            return 0
+        nh, d = self.index_n_heads, self.index_head_dim
+        return self.q_lora_rank * nh * d + self.hidden_size * (d + nh) + 2 * d
 
     def expert_params(self) -> int:
         """One routed expert of one layer (gated MLP; gpt-oss adds its biases)."""
-        h, f = self.hidden_size, self.moe_intermediate_size
-        return 3 * h * f + (2 * f + h if self.model_type == "gpt_oss" else 0)
+        h, f = self.moe_latent_size or self.hidden_size, self.moe_intermediate_size
+        return (3 if self.gated_mlp else 2) * h * f + (2 * f + h if self.model_type == "gpt_oss" else 0)
+
+    @property
+    def shared_width(self) -> int:
+        return self.shared_experts * (self.shared_intermediate_size or self.moe_intermediate_size)
 
     def params_by_group(self) -> dict[str, int]:
         """Parameter counts per tensor group, the whole model (MTP layers excluded)."""
         h, layers = self.hidden_size, self.num_hidden_layers
         moe, dense = self.moe_layer_count, self.dense_layer_count
-        router = h * self.num_experts + (self.num_experts if self.model_type in ("gpt_oss", "deepseek_v3", "kimi_k2", "glm4_moe")
-                                         else 0)       # gate bias / e_score_correction_bias
-        return {
+        mlp = 3 if self.gated_mlp else 2
+        router = h * self.num_experts + (self.num_experts if self.router_bias or self.model_type in (
+            "gpt_oss", "deepseek_v3", "kimi_k2", "glm4_moe") else 0)       # gate bias / e_score_correction_bias
+        attention = self.mixer_count("attention", "sliding")
+        groups = {
             "embed": self.vocab_size * h,
             "lm_head": 0 if self.tie_word_embeddings else self.vocab_size * h,
-            "norms": layers * 2 * h + h,
-            "attention": layers * self.attention_params_per_layer(),
-            "dense_mlp": dense * 3 * h * self.intermediate_size,
+            "norms": layers * self.layer_norms * h + h,
+            "attention": attention * self.attention_params_per_layer(),
+            "dense_mlp": dense * mlp * h * self.intermediate_size,
             "experts": moe * self.num_experts * self.expert_params(),
-            "shared": moe * self.shared_experts * 3 * h * self.moe_intermediate_size,
+            "shared": moe * (mlp * h * self.shared_width + (h if self.shared_expert_gate else 0)),
             "router": moe * router,
         }
+        if self.mixer_count("mamba2"):
+            groups["mamba"] = self.mixer_count("mamba2") * self.mamba_params_per_layer()
+        if self.mixer_count("linear"):
+            groups["linear_attention"] = self.mixer_count("linear") * self.gdn_params_per_layer()
+        if self.is_dsa:
+            groups["indexer"] = attention * self.indexer_params_per_layer()
+        if self.moe_latent_size:
+            groups["latent"] = moe * 2 * h * self.moe_latent_size
+        return groups
 
     def linears(self) -> tuple[Linear, ...]:
         """Every GEMM of a forward pass, per layer kind (biases, norms and the embedding lookup
         aside): what `sizing.ops` prices. Their parameters add up to `params_by_group` less those."""
         h = self.hidden_size
-        out = list(self._attention_linears())
+        out = list(self._attention_linears()) + list(self._recurrent_linears())
         dense, moe = self.dense_layer_count, self.moe_layer_count
+        up = 2 if self.gated_mlp else 1          # gated: gate and up fused; Nemotron-H: up only
         if dense:
-            out += [Linear("gate_up", "dense_mlp", dense, h, 2 * self.intermediate_size),
+            out += [Linear("gate_up" if self.gated_mlp else "up", "dense_mlp", dense, h, up * self.intermediate_size),
                     Linear("down", "dense_mlp", dense, self.intermediate_size, h)]
         if moe:
             f, e, k = self.moe_intermediate_size, self.num_experts, self.experts_per_token
-            out += [Linear("router", "router", moe, h, e),
-                    Linear("experts_gate_up", "experts", moe, h, 2 * f, e, k),
-                    Linear("experts_down", "experts", moe, f, h, e, k)]
+            x = self.moe_latent_size or h
+            out.append(Linear("router", "router", moe, h, e))
+            if self.moe_latent_size:     # nemotron_h.py:185-201: fc1/fc2_latent_proj around the routed experts
+                out.append(Linear("latent_down", "latent", moe, h, x))
+            out += [Linear("experts_gate_up" if self.gated_mlp else "experts_up", "experts", moe, x, up * f, e, k),
+                    Linear("experts_down", "experts", moe, f, x, e, k)]
+            if self.moe_latent_size:
+                out.append(Linear("latent_up", "latent", moe, x, h))
             if self.shared_experts:
-                s = self.shared_experts * f
-                out += [Linear("shared_gate_up", "shared", moe, h, 2 * s), Linear("shared_down", "shared", moe, s, h)]
+                s = self.shared_width
+                out += [Linear("shared_gate_up" if self.gated_mlp else "shared_up", "shared", moe, h, up * s),
+                        Linear("shared_down", "shared", moe, s, h)]
+                if self.shared_expert_gate:
+                    out.append(Linear("shared_gate", "shared", moe, h, 1))
         out.append(Linear("lm_head", "lm_head", 1, h, self.vocab_size))
         return tuple(out)
 
+    def _recurrent_linears(self) -> tuple[Linear, ...]:
+        h, out = self.hidden_size, []
+        if m := self.mixer_count("mamba2"):
+            conv, i = self._mamba_conv_dim(), self.mamba_intermediate
+            out += [Linear("mamba_in", "mamba", m, h, i + conv + self.mamba_num_heads),
+                    Linear("mamba_out", "mamba", m, i, h)]
+        if g := self.mixer_count("linear"):
+            k, v = self._gdn_dims()
+            out += [Linear("gdn_in_qkvz", "linear_attention", g, h, 2 * k + 2 * v),
+                    Linear("gdn_in_ba", "linear_attention", g, h, 2 * self.linear_num_value_heads),
+                    Linear("gdn_out", "linear_attention", g, v, h)]
+        return tuple(out)
+
     def _attention_linears(self) -> tuple[Linear, ...]:
-        h, layers, n, kv, d = (self.hidden_size, self.num_hidden_layers, self.num_attention_heads,
+        h, layers, n, kv, d = (self.hidden_size, self.attention_layer_count, self.num_attention_heads,
                                self.num_key_value_heads, self.head_dim)
+        if not layers:
+            return ()
         if not self.is_mla:
-            return (Linear("qkv", "attention", layers, h, (n + 2 * kv) * d), Linear("o", "attention", layers, n * d, h))
+            q = n * d * (2 if self.attn_output_gate else 1)
+            return (Linear("qkv", "attention", layers, h, q + 2 * kv * d), Linear("o", "attention", layers, n * d, h))
+        indexer = ((Linear("indexer_wq_b", "indexer", layers, self.q_lora_rank, self.index_n_heads * self.index_head_dim),
+                    Linear("indexer_wk_weights", "indexer", layers, h, self.index_head_dim + self.index_n_heads))
+                   if self.is_dsa else ())
         qk = self.qk_nope_head_dim + self.qk_rope_head_dim
         q = ((Linear("q_a", "attention", layers, h, self.q_lora_rank),
               Linear("q_b", "attention", layers, self.q_lora_rank, n * qk)) if self.q_lora_rank
@@ -206,7 +378,7 @@ class Architecture:
         # same size): the FLOPs and bytes per token are kv_b's either way.
         return q + (Linear("kv_a", "attention", layers, h, self.kv_lora_rank + self.qk_rope_head_dim),
                     Linear("kv_b", "attention", layers, self.kv_lora_rank, n * (self.qk_nope_head_dim + self.v_head_dim)),
-                    Linear("o", "attention", layers, n * self.v_head_dim, h))
+                    Linear("o", "attention", layers, n * self.v_head_dim, h)) + indexer
 
     @property
     def total_params(self) -> int:
@@ -218,6 +390,7 @@ class Architecture:
         experts it is not routed to."""
         g = self.params_by_group()
         routed = self.moe_layer_count * self.experts_per_token * self.expert_params()
+        # (a DSA indexer and a Mamba / GDN mixer run for every token: counted whole)
         return sum(g.values()) - g["embed"] - g["experts"] + routed
 
     # -- bytes --------------------------------------------------------------------------------------
@@ -241,12 +414,16 @@ class Architecture:
         layers only... unless every layer slides)."""
         per_layer = ((self.kv_lora_rank + self.qk_rope_head_dim) if self.is_mla
                      else 2 * self.num_key_value_heads * self.head_dim) * kv_bytes
-        full = sum(1 for s in self.sliding_layers if not s) if self.sliding_layers else self.num_hidden_layers
-        sliding = self.num_hidden_layers - full
+        full, sliding = self.mixer_count("attention"), self.mixer_count("sliding")
         if sliding == 0:
-            return full * per_layer
+            return full * per_layer + self.indexer_bytes_per_token()
         share = 1.0 if context is None or context <= self.sliding_window else self.sliding_window / context
-        return (full + sliding * share) * per_layer
+        return (full + sliding * share) * per_layer + self.indexer_bytes_per_token()
+
+    def attended_tokens(self, context: float) -> float:
+        """Tokens a decode step's full-attention layers read per sequence at `context`: all of
+        them, or with DSA the indexer's top-k (vLLM 0.29.0 deepseek_v2.py:685 `topk_tokens`)."""
+        return min(context, self.index_topk) if self.is_dsa else context
 
     def experts_touched(self, batch: float) -> float:
         """Expected distinct routed experts one MoE layer runs for `batch` tokens: each token picks
@@ -261,7 +438,12 @@ class Architecture:
 
 def element_bytes(weights: str, arch: Architecture | None = None) -> float:
     """Bytes per weight element at a precision, block scales included: FP8 block-wise adds one FP32
-    scale per 128 x 128 block; MXFP4 one E8M0 byte per 32 elements; NVFP4 one FP8 byte per 16."""
+    scale per 128 x 128 block; MXFP4 one E8M0 byte per 32 elements; NVFP4 one FP8 byte per 16;
+    INT4 (compressed-tensors pack-quantized, symmetric) one scale in the model dtype (BF16) per
+    group (compressed_tensors_wNa16.py:152,174-179)."""
+    if weights == "int4":
+        group = arch.quantization.group_size if arch and arch.quantization.group_size else 128
+        return 0.5 + 2.0 / group
     if weights == "fp8":
         block = arch.quantization.weight_block if arch and arch.quantization.weight_block else ()
         return 1.0 + (4.0 / math.prod(block) if block else 0.0)
@@ -270,176 +452,3 @@ def element_bytes(weights: str, arch: Architecture | None = None) -> float:
         return 0.5 + (1 / 32 if mx else 1 / 16)
     return 2.0
 
-
-# -- parsing --------------------------------------------------------------------------------------
-def read_config(path: str | os.PathLike) -> Architecture:
-    """Read and parse a local config.json: a regular file of at most MAX_CONFIG_BYTES."""
-    try:        # the shared reader: stat before open, O_NONBLOCK, a bounded read, long names refused
-        raw = read_regular_file(path, MAX_CONFIG_BYTES, "config.json")
-    except InputError as exc:
-        raise ConfigError("path", str(exc)) from None
-    try:
-        data = json_doc.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise ConfigError("(file)", f"not valid JSON: {str(exc)[:120]}") from None
-    return parse_config(data)
-
-
-def parse_config(data: object) -> Architecture:
-    """The architecture of a config.json's contents (a dict); ConfigError names the bad field."""
-    if not isinstance(data, dict):
-        raise ConfigError("(top level)", "expected a JSON object")
-    if isinstance(data.get("text_config"), dict):      # multimodal wrappers keep the LM inside
-        data = {**data["text_config"], "quantization_config": data.get("quantization_config")}
-    model_type = _str(data, "model_type")
-    hidden = _int(data, "hidden_size")
-    layers = _int(data, "num_hidden_layers", hi=MAX_LAYERS)
-    heads = _int(data, "num_attention_heads")
-    kv_heads = _int(data, "num_key_value_heads", default=heads)
-    if heads % kv_heads:
-        raise ConfigError("num_key_value_heads", f"{kv_heads} does not divide num_attention_heads {heads}")
-    head_dim = _int(data, "head_dim", default=hidden // heads if hidden % heads == 0 else None)
-    experts, topk = _experts(data)
-    base = dict(
-        model_type=model_type, hidden_size=hidden, num_hidden_layers=layers,
-        num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim,
-        intermediate_size=_int(data, "intermediate_size"), vocab_size=_int(data, "vocab_size"),
-        tie_word_embeddings=_bool(data, "tie_word_embeddings", False),
-        max_position_embeddings=_int(data, "max_position_embeddings", hi=1 << 24),
-        attention_bias=_bool(data, "attention_bias", False), dtype=_dtype(data),
-        quantization=_quantization(data.get("quantization_config")),
-    )
-    return Architecture(**base, **_moe(data, layers, experts, topk), **_mla(data, heads),
-                        **_sliding(data, layers))
-
-
-def _experts(data: dict) -> tuple[int, int]:
-    given = [k for k in EXPERT_KEYS if data.get(k) is not None and data.get(k) is not False and data.get(k) != 0]
-    if not given:
-        return 0, 0
-    experts = _int(data, given[0], hi=MAX_EXPERTS)
-    for k in given[1:]:
-        if _int(data, k, hi=MAX_EXPERTS) != experts:
-            raise ConfigError(k, f"{data[k]!r} contradicts {given[0]} {experts}")
-    topk_keys = [k for k in TOPK_KEYS if data.get(k) is not None]
-    if not topk_keys:
-        raise ConfigError("num_experts_per_tok", f"missing: {given[0]} is {experts}, so the router's top-k is needed")
-    topk = _int(data, topk_keys[0], hi=experts)
-    for k in topk_keys[1:]:
-        if _int(data, k, hi=experts) != topk:
-            raise ConfigError(k, f"{data[k]!r} contradicts {topk_keys[0]} {topk}")
-    return experts, topk
-
-
-def _moe(data: dict, layers: int, experts: int, topk: int) -> dict:
-    if not experts:
-        return {"moe_layers": (False,) * layers}
-    if data.get("moe_intermediate_size") is not None:
-        expert_ffn = _int(data, "moe_intermediate_size")
-    else:                         # Mixtral and gpt-oss: each expert is intermediate_size wide
-        expert_ffn = _int(data, "intermediate_size")
-    first_dense = _int(data, "first_k_dense_replace", default=0, lo=0, hi=layers)
-    freq = _int(data, "moe_layer_freq", default=1) if not isinstance(data.get("moe_layer_freq"), list) else 1
-    step = _int(data, "decoder_sparse_step", default=1, hi=layers)
-    only = data.get("mlp_only_layers") or []
-    if not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < layers
-                                             for i in only):
-        raise ConfigError("mlp_only_layers", f"expected a list of layer indices below {layers}")
-    moe = tuple(i >= first_dense and (i - first_dense) % freq == 0 and (i + 1) % step == 0 and i not in only
-                for i in range(layers))
-    if not any(moe):
-        raise ConfigError("first_k_dense_replace", f"leaves no MoE layer among {layers} although there are "
-                                                   f"{experts} experts")
-    shared = _int(data, "n_shared_experts", default=0, lo=0, hi=64)
-    return {"num_experts": experts, "experts_per_token": topk, "shared_experts": shared,
-            "moe_intermediate_size": expert_ffn, "moe_layers": moe}
-
-
-def _mla(data: dict, heads: int) -> dict:
-    if data.get("kv_lora_rank") in (None, 0):
-        return {}
-    return {"kv_lora_rank": _int(data, "kv_lora_rank"), "q_lora_rank": _int(data, "q_lora_rank", default=0, lo=0),
-            "qk_rope_head_dim": _int(data, "qk_rope_head_dim"), "qk_nope_head_dim": _int(data, "qk_nope_head_dim"),
-            "v_head_dim": _int(data, "v_head_dim")}
-
-
-def _sliding(data: dict, layers: int) -> dict:
-    types = data.get("layer_types")
-    if types is None:
-        return {}
-    if not isinstance(types, list) or len(types) != layers:
-        raise ConfigError("layer_types", f"expected a list of {layers} entries (one per layer), "
-                                         f"got {len(types) if isinstance(types, list) else type(types).__name__}")
-    bad = [t for t in types if t not in (SLIDING, FULL)]
-    if bad:
-        raise ConfigError("layer_types", f"an unknown layer type ({described(bad[0])}); expected {SLIDING} or {FULL}")
-    sliding = tuple(t == SLIDING for t in types)
-    if not any(sliding):
-        return {}
-    return {"sliding_window": _int(data, "sliding_window"), "sliding_layers": sliding}
-
-
-def _quantization(q: object) -> Quantization:
-    if q is None:
-        return Quantization("none")
-    if not isinstance(q, dict):
-        raise ConfigError("quantization_config", "expected an object")
-    method = q.get("quant_method")
-    algo = str(q.get("quant_algo", "")).lower()
-    if method == "fp8":
-        block = q.get("weight_block_size") or ()
-        if block and not (isinstance(block, list) and len(block) == 2
-                          and all(isinstance(b, int) and not isinstance(b, bool) and 0 < b <= 4096 for b in block)):
-            raise ConfigError("quantization_config.weight_block_size", f"expected two positive sizes, got {described(block)}")
-        return Quantization("fp8", tuple(block), _names(q, "modules_to_not_convert"))
-    if method == "mxfp4":
-        return Quantization("mxfp4", (), _names(q, "modules_to_not_convert"))
-    if method == "modelopt" and "fp4" in algo or method == "nvfp4":
-        return Quantization("nvfp4", (), _names(q, "ignore") + _names(q, "exclude_modules"))
-    raise ConfigError("quantization_config.quant_method",
-                      f"{described(method)}, not one the sizing knows (fp8, mxfp4, nvfp4 / modelopt FP4)")
-
-
-def _names(q: dict, key: str) -> tuple[str, ...]:
-    v = q.get(key) or []
-    if not isinstance(v, list) or not all(isinstance(s, str) for s in v):
-        raise ConfigError(f"quantization_config.{key}", "expected a list of module names")
-    return tuple(v)
-
-
-def _dtype(data: dict) -> str:
-    v = data.get("torch_dtype", data.get("dtype", "bfloat16")) or "bfloat16"
-    if v not in ("bfloat16", "float16", "float32"):
-        raise ConfigError("torch_dtype", f"{described(v)}; expected bfloat16, float16 or float32")
-    return v
-
-
-def _int(data: dict, key: str, default: int | None = None, lo: int = 1, hi: int = MAX_DIM) -> int:
-    v = data.get(key)
-    if v is None:
-        if default is None:
-            raise ConfigError(key, "missing (the sizing needs it)")
-        return default
-    if isinstance(v, float) and v.is_integer():
-        v = int(v)
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise ConfigError(key, f"expected an integer, got {described(v)}")
-    if not lo <= v <= hi:
-        raise ConfigError(key, f"{v if abs(v) < 10**12 else 'a number of over 12 digits'} is out of range ({lo} to {hi:,})")
-    return v
-
-
-def _bool(data: dict, key: str, default: bool) -> bool:
-    v = data.get(key, default)
-    if v is None:
-        return default
-    if not isinstance(v, bool):
-        raise ConfigError(key, f"expected true or false, got {described(v)}")
-    return v
-
-
-def _str(data: dict, key: str) -> str:
-    v = data.get(key)
-    if not isinstance(v, str) or not v or len(v) > 64:
-        raise ConfigError(key, "missing or not a short string")
-    return v

@@ -13,11 +13,13 @@ import yaml
 
 from inputs.untrusted import nfkc_ascii
 
-from .architecture import Architecture, ConfigError, element_bytes, read_config
+from .architecture import Architecture, ConfigError, element_bytes
+from .config_parse import read_config
 
 DATA_DIR = Path(__file__).parent / "data"
 MODELS_DIR = DATA_DIR / "models"
-PRECISIONS = ("fp8", "bf16", "fp16", "fp4")   # weights (fp4: NVFP4 or MXFP4, as the checkpoint has it)
+PRECISIONS = ("fp8", "bf16", "fp16", "fp4", "int4")   # weights (fp4: NVFP4 or MXFP4, as the checkpoint has it;
+#                                                    int4: a compressed-tensors W4A16 checkpoint, BF16 math)
 KV_PRECISIONS = ("fp8", "bf16", "fp16")
 HGX_SUFFIX = "-hgx-8"      # a GPU with no AWS instance in the catalog is sized on an 8-GPU HGX node
 
@@ -199,7 +201,16 @@ def bytes_per_element(precision: str) -> float:
 
 
 # Built once: the model reads it in its inner loops (memory, KV bytes per token, step costs).
-_ELEMENT_BYTES = {"fp8": 1, "bf16": 2, "fp16": 2, "fp4": element_bytes("fp4")}
+_ELEMENT_BYTES = {"fp8": 1, "bf16": 2, "fp16": 2, "fp4": element_bytes("fp4"), "int4": element_bytes("int4")}
+_CHECKPOINT_PRECISION = {"fp8": "fp8", "mxfp4": "fp4", "nvfp4": "fp4", "int4": "int4"}
+
+
+def default_weights(model: Model) -> str:
+    """The weight precision a model plans at when none is asked for: a pre-quantized checkpoint's
+    own (gpt-oss MXFP4: fp4; DeepSeek FP8: fp8; Kimi-K2.5 INT4: int4); a BF16 checkpoint fp8 (vLLM
+    quantizes it at load, `--quantization fp8`) as before."""
+    method = model.arch.quantization.method if model.arch is not None else "none"
+    return _CHECKPOINT_PRECISION.get(method, "fp8")
 
 
 def _pick(table: dict, key: str, what: str):
@@ -245,7 +256,7 @@ def model_from_config(path: str, checkpoint: str | None = None) -> Model:
     Raises ConfigError naming the field."""
     arch = _read_cached(str(path))
     name = Path(path).parent.name or Path(path).stem
-    quant = {"fp8": "fp8", "mxfp4": "fp4", "nvfp4": "fp4"}.get(arch.quantization.method)
+    quant = _CHECKPOINT_PRECISION.get(arch.quantization.method)
     checkpoints = {quant or "bf16": checkpoint or f"/models/{name}"}
     return Model.from_architecture(f"config:{path}", name, arch, checkpoints, source={"path": str(path)})
 
@@ -262,4 +273,5 @@ def resolve_model(key: str, config_path: str | None = None) -> Model:
     return load_catalog().model(key)
 
 
-__all__ = ["CatalogError", "ConfigError", "Model", "load_catalog", "resolve_model", "model_from_config"]
+__all__ = ["CatalogError", "ConfigError", "Model", "default_weights", "load_catalog", "resolve_model",
+           "model_from_config"]

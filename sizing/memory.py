@@ -93,22 +93,45 @@ def memory(shape: Shape, workload: Workload, profile: Profile, batched_tokens: i
     total_gb = reported_memory_bytes(gpu) / GB if vllm else gpu.memory_gb
     usable = total_gb * profile.gpu_memory_utilization - profile.runtime_overhead_gb - act - graphs
     budget = shape.gpus * usable * GB - w      # weights and KV spread over every stage's GPUs
+    # Hybrid models (Mamba2 / GDN layers): each running sequence also holds one recurrent state per
+    # such layer, whatever its length (state_bytes_per_sequence). vLLM 0.29.0 pages both in one pool:
+    # the attention block is widened until a page holds one layer's state (platforms/interface.py
+    # update_block_size_for_backend, 904-931) and a sequence takes one page per recurrent layer
+    # (mamba_block_size = max_model_len without prefix caching, models/config.py:656-657). Here the
+    # state is counted at its own size per sequence slot (the page padding is not modelled).
+    state_seq = state_bytes_per_sequence(shape)
     if vllm:
         block = kv_block_tokens(shape, profile.block_tokens)
-        blocks = max(0, int(budget // (block * kv_tok))) if budget > 0 else 0
-        kv_cache_tokens = blocks * block
         per_seq = (resident_blocks(workload, block) if profile.kv_reservation == "grow"
                    else blocks_for(workload.input_tokens + workload.output_tokens, block))
-        seqs = int(max(0, blocks - NULL_BLOCKS) // per_seq)
+        if state_seq:
+            seqs = max(0, int((budget - NULL_BLOCKS * block * kv_tok) // (per_seq * block * kv_tok + state_seq))
+                       ) if budget > 0 else 0
+            # the tokens the cache holds for one sequence (its state aside): what the start-up check reads
+            blocks = max(0, int((budget - state_seq) // (block * kv_tok))) if budget > state_seq else 0
+        else:
+            blocks = max(0, int(budget // (block * kv_tok))) if budget > 0 else 0
+            seqs = int(max(0, blocks - NULL_BLOCKS) // per_seq)
+        kv_cache_tokens = blocks * block
     else:
-        kv_cache_tokens = max(0, int(budget // kv_tok)) if budget > 0 else 0
-        seqs = max(0, int(budget // ((workload.input_tokens + workload.output_tokens) * kv_tok))) if budget > 0 else 0
+        per = (workload.input_tokens + workload.output_tokens) * kv_tok + state_seq
+        seqs = max(0, int(budget // per)) if budget > 0 else 0
+        kv_cache_tokens = max(0, int((budget - state_seq) // kv_tok)) if budget > state_seq else 0
     return Memory(
         weights_gb=w / GB, weights_per_gpu_gb=w / shape.gpus / GB, usable_per_gpu_gb=usable, activation_gb=act,
         cuda_graph_gb=graphs, kv_budget_gb=max(budget, 0) / GB, kv_bytes_per_token=kv_tok,
         kv_cache_tokens=kv_cache_tokens, max_model_len=workload.served_max_model_len,
         max_seqs_kv=seqs, max_seqs=min(seqs, seqs_cap), total_gb=shape.gpus * gpu.memory_gb,
     )
+
+
+def state_bytes_per_sequence(shape: Shape) -> float:
+    """Recurrent state one running sequence holds in the replica (Mamba2 / GDN layers, all of
+    them; 0 for attention-only models). The state is split over TP ranks (heads and conv channels
+    are sharded, mamba_utils.py mamba2_state_shape / gated_delta_net_state_shape), so the
+    replica holds one copy; under dp-ep each sequence's state sits on its own rank: also one."""
+    a = shape.model.arch
+    return a.state_bytes_per_sequence() if a is not None else 0.0
 
 
 def engine_max_num_seqs(shape: Shape, profile: Profile) -> int:

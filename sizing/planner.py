@@ -61,7 +61,7 @@ class NodeSlot:
 class PlanRequest:
     workload: Workload
     model: str = "llama-3-70b"
-    weights: str = "fp8"
+    weights: str | None = None           # None: the checkpoint's own precision (catalog.default_weights)
     kv_dtype: str = "bf16"
     pools: tuple[Pool, ...] = (Pool("us-east-1a", "p5.48xlarge", 1), Pool("us-east-1b", "p5.48xlarge", 1))
     tp: int | None = None
@@ -72,6 +72,11 @@ class PlanRequest:
     model_config: str | None = None      # a local config.json instead of the catalog's `model`
     layout: str | None = None            # tp | dp-ep (sizing.parallel); None: the planner picks
     nodes_per_replica: int | None = None  # None: the fewest nodes a replica fits on
+
+    def __post_init__(self):
+        if self.weights is None:         # a pre-quantized checkpoint plans at its own precision
+            from .catalog import default_weights
+            object.__setattr__(self, "weights", default_weights(resolve_model(self.model, self.model_config)))
 
 
 @dataclass(frozen=True)

@@ -219,7 +219,8 @@ def mangled_model_configs(draw):
 @settings(max_examples=400, **FUZZ)
 @given(mangled_model_configs())
 def test_config_json_is_sized_or_refused_naming_the_field(config):
-    from sizing.architecture import ConfigError, parse_config
+    from sizing.architecture import ConfigError
+    from sizing.config_parse import parse_config
     CASES["config.json"] += 1
     try:
         arch = parse_config(config)

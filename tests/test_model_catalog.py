@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from sizing import parallel
-from sizing.architecture import ConfigError, parse_config
+from sizing.architecture import ConfigError
+from sizing.config_parse import parse_config
 from sizing.catalog import load_catalog, model_from_config
 from sizing.checks import check_shape
 from sizing.memory import Shape
@@ -42,6 +43,13 @@ CARDS = [
     ("mixtral-8x7b", 46.7, 12.9, "all", None),
     # Kimi K2's card says "1 trillion" total: ours is 1.026 T, within the card's one significant figure.
     ("kimi-k2", 1000, 32, "no-input-embedding", 0.03),
+    # Hybrid Mamba2 / attention / LatentMoE-free MoE (Nemotron-H): 31.58 B, 3.58 B with the embedding.
+    ("nemotron-3-nano-30b-a3b", 31.6, 3.6, "all", None),
+    # DSA: V3's 671 B plus the indexer (0.3 B); 37.5 B active.
+    ("deepseek-v3.2", 671, 37, "no-input-embedding", None),
+    # INT4 checkpoint (compressed-tensors inside text_config); the vision tower is not sized.
+    ("kimi-k2.5", 1000, 32, "no-input-embedding", 0.03),
+    ("minimax-m2.5", 229, 10, "no-embeddings", None),
 ]
 
 
@@ -67,7 +75,10 @@ def test_every_shipped_model_is_addressable_by_key_and_hf_id_and_cites_its_sourc
         if m.arch is None:
             continue                     # the reference case's legacy entries (llama-3-8b, llama-3-70b)
         assert CAT.model(m.hf_id) is m and CAT.model(m.hf_id.upper()) is m
-        assert m.source["repo"] and len(m.source["commit"]) == 40 and m.source["path"]
+        if "package" in m.source:        # a released wheel: package, version, its sha256 and the path inside
+            assert m.source["version"] and len(m.source["sha256"]) == 64 and m.source["path"]
+        else:
+            assert m.source["repo"] and len(m.source["commit"]) == 40 and m.source["path"]
 
 
 @pytest.mark.parametrize("key", sorted(k for k, m in load_catalog().models.items() if m.arch is not None))
@@ -222,7 +233,7 @@ def test_dp_ep_admits_per_data_parallel_rank():
       "intermediate_size": 14336, "vocab_size": 32000, "max_position_embeddings": 32768,
       "quantization_config": {"quant_method": "gptq"}},
      "config.json: quantization_config.quant_method: text of 4 characters, not one the sizing knows (fp8, mxfp4, "
-     "nvfp4 / modelopt FP4)"),
+     "nvfp4 / modelopt FP4, compressed-tensors INT4)"),
     ([1, 2], "config.json: (top level): expected a JSON object"),
 ])
 def test_bad_config_gets_one_error_naming_the_field(config, message):

@@ -63,9 +63,9 @@ def test_explicit_option_overrides_the_stack(capsys):
 
 
 BAD_INPUT = [
-    (["--model", "llama-9"], "error: --model: unknown model 'llama-9'; choose a key (deepseek-r1, glm-4.5-air, gpt-oss-120b, gpt-oss-20b, kimi-k2, llama-3-70b, llama-3-8b, llama-3.1-405b, llama-3.1-8b, llama-3.3-70b, mixtral-8x7b, qwen3-235b-a22b, qwen3-30b-a3b, qwen3-32b) or a Hugging Face id (docs/models.md), or give --model-config PATH"),
+    (["--model", "llama-9"], "error: --model: unknown model 'llama-9'; choose a key (deepseek-r1, deepseek-v3.2, glm-4.5-air, gpt-oss-120b, gpt-oss-20b, kimi-k2, kimi-k2.5, llama-3-70b, llama-3-8b, llama-3.1-405b, llama-3.1-8b, llama-3.3-70b, minimax-m2.5, mixtral-8x7b, nemotron-3-nano-30b-a3b, qwen3-235b-a22b, qwen3-30b-a3b, qwen3-32b) or a Hugging Face id (docs/models.md), or give --model-config PATH"),
     (["--gpu", "h300"], "error: --gpu: unknown GPU 'h300'; choose one of: a100-40gb, b200, h100-sxm, h200, l40s"),
-    (["--weights", "int3"], "error: --weights: unknown precision 'int3'; choose one of: fp8, bf16, fp16, fp4"),
+    (["--weights", "int3"], "error: --weights: unknown precision 'int3'; choose one of: fp8, bf16, fp16, fp4, int4"),
     (["--kv-dtype", "int8"], "error: --kv-dtype: unknown precision 'int8'; choose one of: fp8, bf16, fp16"),
     (["--profile", "fast"], "error: --profile: unknown profile 'fast'; choose one of: seed, calibrated, measured"),
     (["--tp", "16"], "error: --tp: tensor parallel 16 exceeds the 8 GPUs of one p5.48xlarge node (a TP group never spans nodes); use at most 8"),
@@ -116,9 +116,9 @@ SAME_MESSAGE = [
     (["--tp", "3"], "model: {tensorParallel: 3}", "model.tensorParallel",
      "tensor parallel 3 does not divide the 64 attention heads of llama-3-70b; use one of 1, 2, 4, 8"),
     (["--weights", "int3"], "model: {weights: int3}", "model.weights",
-     "unknown precision 'int3'; choose one of: fp8, bf16, fp16, fp4"),
+     "unknown precision 'int3'; choose one of: fp8, bf16, fp16, fp4, int4"),
     (["--model", "llama-9"], "model: {id: llama-9}", "model.id",
-     "unknown model 'llama-9'; choose a key (deepseek-r1, glm-4.5-air, gpt-oss-120b, gpt-oss-20b, kimi-k2, llama-3-70b, llama-3-8b, llama-3.1-405b, llama-3.1-8b, llama-3.3-70b, mixtral-8x7b, qwen3-235b-a22b, qwen3-30b-a3b, qwen3-32b) or a Hugging Face id (docs/models.md), or give --model-config PATH"),
+     "unknown model 'llama-9'; choose a key (deepseek-r1, deepseek-v3.2, glm-4.5-air, gpt-oss-120b, gpt-oss-20b, kimi-k2, kimi-k2.5, llama-3-70b, llama-3-8b, llama-3.1-405b, llama-3.1-8b, llama-3.3-70b, minimax-m2.5, mixtral-8x7b, nemotron-3-nano-30b-a3b, qwen3-235b-a22b, qwen3-30b-a3b, qwen3-32b) or a Hugging Face id (docs/models.md), or give --model-config PATH"),
     (["--profile", "fast"], "sizing: {profile: fast}", "sizing.profile",
      "unknown profile 'fast'; choose one of: seed, calibrated, measured"),
     (["--gpu-hour-price", "0"], "sizing: {gpuHourPrice: 0}", "sizing.gpuHourPrice", "must be greater than 0 (got 0)"),
