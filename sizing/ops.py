@@ -246,34 +246,53 @@ def _indexer_bytes_per_layer(arch: Architecture) -> float:
 
 def attention_terms(arch: Architecture, gpu_ops: dict, shape, workload) -> list:
     """Decode attention (each sequence reads its KV at the workload's decode context) and causal
-    prefill attention (each prompt token against the mean context a prompt token sees)."""
+    prefill attention (each prompt token against the mean context a prompt token sees), for the
+    attention and sliding layers; Mamba2 and linear-attention layers update a recurrent state."""
     if uses_mla_module(arch, gpu_ops):
         return mla_module_terms(arch, gpu_ops, shape, workload)
-    tp = shape.tp if parallel.layout_of(shape) != "dp-ep" else 1
+    dp = parallel.layout_of(shape) == "dp-ep"
+    tp, share = (1, 1.0 / shape.tp) if dp else (shape.tp, 1.0)   # a DP rank: whole heads, its share of the sequences
     ctx, s_in = workload.decode_context_tokens, workload.prompt_attention_tokens
     kv_b = bytes_per_element(shape.kv_dtype)
     key = "fp8_kv" if shape.kv_dtype == "fp8" else "bf16_kv"
     dec = gpu_ops["attention_decode"][key]
     if arch.is_mla:
-        dec = gpu_ops.get("mla_decode", {}).get(key, dec)
         per_tok_layer = (arch.kv_lora_rank + arch.qk_rope_head_dim) * kv_b
     else:
         per_tok_layer = 2 * max(1.0, arch.num_key_value_heads / tp) * arch.head_dim * kv_b
-    full = arch.num_hidden_layers - sum(arch.sliding_layers)
-    sliding = sum(arch.sliding_layers)
-    seen = full * ctx + sliding * min(ctx, arch.sliding_window or ctx)      # layer-tokens of KV a decode reads
+    mixers = _mixers(arch)
+    full, sliding = mixers.count("attention"), mixers.count("sliding")
+    window = arch.sliding_window or ctx
+    seen = full * attended(arch, ctx) + sliding * min(ctx, window)     # layer-tokens of KV a decode reads
     bw = dec["bw_tbps"] * 1e12
     layers = full + sliding
     decode = ("n", ((layers * dec["floor_us"] * US, 0.0, 0.0),
-                    (0.0, seen * per_tok_layer / bw + layers * dec["per_seq_us"] * US, 0.0)))
+                    (0.0, share * (seen * per_tok_layer / bw + layers * dec["per_seq_us"] * US), 0.0)))
     pre = gpu_ops["attention_prefill"]["bf16"]
-    if arch.is_mla:
-        pre = gpu_ops.get("mla_prefill", {}).get("bf16", pre)
     width = parallel.attention_width(shape.model) / tp
-    flops = 2 * parallel.attention_layers_at(shape.model, s_in / 2) * s_in * width   # causal, per prompt token
+    half = s_in / 2                                                  # the mean context a prompt token sees
+    pairs = full * attended(arch, half) + sliding * min(half, window)
+    flops = 4 * pairs * width                                        # QK and PV, 2 FLOPs each, per prompt token
     prefill = ("c", ((layers * pre["floor_us"] * US, 0.0, 0.0),
-                     (0.0, 0.0, flops / (pre["tflops"] * 1e12) + layers * pre["per_token_us"] * US)))
-    return [decode, prefill]
+                     (0.0, 0.0, share * (flops / (pre["tflops"] * 1e12) + layers * pre["per_token_us"] * US))))
+    return [decode, prefill] + recurrent_terms(arch, gpu_ops, shape.tp if not dp else 1, share)
+
+
+def recurrent_terms(arch: Architecture, gpu_ops: dict, tp: int, share: float) -> list:
+    """Mamba2 and gated-delta-net layers: a decode step reads and writes each sequence's state (its
+    share on this GPU, heads split by TP); a prompt token streams its layer input once more. No
+    per-operation table covers these kernels: they are priced at the decode attention kernel's
+    floor and bandwidth (extrapolated, docs/sizing-model.md)."""
+    mixers = _mixers(arch)
+    kinds = [(m, mixers.count(m)) for m in ("mamba2", "linear") if m in mixers]
+    if not kinds:
+        return []
+    dec = gpu_ops["attention_decode"]["bf16_kv"]
+    bw = dec["bw_tbps"] * 1e12
+    layers = sum(count for _, count in kinds)
+    state = sum(count * arch.state_bytes_per_layer(m) for m, count in kinds) / tp
+    per_token = layers * arch.hidden_size * ACT_BYTES / bw
+    return [("", ((layers * dec["floor_us"] * US, 0.0, 0.0), (0.0, share * 2 * state / bw, share * per_token)))]
 
 
 def _collective_pieces(p: dict, calls: float, bytes_per_token: float, per_c: bool):

@@ -170,7 +170,7 @@ def _pools(itype: str, nodes: int = 1) -> tuple[Pool, ...]:
 
 
 def test_deepseek_r1_fp8_on_h200_plans_one_node_replicas():
-    p = plan(PlanRequest(Workload(qps=10), model="deepseek-ai/DeepSeek-R1", weights="fp8",
+    p = plan(PlanRequest(Workload(qps=2), model="deepseek-ai/DeepSeek-R1", weights="fp8",
                          pools=_pools("p5en.48xlarge", 2), tp=8, layout="tp"))
     assert p.tp == p.instance.gpus == 8 and all(n.replicas <= 1 for n in p.nodes) and p.survives_failure
     assert p.engine_args.tensor_parallel_size == 8 and p.checkpoint == "deepseek-ai/DeepSeek-R1"
@@ -188,20 +188,20 @@ def test_deepseek_r1_on_h100_does_not_fit_one_p5_and_names_the_cheapest_alternat
 
 
 def test_dp_attention_with_ep_serving_args():
-    p = plan(PlanRequest(Workload(qps=10), model="deepseek-r1", weights="fp8", pools=_pools("p5en.48xlarge", 2),
+    p = plan(PlanRequest(Workload(qps=2), model="deepseek-r1", weights="fp8", pools=_pools("p5en.48xlarge", 2),
                          layout="dp-ep"))
     a = p.engine_args
     assert (a.tensor_parallel_size, a.data_parallel_size, a.enable_expert_parallel) == (1, 8, True)
     d = plan_to_dict(p)      # GPUs per replica and vLLM's tensor_parallel_size, each under its own key
     assert (d["gpus_per_replica"], d["engine_args"]["tensor_parallel_size"], d["engine_args"]["data_parallel_size"]) == (8, 1, 8)
-    assert p.memory.kv_cache_tokens > 4 * plan(PlanRequest(Workload(qps=10), model="deepseek-r1", weights="fp8",
+    assert p.memory.kv_cache_tokens > 4 * plan(PlanRequest(Workload(qps=2), model="deepseek-r1", weights="fp8",
                                                      pools=_pools("p5en.48xlarge", 2), layout="tp")).memory.kv_cache_tokens
 
 
 def test_dp_ep_admits_per_data_parallel_rank():
     """vLLM runs one scheduler per DP rank: max_num_seqs and the token budget are each rank's."""
     from sizing.memory import engine_max_num_seqs
-    p = plan(PlanRequest(Workload(qps=10), model="deepseek-r1", weights="fp8", pools=_pools("p5en.48xlarge", 2),
+    p = plan(PlanRequest(Workload(qps=2), model="deepseek-r1", weights="fp8", pools=_pools("p5en.48xlarge", 2),
                          layout="dp-ep"))
     per_rank = engine_max_num_seqs(p.replica_model.shape, get_profile(p.request.profile))
     assert p.engine_args.max_num_seqs == per_rank
@@ -317,7 +317,7 @@ def test_the_sweep_ranks_layouts_and_says_why_each_refused_option_is_refused():
 
 def test_the_serving_args_carry_the_layout():
     from tests.stacks import vllm_args_of as vllm_args
-    p = plan(PlanRequest(Workload(qps=10), model="deepseek-r1", weights="fp8", pools=_pools("p5en.48xlarge", 2),
+    p = plan(PlanRequest(Workload(qps=2), model="deepseek-r1", weights="fp8", pools=_pools("p5en.48xlarge", 2),
                          layout="dp-ep"))
     args = vllm_args(p, 30)
     assert args[args.index("--tensor-parallel-size") + 1] == "1"

@@ -90,7 +90,7 @@ def test_follow_up_1000_output_tokens_triples_decode_work():
 
 
 def test_follow_up_1000_output_tokens_needs_two_replicas_per_zone():
-    p = plan(PlanRequest(Workload(qps=10, output_tokens=1000, slo_statistic="mean"), tp=4))
+    p = plan(PlanRequest(Workload(qps=10, output_tokens=1000, slo_statistic="mean"), tp=4, profile="seed"))
     assert p.replicas_by_zone == {"us-east-1a": 2, "us-east-1b": 2}
     assert sum(n.gpus_idle for n in p.nodes) == 0          # exactly fills two 8-GPU p5 nodes
 
