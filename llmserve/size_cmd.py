@@ -19,7 +19,7 @@ from .stack_arg import load
 def size(
     model: Optional[str] = typer.Option(None, help="Model key or Hugging Face id, e.g. llama-3-70b, deepseek-ai/DeepSeek-R1."),
     model_config: Optional[str] = typer.Option(None, "--model-config", help="A local config.json to size (--model: its name)."),
-    layout: Optional[str] = typer.Option(None, help="tp, or dp-ep (data-parallel attention + expert parallelism; MoE)."),
+    layout: Optional[str] = typer.Option(None, help="tp, dp-ep (data-parallel attention + expert parallelism; MoE) or tp-ep (TP attention + expert parallelism; MoE)."),
     gpu: Optional[str] = typer.Option(None, help="GPU key (h100-sxm, h200, b200, a100-40gb, l40s); picks its node type."),
     instance: Optional[str] = typer.Option(None, help="Instance type, e.g. p5.48xlarge (overrides --gpu)."),
     weights: Optional[str] = typer.Option(None, help="Weight precision: fp8, bf16 (fp16 = bf16-sized), fp4."),

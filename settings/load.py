@@ -353,7 +353,7 @@ def _fit_problems(r: PlanRequestSettings, instance_type: str) -> list[str]:
     workload = r.plan_request().workload
     tp = r.model.tensorParallel
     errors = []
-    tps = [tp] if tp is not None else (candidate_tps(model, instance) if layout == "tp" else [instance.gpus])
+    tps = [tp] if tp is not None else ([instance.gpus] if layout == "dp-ep" else candidate_tps(model, instance, layout))
     for t in tps:
         try:
             check_shape(Shape(model, instance, t, r.model.weights, r.model.kvCacheDtype, layout), workload, profile)
@@ -362,6 +362,8 @@ def _fit_problems(r: PlanRequestSettings, instance_type: str) -> list[str]:
             errors.append(exc)
     if tp is not None:
         return [sizing_problem(exc) for exc in errors]
+    if errors and errors[0].field == "layout":      # no TP helps: the layout cannot run the model (EP, dense)
+        return [sizing_problem(errors[0])]
     if errors and (errors[-1].field or "").startswith("workload."):
         return [sizing_problem(errors[-1])]     # a served length no TP helps: the most capable TP's reason
     if layout == "tp" and _fits_on_nodes(model, instance, r, workload, profile):

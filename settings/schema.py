@@ -237,7 +237,7 @@ class ModelSettings(_Strict):
     weights: Literal["fp8", "bf16", "fp16", "fp4", "int4"] | None = None
     kvCacheDtype: Literal["fp8", "bf16", "fp16"] = "bf16"
     tensorParallel: int | None = Field(None, ge=1)   # GPUs per replica (with layout dp-ep: the DP size)
-    layout: Literal["tp", "dp-ep"] | None = None     # sizing.parallel; None: the planner picks
+    layout: Literal["tp", "dp-ep", "tp-ep"] | None = None     # sizing.parallel; None: the planner picks
     checkpoint: str | None = None      # overrides the catalog's prequantized checkpoint (a hub id or /models/...)
 
     @field_validator("config")

@@ -16,10 +16,10 @@ from .vllm_engine import NULL_BLOCKS, kv_block_tokens
 from .workload import SizingError, Workload
 
 
-def candidate_tps(model: Model, instance: Instance) -> list[int]:
+def candidate_tps(model: Model, instance: Instance, layout: str = "tp") -> list[int]:
     """The TP degrees a replica may take: within one node, splitting the attention heads (and an
-    MoE model's experts, sizing.parallel.fits_tp)."""
-    return [tp for tp in (1, 2, 4, 8, 16) if tp <= instance.gpus and not parallel.fits_tp(model, tp)]
+    MoE model's experts: each expert under `tp`, whole experts under `tp-ep`, sizing.parallel.fits_tp)."""
+    return [tp for tp in (1, 2, 4, 8, 16) if tp <= instance.gpus and not parallel.fits_tp(model, tp, layout)]
 
 
 def layout_refusal(shape: Shape) -> tuple[str, str] | None:
@@ -27,11 +27,11 @@ def layout_refusal(shape: Shape) -> tuple[str, str] | None:
     m, tp = shape.model, shape.tp
     if shape.layout not in parallel.LAYOUTS:
         return f"unknown layout '{shape.layout}'; choose one of: {', '.join(parallel.LAYOUTS)}", "layout"
-    if shape.layout == "dp-ep" and not m.is_moe:
+    if shape.layout in parallel.EP_LAYOUTS and not m.is_moe:
         return f"expert parallelism does not apply to {m.id}: a dense model has no experts", "layout"
-    if shape.layout == "tp" and parallel.fits_tp(m, tp):
-        return (f"{parallel.fits_tp(m, tp)}; use one of {', '.join(map(str, candidate_tps(m, shape.instance)))}",
-                "tp")
+    if shape.layout in ("tp", "tp-ep") and parallel.fits_tp(m, tp, shape.layout):
+        tps = candidate_tps(m, shape.instance, shape.layout)
+        return f"{parallel.fits_tp(m, tp, shape.layout)}; use one of {', '.join(map(str, tps))}", "tp"
     native_fp4 = m.arch is not None and m.arch.quantization.method == "mxfp4"
     if shape.weights == "fp4" and "fp4" not in m.checkpoints:
         return f"no FP4 checkpoint of {m.id} in the catalog (vLLM does not quantize to FP4 at load)", "weights"
@@ -54,7 +54,7 @@ def check_shape(shape: Shape, workload: Workload, profile: Profile) -> Memory:
         raise SizingError(*refusal)
     mem = memory(shape, workload, profile, CHUNK_MIN + profile.max_num_seqs)
     if mem.weights_per_gpu_gb >= mem.usable_per_gpu_gb:
-        can_tp, can_fp8 = tp < inst.gpus and shape.layout == "tp", shape.weights in ("bf16", "fp16")
+        can_tp, can_fp8 = tp < inst.gpus and shape.layout in ("tp", "tp-ep"), shape.weights in ("bf16", "fp16")
         advice = {(True, True): "raise TP, use fp8 weights or a larger GPU", (True, False): "raise TP or use a larger GPU",
                   (False, True): "use fp8 weights or a larger GPU",
                   (False, False): "use a larger GPU or a replica over several nodes"}[(can_tp, can_fp8)]

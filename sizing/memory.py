@@ -23,7 +23,8 @@ CHUNK_MIN, CHUNK_MAX, CHUNK_ALIGN = 512, 8192, 256   # max_num_batched_tokens' c
 @dataclass(frozen=True)
 class Shape:
     """What a replica is: a model at some precision on `tp` GPUs of one node type, split by
-    `layout` (`sizing.parallel`: tp, or dp-ep for data-parallel attention with expert parallelism;
+    `layout` (`sizing.parallel`: tp, dp-ep for data-parallel attention with expert parallelism, or
+    tp-ep for TP attention with expert parallelism;
     `tp` is the node's share of the replica's GPUs either way), or on `nodes` such nodes: TP within
     each node, pipeline stages across them (vLLM's multi-node layout: `--tensor-parallel-size`
     GPUs per node, `--pipeline-parallel-size` nodes)."""

@@ -17,6 +17,7 @@ from functools import cached_property
 
 from conventions import RULE_ZONE_HOLDS_WHOLE_GROUPS
 
+from . import parallel
 from .catalog import Instance, load_catalog, resolve_model
 from .checks import MAX_NODES_PER_REPLICA, candidate_tps, check_shape, replica_words
 from .fit import _unloaded
@@ -70,7 +71,7 @@ class PlanRequest:
     gpu_hour_price: float | None = None  # defaults to the instance price / its GPUs
     instance_price: float | None = None  # overrides the catalog's node price
     model_config: str | None = None      # a local config.json instead of the catalog's `model`
-    layout: str | None = None            # tp | dp-ep (sizing.parallel); None: the planner picks
+    layout: str | None = None            # tp | dp-ep | tp-ep (sizing.parallel); None: the planner picks
     nodes_per_replica: int | None = None  # None: the fewest nodes a replica fits on
 
     def __post_init__(self):
@@ -309,18 +310,22 @@ def plan(req: PlanRequest) -> Plan:
 def _candidates(req: PlanRequest, model, instance: Instance, profile: Profile) -> list[tuple[str, int, int]]:
     """(layout, GPUs per node of a replica, nodes per replica) to try: the request's, else TP at
     every degree that splits the model and, for an MoE model, data-parallel attention with EP over
-    the whole node; and only when no layout fits one node, TP over whole nodes with pipeline
+    the whole node and TP attention with EP at the degrees `tp` cannot split; and only when no layout fits one node, TP over whole nodes with pipeline
     stages across 2 to MAX_NODES_PER_REPLICA of them (docs/multi-node.md)."""
     n = req.nodes_per_replica
     if n is not None and n > 1:
         return [("tp", req.tp or instance.gpus, n)]
-    layouts = [req.layout] if req.layout else (["tp", "dp-ep"] if model.is_moe else ["tp"])
+    layouts = [req.layout] if req.layout else (["tp", "dp-ep", "tp-ep"] if model.is_moe else ["tp"])
     out = []
     for layout in layouts:
         if layout == "dp-ep":
             out.append((layout, req.tp or instance.gpus, 1))
+        elif layout == "tp-ep" and not req.layout:
+            # tp-ep costs what tp costs (sizing.parallel): tried only where tp cannot split the experts
+            out += [(layout, tp, 1) for tp in ([req.tp] if req.tp else candidate_tps(model, instance, layout))
+                    if parallel.fits_tp(model, tp)]
         else:
-            out += [(layout, tp, 1) for tp in ([req.tp] if req.tp else candidate_tps(model, instance))]
+            out += [(layout, tp, 1) for tp in ([req.tp] if req.tp else candidate_tps(model, instance, layout))]
     if n == 1 or req.tp or req.layout not in (None, "tp") or fits_one_node(model, instance, req, profile, layouts):
         return out
     return out + [("tp", instance.gpus, k) for k in range(2, MAX_NODES_PER_REPLICA + 1)]

@@ -194,8 +194,11 @@ def _binding_key(d: dict) -> str:
     return min(caps, key=lambda k: caps[k] if caps[k] is not None else math.inf)
 
 
+LAYOUT_LABELS = {"tp": "TP", "dp-ep": "DP+EP", "tp-ep": "TP+EP"}
+
+
 def layout_label(d: dict) -> str:
-    """"TP=8", "DP+EP=8", or "TP=8 x PP=2 (2 nodes)" for replicas that span nodes (the plan's JSON)."""
+    """"TP=8", "DP+EP=8", "TP+EP=8", or "TP=8 x PP=2 (2 nodes)" for replicas that span nodes (the plan's JSON)."""
     n = d.get("nodes_per_replica", 1)
-    one = f"{'TP' if d.get('layout', 'tp') == 'tp' else 'DP+EP'}={d['gpus_per_replica'] // n}"
+    one = f"{LAYOUT_LABELS.get(d.get('layout', 'tp'), 'TP')}={d['gpus_per_replica'] // n}"
     return one if n == 1 else f"{one} x PP={n} ({n} nodes)"

@@ -17,6 +17,7 @@ import math
 from operator import attrgetter
 from dataclasses import dataclass, fields
 
+from . import parallel
 from .catalog import Instance, load_catalog, resolve_model
 from .checks import MAX_NODES_PER_REPLICA, candidate_tps, check_shape
 from .fit import unloaded_reason
@@ -171,16 +172,17 @@ def sweep(workload: Workload, model_id: str, kv_dtype: str, zones: int, profile_
 
 
 def layouts(model, instance: Instance) -> list[tuple[str, int]]:
-    """(layout, GPUs per replica): TP at every degree that splits the model, and data-parallel
-    attention with EP over the whole node (evaluated for a dense model too, to say why not)."""
-    return [("tp", tp) for tp in candidate_tps(model, instance)] + [("dp-ep", instance.gpus)]
+    """(layout, GPUs per replica): TP at every degree that splits the model, and over the whole
+    node data-parallel attention with EP and TP attention with EP (both evaluated for a dense model
+    too, to say why not)."""
+    return [("tp", tp) for tp in candidate_tps(model, instance)] + [("dp-ep", instance.gpus), ("tp-ep", instance.gpus)]
 
 
 def node_groups(model, instance: Instance, weights: str, kv_dtype: str, workload: Workload,
                 profile: Profile) -> list[int]:
     """[the fewest whole nodes (2 to MAX_NODES_PER_REPLICA) whose TP x PP replica holds the model]
     where no layout of one node of this type holds it at these weights, else []."""
-    for layout in ("tp", "dp-ep"):
+    for layout in parallel.LAYOUTS:
         try:
             check_shape(Shape(model, instance, instance.gpus, weights, kv_dtype, layout), workload, profile)
             return []

@@ -259,7 +259,7 @@ def test_a_shipped_config_read_from_a_path_sizes_like_its_catalog_entry(tmp_path
                                  "regular file)"),
     (["--model-config", "/dev/zero"], "error: --model-config: config.json: path: /dev/zero: is a character device; "
                                       "give a config.json (a regular file)"),
-    (["--layout", "pp"], "error: --layout: unknown layout 'pp'; choose one of: tp, dp-ep"),
+    (["--layout", "pp"], "error: --layout: unknown layout 'pp'; choose one of: tp, dp-ep, tp-ep"),
 ])
 def test_model_config_errors_are_one_line_and_exit_2(capsys, argv, message):
     code = main(["size", *argv])
@@ -305,10 +305,11 @@ def test_the_sweep_ranks_layouts_and_says_why_each_refused_option_is_refused():
     dense = sweep(Workload(qps=10), "llama-3-70b", "bf16", zones=2)
     reasons = {(o.layout, o.weights): o.reason for o in dense if o.instance == "p5.48xlarge" and not o.feasible}
     assert reasons[("dp-ep", "fp8")] == "expert parallelism does not apply to llama-3-70b: a dense model has no experts"
+    assert reasons[("tp-ep", "fp8")] == "expert parallelism does not apply to llama-3-70b: a dense model has no experts"
     assert reasons[("tp", "fp4")] == "no FP4 checkpoint of llama-3-70b in the catalog (vLLM does not quantize to FP4 at load)"
     moe = sweep(Workload(qps=10), "deepseek-ai/DeepSeek-R1", "bf16", zones=2, profile_name="calibrated")
     feasible = [o for o in moe if o.feasible]
-    assert {o.layout for o in feasible} == {"tp", "dp-ep"} and feasible[0].instance != "p5.48xlarge"
+    assert {o.layout for o in feasible} == {"tp", "dp-ep", "tp-ep"} and feasible[0].instance != "p5.48xlarge"
     assert not any(o.feasible for o in moe if o.instance == "p5.48xlarge" and o.weights == "fp8"
                    and o.nodes_per_replica == 1)
     # ... but two p5 nodes per replica (TP=8 x PP=2, docs/multi-node.md) hold it.
