@@ -88,8 +88,9 @@ def memory(shape: Shape, workload: Workload, profile: Profile, batched_tokens: i
     # KV bytes per token at the mean request's context (sliding-window layers hold at most their window)
     kv_tok = parallel.kv_bytes_per_token(shape, workload.input_tokens + workload.output_tokens)
     vllm = profile.kv_accounting == "vllm"
-    seqs_cap = engine_max_num_seqs(shape, profile) * engine_ranks(shape)
-    act = activation_gb(m, tp, batched_tokens, seqs_cap) if vllm else 0.0
+    per_engine = engine_max_num_seqs(shape, profile)
+    seqs_cap = per_engine * engine_ranks(shape)
+    act = activation_gb(m, tp, batched_tokens, per_engine) if vllm else 0.0
     graphs = profile.cuda_graph_gb if vllm else 0.0
     total_gb = reported_memory_bytes(gpu) / GB if vllm else gpu.memory_gb
     usable = total_gb * profile.gpu_memory_utilization - profile.runtime_overhead_gb - act - graphs

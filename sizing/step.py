@@ -284,7 +284,7 @@ def _ops_step(shape, workload, profile) -> StepModel:
     batch it runs: its clients in a closed loop; in an open loop the batch whose decode step takes
     the TPOT SLO (found from the step itself, three passes), at most max_num_seqs."""
     extra = [pp_terms(shape)]
-    if parallel.layout_of(shape) != "tp":
+    if parallel.layout_of(shape) == "dp-ep":      # its all-to-alls; TP layouts' all-reduces are priced by ops
         extra.append(comm_terms(shape, profile, bytes_per_element("bf16") * shape.model.hidden))
     cap = float(profile.max_num_seqs)
     def at(n: float) -> StepModel:

@@ -86,10 +86,10 @@ def test_the_planner_tries_tp_ep_only_where_tp_cannot_split_the_experts():
     from sizing.planner import _candidates
     req = PlanRequest(Workload(qps=10), model="qwen3-235b-a22b", weights="fp8",
                       pools=(Pool("us-east-1a", "p5en.48xlarge", 1),))
-    tried = _candidates(req, QWEN, H200_NODE, get_profile("reference"))
+    tried = _candidates(req, QWEN, H200_NODE, get_profile("seed"))
     assert {layout for layout, _, _ in tried} == {"tp", "dp-ep"}
     forced = _candidates(PlanRequest(Workload(qps=10), model="qwen3-235b-a22b", layout="tp-ep",
-                                     pools=req.pools), QWEN, H200_NODE, get_profile("reference"))
+                                     pools=req.pools), QWEN, H200_NODE, get_profile("seed"))
     assert forced == [("tp-ep", 1, 1), ("tp-ep", 2, 1), ("tp-ep", 4, 1), ("tp-ep", 8, 1)]
 
 
