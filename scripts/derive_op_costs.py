@@ -1,4 +1,4 @@
-"""Fit the per-operation cost forms of `sizing/data/op_costs.yaml` to NVIDIA AIConfigurator's
+"""Fit the per-operation cost forms of `sizing/data/op_costs.json` to NVIDIA AIConfigurator's
 measured per-op silicon tables (vLLM backend), and write a checkpoint sample of source rows
 (`sizing/data/op_cost_checks.csv`) the unit tests replay without the wheel.
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import sys
 import zipfile
@@ -30,7 +31,7 @@ import pandas as pd
 PACKAGE, VERSION = "aiconfigurator-core", "0.12.0"
 WHEEL_SHA256 = "aadc4aad0a00bf8a61c477c62bef43de479849c3aa0b1c3078068e08309eccc4"
 ROOT = Path(__file__).resolve().parent.parent
-OUT_YAML = ROOT / "sizing" / "data" / "op_costs.yaml"
+OUT_JSON = ROOT / "sizing" / "data" / "op_costs.json"
 OUT_CHECKS = ROOT / "sizing" / "data" / "op_cost_checks.csv"
 SYSTEMS = {"h100-sxm": "h100_sxm", "h200": "h200_sxm", "b200": "b200_sxm"}
 DATA = "aiconfigurator_core/systems/data"
@@ -442,38 +443,27 @@ ELEMENTWISE = {"h100-sxm": (2.5, 2.5), "h200": (2.5, 3.5), "b200": (2.5, 6.0)}
 
 # -- writing ----------------------------------------------------------------------------------------
 
-def _scalar(v) -> str:
-    if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(v, float):
-        return f"{v:.4g}" if "e" not in f"{v:.4g}" else f"{v:.4e}"
-    return str(v)
+def _rounded(node):
+    """Four significant digits, as the fits support (the JSON stays readable and diffs small)."""
+    if isinstance(node, dict):
+        return {k: _rounded(v) for k, v in node.items()}
+    if isinstance(node, float):
+        return float(f"{node:.4g}")
+    return node
 
 
-def _yaml(node: dict, indent: int = 0) -> list[str]:
-    """Block mappings down to each entry, the entry itself one flow mapping on its line."""
-    lines = []
-    for key, value in node.items():
-        pad = "  " * indent
-        if isinstance(value, dict) and any(isinstance(v, dict) for v in value.values()):
-            lines += [f"{pad}{key}:"] + _yaml(value, indent + 1)
-        elif isinstance(value, dict):
-            lines.append(f"{pad}{key}: {{" + ", ".join(f"{k}: {_scalar(v)}" for k, v in value.items()) + "}")
-        else:
-            lines.append(f"{pad}{key}: {_scalar(value)}")
-    return lines
-
-
-HEADER = f"""\
-# Per-operation cost parameters, per GPU, fitted by scripts/derive_op_costs.py (do not edit by hand).
-# Source: NVIDIA AIConfigurator silicon tables, PyPI {PACKAGE}=={VERSION}
-#   (sha256 {WHEEL_SHA256}), Apache-2.0; every entry names the table (`file`,
-#   a path inside the wheel), its `backend` and `version`, and the kernel rows it was fitted on.
-# Units: microseconds (_us), TB/s (bw_tbps), TFLOP/s (tflops), GB/s (bw_gbps), bytes; all per GPU.
-# Errors: rms_log_error / p90_abs_rel_error over the fitted rows (`rows`, the serving shapes named in
-#   `covers`), all_* over every row of that kernel and dtype. Forms: docs/sizing-model.md,
-#   "Per-operation cost tables", and sizing/op_costs.py.
-"""
+ABOUT = [
+    "Per-operation cost parameters, per GPU, fitted by scripts/derive_op_costs.py (do not edit by hand).",
+    f"Source: NVIDIA AIConfigurator silicon tables, PyPI {PACKAGE}=={VERSION} (sha256 {WHEEL_SHA256}), "
+    "Apache-2.0; every entry names the table (`file`, a path inside the wheel), its `backend` and `version`, "
+    "and the kernel rows it was fitted on.",
+    "Units: microseconds (_us), TB/s (bw_tbps), TFLOP/s (tflops), GB/s (bw_gbps), bytes; all per GPU.",
+    "Errors: rms_log_error / p90_abs_rel_error over the fitted rows (`rows`, the serving shapes named in "
+    "`covers`), all_* over every row of that kernel and dtype. Forms: docs/sizing-model.md, "
+    "'Per-operation cost tables', and sizing/op_costs.py.",
+    "JSON, not YAML: `llmserve size` reads it on every run, and the C json parser keeps that within its "
+    "speed target.",
+]
 
 
 def derive(wheel: Wheel) -> tuple[dict, pd.DataFrame]:
@@ -491,7 +481,7 @@ def derive(wheel: Wheel) -> tuple[dict, pd.DataFrame]:
         floor, bw = ELEMENTWISE[gpu]
         tree["elementwise"] = {"floor_us": floor, "bw_tbps": bw, "backend": "provisional"}
         gpus[gpu] = tree
-    table = {"source": {"package": PACKAGE, "version": VERSION, "sha256": WHEEL_SHA256, "license": "Apache-2.0"},
+    table = {"about": ABOUT, "source": {"package": PACKAGE, "version": VERSION, "sha256": WHEEL_SHA256, "license": "Apache-2.0"},
              "gpus": gpus}
     frame = pd.concat(checks, ignore_index=True).reindex(columns=CHECK_COLUMNS)
     return table, frame
@@ -507,11 +497,11 @@ def main(argv: list[str]) -> None:
     if len(argv) != 1:
         sys.exit(__doc__)
     table, checks = derive(Wheel(Path(argv[0])))
-    _write_atomic(OUT_YAML, HEADER + "\n".join(_yaml(table)) + "\n")
+    _write_atomic(OUT_JSON, json.dumps(_rounded(table), indent=1) + "\n")
     csv = io.StringIO()
     checks.to_csv(csv, index=False, lineterminator="\n")
     _write_atomic(OUT_CHECKS, csv.getvalue())
-    print(f"wrote {OUT_YAML.relative_to(ROOT)} and {OUT_CHECKS.relative_to(ROOT)} ({len(checks)} check rows)")
+    print(f"wrote {OUT_JSON.relative_to(ROOT)} and {OUT_CHECKS.relative_to(ROOT)} ({len(checks)} check rows)")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The per-operation cost forms, evaluated from `data/op_costs.yaml` (fitted by
+"""The per-operation cost forms, evaluated from `data/op_costs.json` (fitted by
 scripts/derive_op_costs.py to NVIDIA AIConfigurator's vLLM silicon tables; docs/sizing-model.md,
 "Per-operation cost tables").
 
@@ -9,9 +9,9 @@ bytes), which `sizing.ops` relies on. Units in the table: us, TB/s, TFLOP/s, GB/
 """
 from __future__ import annotations
 
+import json
 from functools import lru_cache
 
-from inputs import safe_yaml
 from inputs.files import read_text
 
 from .catalog import DATA_DIR, CatalogError
@@ -25,10 +25,15 @@ MLA_PAIR_FLOPS = 2 * (192 + 128)     # MLA prefill per (query, key) pair per hea
 PER_US_TERA, PER_US_GIGA = 1e6, 1e3  # TB/s and TFLOP/s in units per microsecond; GB/s likewise
 
 
+def _int_keys(pairs: list) -> dict:
+    """JSON keys are strings: a GPU count ("8") reads back as the integer it is."""
+    return {int(k) if k.isdigit() else k: v for k, v in pairs}
+
+
 @lru_cache(maxsize=1)
 def load_op_costs() -> dict:
-    path = DATA_DIR / "op_costs.yaml"
-    return safe_yaml.load(read_text(path, MAX_OP_COSTS_BYTES, "op cost table"), str(path))
+    path = DATA_DIR / "op_costs.json"
+    return json.loads(read_text(path, MAX_OP_COSTS_BYTES, "op cost table"), object_pairs_hook=_int_keys)
 
 
 def entry(gpu: str, op: str, *variant) -> dict:

@@ -21,7 +21,7 @@ Per layer kind, on one GPU of the replica (shapes split by the layout, `sizing.p
 Each operation is a max of at most three affine functions of (n, c), so the step is a sum of
 such maxes: convex and piecewise linear in n, which keeps the analytic model's fixed points exact
 (`StepModel.decode_branches` returns its pieces). The parameters come from per-operation
-measurements (`sizing/data/op_costs.yaml`, each entry with its source and fit error; docs/sizing-
+measurements (`sizing/data/op_costs.json`, each entry with its source and fit error; docs/sizing-
 model.md), never from end-to-end benchmarks.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The per-operation cost table (`sizing/data/op_costs.yaml`) against the source rows it was
+"""The per-operation cost table (`sizing/data/op_costs.json`) against the source rows it was
 fitted to (`sizing/data/op_cost_checks.csv`, ~20 per entry spread through the measured range),
 without the AIConfigurator wheel.
 
