@@ -146,8 +146,13 @@ class ReplicaModel:
         """p: seconds a prompt token adds to a step that decodes n and carries a full chunk."""
         if self.additive:
             return self.step.e
-        chunk = max(self.batched_tokens - n, 1.0)
-        return (self.step.step_s(n, chunk) - self.step.decode_s(n)) / chunk
+        n = min(n, float(self.memory.max_seqs))        # the engine runs no more (a fixed point's
+        chunk = max(self.batched_tokens - n, 1.0)        # first pass past saturation may say more)
+        # At least 0: a per-operation step may change kernels with the chunk (vLLM's custom
+        # all-reduce for a decode step's small messages, NCCL for a mixed step's), which at a huge
+        # decode batch can make the mixed step the cheaper one.
+        p = (self.step.step_s(n, chunk) - self.step.decode_s(n)) / chunk
+        return p if p > 0.0 else 0.0
 
     def _tpot_fixed_p(self, qps: float, p: float) -> float:
         u = qps * self.s_in * p

@@ -90,12 +90,18 @@ def _scaled(node, hbm: float, flops: dict, link: float, dtype: str = "bf16"):
 # costs the largest; `needs` says when it runs: "n" (there are decodes), "c" (there is a prompt
 # chunk), "c0" (a decode-only step), "" (always).
 
+# The GEMM fits cover N, K >= this (scripts/derive_op_costs.py GEMM_FIT_MIN_DIM); a smaller GEMM
+# (a router, MLA's down-projections) floors at the fastest time its kernel was measured at.
+GEMM_FIT_MIN_DIM = 4096
+
+
 def _gemm_pieces(p: dict, m_per_n: float, m_per_c: float, k: float, n: float, w_bytes: float, count: float):
     bw, peak = p["bw_tbps"] * 1e12, p["tflops"] * 1e12
+    floor = p["floor_us"] if min(k, n) >= GEMM_FIT_MIN_DIM else p.get("min_us", p["floor_us"])
     flops = 2 * n * k
     mem_a, mem_b = count * n * k * w_bytes / bw, count * (k + n) * ACT_BYTES / bw
     comp_a, comp_b = count * flops * p["m_half"] / peak, count * flops / peak
-    return ((count * p["floor_us"] * US, 0.0, 0.0),
+    return ((count * floor * US, 0.0, 0.0),
             (mem_a, mem_b * m_per_n, mem_b * m_per_c),
             (comp_a, comp_b * m_per_n, comp_b * m_per_c))
 
@@ -121,7 +127,7 @@ def gemm_params(gpu_ops: dict, dtype: str) -> dict:
     GEMM's; its bandwidth and throughput are its own."""
     p = gpu_ops["gemm"][dtype]
     if dtype == "fp8_block":
-        p = {**p, "floor_us": gpu_ops["gemm"]["fp8"]["floor_us"]}
+        p = {**p, "floor_us": gpu_ops["gemm"]["fp8"]["floor_us"], "min_us": gpu_ops["gemm"]["fp8"]["min_us"]}
     return p
 
 
