@@ -48,6 +48,10 @@ ELEMENTWISE_PASSES = 8          # activation reads and writes of those kernels, 
 EXTRAPOLATED_FROM = "h100-sxm"
 
 
+def has_op_tables(gpu_key: str) -> bool:
+    return gpu_key in load_op_costs()["gpus"]
+
+
 @lru_cache(maxsize=None)
 def gpu_costs(gpu_key: str) -> dict:
     """The measured operation costs of a GPU, or for a GPU without its own tables the H100's with

@@ -24,6 +24,7 @@ from .fit import _unloaded
 from .engine_args import EngineArgs, catalog_checkpoint, engine_args_for
 from .memory import Memory, Shape
 from .model import Capacity, Point, ReplicaModel
+from .ops import EXTRAPOLATED_FROM, has_op_tables
 from .profiles import Profile, get_profile
 from .workload import SizingError, Workload
 
@@ -427,6 +428,9 @@ def plan_for_tp(req: PlanRequest, model, instance: Instance, profile: Profile, t
         # model_executor/layers/quantization/modelopt.py ModelOptNvFp4Config.get_min_capability 75,
         # mxfp4.py Mxfp4Config.get_min_capability 80.
         notes.append(f"no FP4 tensor cores on {instance.gpu.id}: FP4 weights run as W4A16 (4-bit reads, BF16 math)")
+    if get_profile(req.profile).step_model == "ops" and not has_op_tables(instance.gpu.id):
+        notes.append(f"no per-operation measurements for {instance.gpu.id}: its step is priced from the "
+                     f"{EXTRAPOLATED_FROM}'s tables scaled by the datasheets (extrapolated)")
     gpu_price, node_price = _prices(req, instance, notes)
     gpus_used, gpus_total = replicas * tp * n, sum(p.nodes for p in req.pools) * instance.gpus
     fill = _fill_idle_gpus(slots, loss, replicas, tp, gpus_used, gpus_total, cap.qps, notes) if n == 1 else None
