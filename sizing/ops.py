@@ -333,10 +333,21 @@ def elementwise_terms(arch: Architecture, gpu_ops: dict, share: float) -> list:
     return [("", ((layers * LAYER_ELEMENTWISE_KERNELS * p["floor_us"] * US, 0.0, 0.0), (0.0, per_token, per_token)))]
 
 
+_LEGACY: dict[tuple, Architecture] = {}
+
+
 def arch_of(model) -> Architecture:
-    """The model's architecture; a legacy catalog entry (figures, no config.json) is a Llama."""
+    """The model's architecture; a legacy catalog entry (figures, no config.json) is a Llama (made
+    once per entry: the shape terms are cached by architecture)."""
     if model.arch is not None:
         return model.arch
+    key = (model.id, model.layers, model.hidden, model.heads, model.kv_heads, model.head_dim, model.ffn, model.vocab)
+    if key not in _LEGACY:
+        _LEGACY[key] = _legacy_llama(model)
+    return _LEGACY[key]
+
+
+def _legacy_llama(model) -> Architecture:
     return Architecture(model_type="llama", hidden_size=model.hidden, num_hidden_layers=model.layers,
                         num_attention_heads=model.heads, num_key_value_heads=model.kv_heads,
                         head_dim=model.head_dim, intermediate_size=model.ffn, vocab_size=model.vocab,

@@ -66,8 +66,8 @@ class StepModel:
     def __post_init__(self):
         if self.terms or self.moe:
             object.__setattr__(self, "lines", self.decode_branches())
-            object.__setattr__(self, "with_chunk", tuple(p for needs, p in self.terms if needs != "c0"))
-            object.__setattr__(self, "chunk_only", tuple(p for needs, p in self.terms if needs in ("", "c")))
+            object.__setattr__(self, "with_chunk", _flat(p for needs, p in self.terms if needs != "c0"))
+            object.__setattr__(self, "chunk_only", _flat(p for needs, p in self.terms if needs in ("", "c")))
 
     @classmethod
     def additive(cls, branches, prefill_s_per_token: float) -> "StepModel":
@@ -105,13 +105,11 @@ class StepModel:
     def _ops_s(self, n: float, c: float) -> float:
         """The operations of a step with a prompt chunk (c > 0): each its largest piece."""
         t = 0.0
-        for pieces in (self.with_chunk if n > 0 else self.chunk_only):
-            best = -1.0
-            for a, b, g in pieces:
-                v = a + b * n + g * c
-                if v > best:
-                    best = v
-            t += best
+        for a1, b1, g1, a2, b2, g2, a3, b3, g3 in (self.with_chunk if n > 0 else self.chunk_only):
+            x, y, z = a1 + b1 * n + g1 * c, a2 + b2 * n + g2 * c, a3 + b3 * n + g3 * c
+            if y > x:
+                x = y
+            t += z if z > x else x
         for floor, read, compute, per_token, e_local, miss, ta, tb in self.moe:
             # the decode batch's experts on their tangent, the prompt tokens' own beyond them exactly
             touched = ta + tb * n + e_local * (miss ** n - miss ** (n + c))
@@ -169,6 +167,18 @@ class StepModel:
     def prefill_s(self, tokens: float) -> float:
         """A whole prompt alone in one step (no decodes): its prefill time."""
         return self.step_s(0, tokens)
+
+
+def _flat(terms) -> tuple:
+    """Each operation's pieces as one 9-tuple (a fewer-piece one repeats its first piece: the max
+    is the same), the shape `StepModel._ops_s` reads without an inner loop."""
+    out = []
+    for pieces in terms:
+        first = pieces[0]
+        second = pieces[1] if len(pieces) > 1 else first
+        third = pieces[2] if len(pieces) > 2 else first
+        out.append((*first, *second, *third))
+    return tuple(out)
 
 
 BRANCH_N_MAX = 4096.0      # decode batches the branches cover (vLLM's max_num_seqs is at most 1024)
