@@ -13,8 +13,7 @@ from simulator import (ReplicaSpec, SimConfig, StepCost, WorkloadSpec, ZoneFailu
                        parse_fail_zone, replica_model, simulate, simulated_capacity_qps, step_cost, summarize,
                        to_dict)
 from simulator.replica import Replica
-from simulator.workload import Request
-from simulator.workload import generate
+from simulator.workload import Request, generate
 from sizing.planner import plan as make_plan
 
 
