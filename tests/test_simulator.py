@@ -299,9 +299,9 @@ def test_a_burst_takes_at_least_its_prompts_prefill_work(prompts):
 def test_a_closed_loop_workload_simulates_its_own_clients():
     from sizing.planner import PlanRequest
     from sizing.workload import Workload
-    closed = make_plan(PlanRequest(Workload(qps=None, concurrency=300)))
+    closed = make_plan(PlanRequest(Workload(qps=None, concurrency=64)))
     cfg = config_from_plan(closed, 60)
-    assert (cfg.workload.arrivals, cfg.workload.clients) == ("closed-loop", 300)
+    assert (cfg.workload.arrivals, cfg.workload.clients) == ("closed-loop", 64)
     assert config_from_plan(closed, 60, qps=5.0).workload.arrivals == "poisson"
 
 
