@@ -3,10 +3,11 @@
 The scheduler follows vLLM's V1 engine: each step first gives every decoding sequence one token
 of the step's budget (`max_num_batched_tokens`), then continues the partial prefills, then admits
 waiting requests first-come first-served while budget, `max_num_seqs` and free KV cache allow
-(a request takes KV for the tokens it has computed, not for its whole context); `_prefill_chunks`
-says where this is vLLM's code. When the decoding sequences' next tokens do not fit in the KV
-cache, the most recently admitted request is preempted: it frees its cache and goes back to the
-front of the queue to be recomputed, and that step admits no waiting request.
+(a request takes KV for the tokens it has computed, not for its whole context, and is admitted
+only when its whole prompt fits); `_prefill_chunks` says where this is vLLM 0.29.0's code.
+When the decoding sequences' next tokens do not fit in the KV cache, the most recently admitted
+request is preempted: it frees its cache and goes back to the front of the queue to be
+recomputed, and that step admits no waiting request.
 
 Speed (the simulator's point): a decoding sequence is never touched per step. Its last step is
 known when its decode starts (`finish`), so a step only costs O(1) plus its prefill chunks, and a
@@ -188,27 +189,30 @@ class Replica:
         self.s_dur, self.s_count, self.s_chunks = dec, count, None
         self.next_end = clock + count * dec
 
-    # What vLLM's V1 scheduler does (vllm/v1/core/sched/scheduler.py, `Scheduler.schedule`, read
-    # at commit 00024d31 of vllm-project/vllm, a 2026 main-branch version: the v0.29.0 tag could
-    # not be checked out here, see docs/sizing-model.md), and where this follows it:
-    # - RUNNING first ("First, schedule the RUNNING requests."): every running request in
-    #   admission order gets min(tokens it still lacks, long_prefill_token_threshold if > 0,
-    #   the budget left) while budget is left; a decode lacks one token, a partial prefill the
-    #   rest of its prompt. With the threshold off (vLLM's default 0) a prompt is admitted
-    #   only with the budget that is left, so a step holds at most one partial prefill, the
-    #   newest running request: the decodes come before it and each gets its token, as here.
-    # - then WAITING ("Next, schedule the WAITING requests."), only when this step preempted
-    #   nothing (`if not preempted_reqs`), first-come first-served while the budget lasts and
-    #   len(running) < max_num_seqs, each new request's chunk capped the same way
-    #   (`0 < threshold < num_new_tokens`), stopping at the first whose KV blocks cannot be
-    #   allocated (`new_blocks is None: break`).
-    # - `max_num_partial_prefills` and `max_long_partial_prefills` are not read by the V1
-    #   scheduler at all (SchedulerConfig keeps them: a value above 1 only sets the threshold
-    #   to 4% of max_model_len when it is 0, vllm/config/scheduler.py `__post_init__`), so
-    #   they have no counterpart here; the threshold is `long_prefill` (SimConfig).
-    # With a threshold several prompts prefill at once; vLLM then serves them and the decodes in
-    # admission order, so a decode behind a partial prefill can miss a step's budget, which this
-    # does not model (the decodes always come first).
+    # What vLLM 0.29.0's V1 scheduler does (the release's own sources, vllm-0.29.0 on PyPI; lines
+    # of vllm/v1/core/sched/scheduler.py unless named), and where this follows it:
+    # - RUNNING first (`schedule`, :501; "First, schedule the RUNNING requests.", :550-552): every
+    #   running request in admission order gets min(tokens it still lacks,
+    #   long_prefill_token_threshold if > 0 (:590-591), the budget left) while budget is left; a
+    #   decode lacks one token, a partial prefill the rest of its prompt; when blocks run out the
+    #   newest running request is preempted (`self.running.pop()`, :705).
+    # - then WAITING (:774), only when this step preempted nothing (`if not preempted_reqs`, :775),
+    #   first come first served while the budget lasts and fewer than max_num_seqs run (:784), a
+    #   new request's chunk capped the same way (:984-986) and by the budget (:998), admitted only
+    #   when its whole sequence fits in the free KV cache (`full_sequence_must_fit=
+    #   scheduler_reserve_full_isl`, :1086, True by default, vllm/config/scheduler.py:161;
+    #   vllm/v1/core/kv_cache_manager.py:471-473), stopping at the first that does not
+    #   (`if new_blocks is None: ... break`, :1091-1098); admitted, it joins the end of `running`
+    #   (:1159). (vLLM's block watermark and block rounding are not modelled.)
+    # - `max_num_partial_prefills` and `max_long_partial_prefills` do not exist in 0.29.0 (not in
+    #   vllm/config/scheduler.py, vllm/engine/arg_utils.py or vllm/v1/core/sched/): the only
+    #   partial-prefill limit is long_prefill_token_threshold (vllm/config/scheduler.py:70,
+    #   default 0: off), here `long_prefill` (SimConfig.long_prefill_token_threshold).
+    # With the threshold 0 a prompt is admitted only with the budget the running requests leave,
+    # so a step holds at most one partial prefill, the newest running request: every decode comes
+    # before it and gets its token, as here. With a threshold several prompts prefill at once and
+    # vLLM serves them and the decodes in admission order, so a decode behind a partial prefill
+    # can miss a step's budget, which this does not model (the decodes always come first).
     def _prefill_chunks(self, budget: int, free: int, admit: bool = True) -> tuple[list, int]:
         """This step's prefill chunks within the token budget and the free cache: the partial
         prefills first, then (with `admit`) waiting requests admitted while a sequence slot is left.
@@ -237,11 +241,11 @@ class Replica:
         while waiting and budget > 0 and len(running) < max_seqs:
             r = waiting[0]
             pf = r.pf_total
+            if pf > free:                   # its whole sequence must fit (scheduler_reserve_full_isl)
+                break
             c = cap if 0 < cap < pf else pf
             if c > budget:
                 c = budget
-            if c > free:
-                break
             waiting.popleft()
             r.pf_left = pf
             running[r.id] = r

@@ -369,3 +369,17 @@ def test_partial_prefills_go_on_before_waiting_prompts_and_a_preempting_step_adm
     rep.run_until(rep.next_end)
     assert [(r.id, c) for r, c in rep.s_chunks] == [(0, 1024)]
     assert rep._prefill_chunks(1024, 1_000_000, admit=False)[1] == 1024     # the partial prefill only
+
+
+def test_a_prompt_is_admitted_only_when_its_whole_sequence_fits_the_cache():
+    """vLLM 0.29.0's scheduler_reserve_full_isl (default True): the 1000-token prompt waits while
+    only 500 tokens of cache are free, though the 48 tokens of budget left would fit."""
+    rep = Replica("a", "z1", StepCost.additive(((0.008, 5e-5), (0.0, 6e-5)), 3.6e-5), 1024, 16, 2500,
+                  lambda r: None)
+    rep.enqueue(Request(0, 0.0, 2000, 10), 0.0)
+    rep.enqueue(Request(1, 0.0, 1000, 10), 0.0)
+    assert [(r.id, c) for r, c in rep.s_chunks] == [(0, 1024)]
+    rep.run_until(rep.next_end)
+    assert [(r.id, c) for r, c in rep.s_chunks] == [(0, 976)]
+    rep.run_until(rep.next_end)                       # r0 decodes, its 2001 tokens leave 499 free
+    assert [r.id for r in rep.waiting] == [1]
