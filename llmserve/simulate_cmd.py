@@ -1,5 +1,6 @@
 """Simulate the planned layout request by request: continuous batching with chunked prefill on
-each replica, a router, Poisson or bursty arrivals, and optionally the loss of a zone
+each replica, a router, Poisson or bursty arrivals (or a closed loop of clients, `--concurrency
+N`, or N prompts at once, `--burst N`), and optionally the loss of a zone
 (`--fail-zone ZONE@T[:T2]`). Prints p50/p95/p99 of TTFT, TPOT, queue time and end-to-end latency,
 goodput, per-replica utilisation, and each window around the failure. Exit code 1 when a request
 is lost."""
@@ -21,6 +22,10 @@ def simulate(
     stack: Optional[str] = options.STACK_OR_REFERENCE,
     duration: float = typer.Option(600.0, help="Seconds of arrivals to simulate (all of them are then served)."),
     qps: Optional[float] = typer.Option(None, help="Arrival rate, requests per second (default: the stack's)."),
+    concurrency: Optional[int] = typer.Option(None, help="A closed loop: N clients all send at t = 0, each its next "
+                                              "request as its last completes (default for a closed-loop stack: "
+                                              "its clients)."),
+    burst: Optional[int] = typer.Option(None, help="N prompts all at t = 0, nothing after: the makespan."),
     router: str = typer.Option("least-outstanding", help="round-robin, least-outstanding or least-pending-tokens."),
     arrivals: str = typer.Option("poisson", help="poisson, or gamma (bursty)."),
     burstiness: float = typer.Option(2.0, help="Coefficient of variation of gamma inter-arrival times (1 = Poisson)."),
@@ -38,20 +43,14 @@ def simulate(
 ) -> None:
     from simulator import ARRIVALS, LENGTHS, ROUTERS, config_from_plan, simulate as run, to_dict
 
-    from simulator.workload import WorkLimitError, check_work
-
     if plot is not None:
         check_output_file("--plot", plot, ".png")
     _check_options({"--duration": duration, "--qps": qps, "--burstiness": burstiness, "--length-cv": length_cv,
                     "--max-num-batched-tokens": max_num_batched_tokens, "--max-num-seqs": max_num_seqs},
                    {"--router": (router, ROUTERS), "--arrivals": (arrivals, ARRIVALS), "--lengths": (lengths, LENGTHS)})
+    _check_mode(qps, concurrency, burst)
     p = load(stack, plan=True).plan
-    rate = qps if qps is not None else p.request.workload.qps
-    try:    # bound the work before any of it (the plan's load when --qps is not given)
-        if rate is not None:
-            check_work(rate, duration, burstiness, length_cv)
-    except WorkLimitError as exc:
-        fail(str(exc))
+    _check_work(p.request.workload, qps, concurrency, burst, duration, burstiness, length_cv)
     failure = requested_failure(fail_zone, fail_node, duration, p)
     batched = max_num_batched_tokens or p.engine_args.max_num_batched_tokens
     seqs = max_num_seqs or p.engine_args.max_num_seqs
@@ -60,7 +59,8 @@ def simulate(
     try:
         cfg = config_from_plan(p, duration, qps, router=router, arrivals=arrivals, burstiness_cv=burstiness,
                                lengths=lengths, length_cv=length_cv, seed=seed, failure=failure,
-                               max_num_batched_tokens=batched, max_num_seqs=seqs)
+                               max_num_batched_tokens=batched, max_num_seqs=seqs, concurrency=concurrency,
+                               burst=burst)
         result = run(cfg)
     except ValueError as exc:
         fail(str(exc))
@@ -77,6 +77,35 @@ def simulate(
         raise typer.Exit(1)
 
 
+def _check_work(w, qps, concurrency, burst, duration, burstiness, length_cv) -> None:
+    """Bound the work before any of it: the rate (the plan's when --qps is not given) over the
+    duration, or the clients (a closed-loop stack's own when none is given)."""
+    from simulator.workload import WorkLimitError, check_clients, check_work
+
+    rate = qps if qps is not None else w.qps
+    try:
+        if concurrency is not None or burst is not None:
+            for option, n in (("--concurrency", concurrency), ("--burst", burst)):
+                if n is not None:
+                    check_clients(option, n, duration)
+        elif rate is not None:
+            check_work(rate, duration, burstiness, length_cv)
+        else:
+            check_clients("--concurrency", w.concurrency, duration)
+    except WorkLimitError as exc:
+        fail(str(exc))
+
+
+def _check_mode(qps: float | None, concurrency: int | None, burst: int | None) -> None:
+    """At most one of an open loop's rate, a closed loop's clients and a burst's prompts."""
+    if qps is not None and concurrency is not None:
+        fail("--concurrency: give either --qps (an open loop) or --concurrency (a closed loop), not both")
+    if qps is not None and burst is not None:
+        fail("--burst: give either --qps (an open loop) or --burst (N prompts at t = 0), not both")
+    if concurrency is not None and burst is not None:
+        fail("--burst: give either --concurrency (a closed loop) or --burst (N prompts at t = 0), not both")
+
+
 def _check_options(positive: dict[str, float | None], choices: dict[str, tuple[str, tuple[str, ...]]]) -> None:
     check_positive(positive)
     for name, (value, allowed) in choices.items():
@@ -85,22 +114,39 @@ def _check_options(positive: dict[str, float | None], choices: dict[str, tuple[s
 
 
 def _analytic(p, cfg) -> dict:
-    """The analytic engine at the same load per replica (all replicas up), for comparison."""
+    """The analytic engine at the same load per replica (all replicas up), for comparison: the
+    open loop's QPS, or a closed loop's clients (ReplicaModel.closed_point); a burst has no
+    steady state to compare with (only the capacity)."""
     from simulator import replica_model
-    per_replica = cfg.workload.qps / len(cfg.replicas)
-    point = replica_model(p).at(per_replica)
+    w, model = cfg.workload, replica_model(p)
 
     def fin(x: float):
         return round(x, 3) if math.isfinite(x) else None     # JSON has no infinity: unstable is null
-    return {"load_per_replica_qps": round(per_replica, 4), "ttft_ms": fin(point.ttft_ms),
+    capacity = {"capacity_per_replica_qps": round(p.capacity_per_replica.qps, 4)}
+    if w.arrivals == "burst":
+        return {"load_per_replica_qps": None, "ttft_ms": None, "ttft_p95_ms": None, "tpot_ms": None,
+                "tpot_p95_ms": None, **capacity}
+    if w.arrivals == "closed-loop":
+        clients = max(1, round(w.clients / len(cfg.replicas)))
+        point = model.closed_point(clients)
+        extra = {"clients_per_replica": clients}
+    else:
+        point = model.at(w.qps / len(cfg.replicas))
+        extra = {}
+    return {"load_per_replica_qps": round(point.qps, 4), **extra, "ttft_ms": fin(point.ttft_ms),
             "ttft_p95_ms": fin(point.ttft_p95_ms), "tpot_ms": fin(point.tpot_ms),
-            "tpot_p95_ms": fin(point.tpot_p95_ms), "capacity_per_replica_qps": round(p.capacity_per_replica.qps, 4)}
+            "tpot_p95_ms": fin(point.tpot_p95_ms), **capacity}
 
 
 def _title(stack, cfg) -> str:
     w = cfg.workload
-    arr = "Poisson" if w.arrivals == "poisson" else f"gamma (cv {w.burstiness_cv:g})"
-    return (f"{stack or 'reference'}: {len(cfg.replicas)} replicas, {w.qps:g} QPS {arr}, "
+    if w.arrivals == "closed-loop":
+        load = f"{w.clients:,} closed-loop clients"
+    elif w.arrivals == "burst":
+        load = f"a burst of {w.clients:,} prompts at t = 0"
+    else:
+        load = f"{w.qps:g} QPS " + ("Poisson" if w.arrivals == "poisson" else f"gamma (cv {w.burstiness_cv:g})")
+    return (f"{stack or 'reference'}: {len(cfg.replicas)} replicas, {load}, "
             f"{w.input_tokens} in / {w.output_tokens} out ({w.lengths}), router {cfg.router}, seed {w.seed}")
 
 
@@ -109,7 +155,15 @@ def _print(data: dict, cfg, stack, plot) -> None:
     from rich.table import Table
 
     console = Console(width=max(Console().width, 110))
-    console.print(f"Simulated {_title(stack, cfg)}, {cfg.workload.duration_s:g} s of arrivals.")
+    arrivals = cfg.workload.arrivals
+    window = "" if arrivals == "burst" else f", {cfg.workload.duration_s:g} s of " + (
+        "sending (measured from t = 0, no warm-up left out)" if arrivals == "closed-loop" else "arrivals")
+    console.print(f"Simulated {_title(stack, cfg)}{window}.")
+    if "throughput" in data:
+        t = data["throughput"]
+        makespan = f"makespan {data['makespan_s']:g} s; " if "makespan_s" in data else ""
+        console.print(f"{makespan}{t['requests_per_s'] or 0:,.2f} requests/s, {t['output_tokens_per_s'] or 0:,.0f} "
+                      "output tokens/s")
     console.print(f"{data['requests']:,} requests, {data['requests_lost']} lost, {data['requests_retried']} retried; "
                   f"goodput {100 * (data['goodput'] or 0):.1f}% (TTFT <= {data['slo']['ttft_ms']:g} ms and "
                   f"TPOT <= {data['slo']['tpot_ms']:g} ms)")
@@ -139,10 +193,11 @@ def _print(data: dict, cfg, stack, plot) -> None:
                       f" ({', '.join(f['replicas_lost'])}):")
         console.print(win)
     a = data["analytic"]
-    console.print(f"Analytic engine at {a['load_per_replica_qps']:g} QPS per replica: "
-                  f"mean TTFT {_ms(a['ttft_ms'])} ms, "
-                  f"mean TPOT {_ms(a['tpot_ms'])} ms (simulated: {_ms(data['ttft_ms']['mean'])} / "
-                  f"{_ms(data['tpot_ms']['mean'])} ms).")
+    if a["load_per_replica_qps"] is not None:     # a burst has no steady state to compare with
+        console.print(f"Analytic engine at {a['load_per_replica_qps']:g} QPS per replica: "
+                      f"mean TTFT {_ms(a['ttft_ms'])} ms, "
+                      f"mean TPOT {_ms(a['tpot_ms'])} ms (simulated: {_ms(data['ttft_ms']['mean'])} / "
+                      f"{_ms(data['tpot_ms']['mean'])} ms).")
     if plot is not None:
         console.print(f"Plot: {plot}")
 

@@ -67,12 +67,26 @@ def config_from_plan(plan: Plan, duration_s: float, qps: float | None = None, *,
                      arrivals: str = "poisson", burstiness_cv: float = 2.0, lengths: str = "fixed",
                      length_cv: float = 0.5, seed: int = 0, failure: ZoneFailure | None = None,
                      max_num_batched_tokens: int | None = None, max_num_seqs: int | None = None,
-                     replicas: int | None = None) -> SimConfig:
-    """The plan's replicas, engine arguments and workload; `replicas` keeps only the first N."""
+                     replicas: int | None = None, concurrency: int | None = None,
+                     burst: int | None = None) -> SimConfig:
+    """The plan's replicas, engine arguments and workload; `replicas` keeps only the first N.
+
+    Open loop at `qps` (default: the workload's rate); `concurrency` N: a closed loop of N clients
+    (default, for a closed-loop workload with no `qps`: its own clients); `burst` N: N prompts at
+    t = 0. The replicas' API-server cost is the profile's `request_overhead_ms`."""
     w = plan.request.workload
-    rate = qps if qps is not None else w.qps
-    if rate is None:
-        raise ValueError(f"the workload is closed-loop ({w.concurrency} clients): give an open-loop QPS")
+    given = [name for name, value in (("qps", qps), ("concurrency", concurrency), ("burst", burst))
+             if value is not None]
+    if len(given) > 1:
+        raise ValueError(f"give one of qps, concurrency or burst, not {' and '.join(given)}")
+    clients = concurrency if concurrency is not None else burst
+    if clients is None and qps is None and w.qps is None:
+        clients = w.concurrency         # a closed-loop workload: its clients
+    if clients is not None:
+        arrivals = "burst" if burst is not None else "closed-loop"
+        rate = 0.0
+    else:
+        rate = qps if qps is not None else w.qps
     model = replica_model(plan)
     args = plan.engine_args
     specs = replica_specs(plan)
@@ -84,12 +98,13 @@ def config_from_plan(plan: Plan, duration_s: float, qps: float | None = None, *,
                               arrivals=arrivals, burstiness_cv=burstiness_cv,
                               # the plan's own lengths when it has a distribution (one everywhere)
                               lengths="distribution" if w.lengths is not None and lengths == "fixed" else lengths,
-                              length_cv=length_cv, seed=seed, distribution=w.lengths),
+                              length_cv=length_cv, seed=seed, distribution=w.lengths, clients=clients or 0),
         replicas=specs, cost=step_cost(model),
         max_num_batched_tokens=max_num_batched_tokens or args.max_num_batched_tokens,
         max_num_seqs=max_num_seqs or args.max_num_seqs,
         kv_capacity_tokens=kv_capacity_tokens(model),
         ttft_slo_s=w.ttft_slo_s, tpot_slo_s=w.tpot_slo_s, router=router, failure=failure,
+        request_overhead_s=model.profile.request_overhead_ms / 1e3,
     )
 
 

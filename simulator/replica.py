@@ -3,9 +3,11 @@
 The scheduler follows vLLM's V1 engine: each step first gives every decoding sequence one token
 of the step's budget (`max_num_batched_tokens`), then continues the partial prefills, then admits
 waiting requests first-come first-served while budget, `max_num_seqs` and free KV cache allow
-(a request takes KV for the tokens it has computed, not for its whole context). When the decoding
-sequences' next tokens do not fit in the KV cache, the most recently admitted request is
-preempted: it frees its cache and goes back to the front of the queue to be recomputed.
+(a request takes KV for the tokens it has computed, not for its whole context, and is admitted
+only when its whole prompt fits); `_prefill_chunks` says where this is vLLM 0.29.0's code.
+When the decoding sequences' next tokens do not fit in the KV cache, the most recently admitted
+request is preempted: it frees its cache and goes back to the front of the queue to be
+recomputed, and that step admits no waiting request.
 
 Speed (the simulator's point): a decoding sequence is never touched per step. Its last step is
 known when its decode starts (`finish`), so a step only costs O(1) plus its prefill chunks, and a
@@ -24,7 +26,7 @@ from .workload import Request
 
 class Replica:
     def __init__(self, name: str, zone: str, cost: StepCost, max_num_batched_tokens: int,
-                 max_num_seqs: int, kv_capacity_tokens: int, on_done):
+                 max_num_seqs: int, kv_capacity_tokens: int, on_done, long_prefill_token_threshold: int = 0):
         if max_num_batched_tokens < max_num_seqs:
             # vLLM refuses this too: the decodes alone could exceed the step's budget.
             raise ValueError(f"max_num_batched_tokens ({max_num_batched_tokens}) must be at least "
@@ -41,6 +43,7 @@ class Replica:
         self._pf_n = [(cost.a1 + cost.b1 * n, cost.a2 + cost.b2 * n, cost.k * n) for n in range(max_num_seqs + 1)]
         self._g1, self._g2, self._e, self._gated = cost.g1, cost.g2, cost.e, cost.gated
         self.budget, self.max_seqs, self.kv_cap = max_num_batched_tokens, max_num_seqs, kv_capacity_tokens
+        self.long_prefill = long_prefill_token_threshold     # vLLM's: a chunk's cap per request (0: none)
         self._on_done = on_done
         self.up = True
         self.busy_s = self.prefill_s = self.batch_s = 0.0   # utilisation: busy, prefill, sum of n x dt
@@ -49,6 +52,10 @@ class Replica:
         self.preemptions = 0
         self.served = 0
         self._seq = 0
+        # requests routed here still in its API server (simulator.loop), and their tokens: the
+        # router counts them with the engine's
+        self.admitting = 0
+        self.admitting_tokens = 0
         self._reset(0.0)
 
     def _reset(self, t: float) -> None:
@@ -73,14 +80,14 @@ class Replica:
 
     # -- what the router sees --------------------------------------------------------------------
     def outstanding(self) -> int:
-        return len(self.waiting) + len(self.running)
+        return len(self.waiting) + len(self.running) + self.admitting
 
     def pending_tokens(self, t: float) -> int:
         """Prefill and output tokens still to compute, at time t (inside a pure-decode run too)."""
         k = self.k
         if self.busy and self.s_chunks is None and t > self.s_start:
             k += min(self.s_count, int((t - self.s_start) / self.s_dur))
-        return self.pend + self.fin_sum - self.n * k
+        return self.pend + self.fin_sum - self.n * k + self.admitting_tokens
 
     # -- driving the clock -------------------------------------------------------------------------
     def run_until(self, t: float) -> None:
@@ -129,19 +136,25 @@ class Replica:
         """Schedule the next step at self.clock, or go idle. (The hottest code of a run, with
         `_apply`: attributes read once into locals, StepModel.step_s inline.)"""
         cap = self.kv_cap
+        preempted = False                   # vLLM admits no waiting request in a step that preempted
         while True:
             n = self.n
             used = self.kv_pf + self.kv_dec + n * self.k
             if used + n > cap and self.running:
                 self._preempt()
+                preempted = True
                 continue
             if self.prefilling or self.waiting:
-                chunks, c_total = self._prefill_chunks(self.budget - n, cap - used - n)
+                chunks, c_total = self._prefill_chunks(self.budget - n, cap - used - n, not preempted)
             else:                           # nothing to prefill: skip the call
                 chunks, c_total = None, 0
             if n == 0 and c_total == 0:
                 if self.prefilling:         # partial prefills stuck on a full cache: make room
                     self._preempt()
+                    preempted = True
+                    continue
+                if preempted and self.waiting:
+                    preempted = False       # an empty step: the next one admits
                     continue
                 self.busy = False           # idle until the next arrival
                 self.next_end = math.inf
@@ -176,16 +189,44 @@ class Replica:
         self.s_dur, self.s_count, self.s_chunks = dec, count, None
         self.next_end = clock + count * dec
 
-    def _prefill_chunks(self, budget: int, free: int) -> tuple[list, int]:
+    # What vLLM 0.29.0's V1 scheduler does (the release's own sources, vllm-0.29.0 on PyPI; lines
+    # of vllm/v1/core/sched/scheduler.py unless named), and where this follows it:
+    # - RUNNING first (`schedule`, :501; "First, schedule the RUNNING requests.", :550-552): every
+    #   running request in admission order gets min(tokens it still lacks,
+    #   long_prefill_token_threshold if > 0 (:590-591), the budget left) while budget is left; a
+    #   decode lacks one token, a partial prefill the rest of its prompt; when blocks run out the
+    #   newest running request is preempted (`self.running.pop()`, :705).
+    # - then WAITING (:774), only when this step preempted nothing (`if not preempted_reqs`, :775),
+    #   first come first served while the budget lasts and fewer than max_num_seqs run (:784), a
+    #   new request's chunk capped the same way (:984-986) and by the budget (:998), admitted only
+    #   when its whole sequence fits in the free KV cache (`full_sequence_must_fit=
+    #   scheduler_reserve_full_isl`, :1086, True by default, vllm/config/scheduler.py:161;
+    #   vllm/v1/core/kv_cache_manager.py:471-473), stopping at the first that does not
+    #   (`if new_blocks is None: ... break`, :1091-1098); admitted, it joins the end of `running`
+    #   (:1159). (vLLM's block watermark and block rounding are not modelled.)
+    # - `max_num_partial_prefills` and `max_long_partial_prefills` do not exist in 0.29.0 (not in
+    #   vllm/config/scheduler.py, vllm/engine/arg_utils.py or vllm/v1/core/sched/): the only
+    #   partial-prefill limit is long_prefill_token_threshold (vllm/config/scheduler.py:70,
+    #   default 0: off), here `long_prefill` (SimConfig.long_prefill_token_threshold).
+    # With the threshold 0 a prompt is admitted only with the budget the running requests leave,
+    # so a step holds at most one partial prefill, the newest running request: every decode comes
+    # before it and gets its token, as here. With a threshold several prompts prefill at once and
+    # vLLM serves them and the decodes in admission order, so a decode behind a partial prefill
+    # can miss a step's budget, which this does not model (the decodes always come first).
+    def _prefill_chunks(self, budget: int, free: int, admit: bool = True) -> tuple[list, int]:
         """This step's prefill chunks within the token budget and the free cache: the partial
-        prefills first, then waiting requests admitted while a sequence slot is left."""
+        prefills first, then (with `admit`) waiting requests admitted while a sequence slot is left.
+        (vLLM's own order: the comment above)."""
         chunks: list = []
         append = chunks.append
         c_total = 0
+        cap = self.long_prefill
         for r in self.prefilling:
             if budget <= 0 or free <= 0:
                 break
             c = r.pf_left
+            if 0 < cap < c:
+                c = cap
             if c > budget:
                 c = budget
             if c > free:
@@ -194,13 +235,17 @@ class Replica:
             budget -= c
             free -= c
             c_total += c
+        if not admit:
+            return chunks, c_total
         waiting, running, max_seqs = self.waiting, self.running, self.max_seqs
         while waiting and budget > 0 and len(running) < max_seqs:
             r = waiting[0]
             pf = r.pf_total
-            c = pf if pf < budget else budget
-            if c > free:
+            if pf > free:                   # its whole sequence must fit (scheduler_reserve_full_isl)
                 break
+            c = cap if 0 < cap < pf else pf
+            if c > budget:
+                c = budget
             waiting.popleft()
             r.pf_left = pf
             running[r.id] = r

@@ -96,11 +96,24 @@ def replica_usage(result: SimResult) -> list[dict]:
     return rows
 
 
+def throughput(result: SimResult) -> dict:
+    """Requests and output tokens served per second from t = 0 to the last completion (a closed
+    loop's or a burst's figures: no warm-up is left out)."""
+    served = [r for r in result.requests if not r.lost and r.t_done is not None]
+    span = result.end_s
+    return {"requests_per_s": round(len(served) / span, 4) if span > 0 else None,
+            "output_tokens_per_s": round(sum(r.out for r in served) / span, 2) if span > 0 else None}
+
+
 def to_dict(result: SimResult) -> dict:
     cfg = result.config
     w = cfg.workload
+    clients = w.arrivals in ("closed-loop", "burst")
     out = {
-        "qps": w.qps, "duration_s": w.duration_s, "router": cfg.router, "arrivals": w.arrivals,
+        "qps": None if clients else w.qps, "duration_s": None if w.arrivals == "burst" else w.duration_s,
+        "router": cfg.router, "arrivals": w.arrivals,
+        **({"clients": w.clients} if w.arrivals == "closed-loop" else {}),
+        **({"burst": w.clients} if w.arrivals == "burst" else {}),
         "lengths": w.lengths, "seed": w.seed,
         "max_num_batched_tokens": cfg.max_num_batched_tokens, "max_num_seqs": cfg.max_num_seqs,
         "kv_capacity_tokens": cfg.kv_capacity_tokens,
@@ -109,7 +122,13 @@ def to_dict(result: SimResult) -> dict:
         "requests_retried": result.retried,
         "replicas": replica_usage(result),
         "simulated_until_s": round(result.end_s, 3),
+        "request_overhead_ms": round(1e3 * cfg.request_overhead_s, 6),
     }
+    if clients:    # measured from t = 0: the first wave's start is in the figures
+        out["measured_from_s"] = 0.0
+        out["throughput"] = throughput(result)
+    if w.arrivals == "burst":
+        out["makespan_s"] = round(result.end_s, 3)
     if cfg.failure is not None:
         f = cfg.failure
         out["failure"] = {"zone": f.zone, "start_s": f.start_s, "end_s": f.end_s,

@@ -1,7 +1,8 @@
 """The gateway's choice of replica for each request.
 
 - round-robin: in turn, blind to load (Envoy's default).
-- least-outstanding: fewest requests waiting or running (Envoy's least-request; with two
+- least-outstanding: fewest requests waiting or running, in its engine or its API server
+  (Envoy's least-request; with two
   replicas its power-of-two-choices sampling is exactly this).
 - least-pending-tokens: fewest prefill and output tokens still to compute, close to what the
   Gateway API Inference Extension's endpoint picker scores (queue depth and KV-cache load).
@@ -39,14 +40,15 @@ class Router:
             # the loop below for two replicas (the usual N+1 by zone): the other one only when it
             # holds strictly fewer (Replica.outstanding(), inline: this runs once per request)
             first, other = healthy[turn], healthy[1 - turn]
-            if len(other.waiting) + len(other.running) < len(first.waiting) + len(first.running):
+            if (len(other.waiting) + len(other.running) + other.admitting
+                    < len(first.waiting) + len(first.running) + first.admitting):
                 return other
             return first
         best, best_load = None, None
         outstanding = self.policy == "least-outstanding"
         for i in range(count):
             rep = healthy[(turn + i) % count]
-            load = len(rep.waiting) + len(rep.running) if outstanding else rep.pending_tokens(t)
+            load = len(rep.waiting) + len(rep.running) + rep.admitting if outstanding else rep.pending_tokens(t)
             if best_load is None or load < best_load:
                 best, best_load = rep, load
         return best

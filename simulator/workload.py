@@ -1,5 +1,12 @@
 """Requests: arrival times (Poisson or bursty gamma) and prompt/output lengths (fixed or drawn).
 
+Two more ways to send them, as benchmark clients do (`WorkloadSpec.clients`):
+- `closed-loop`: N clients all send their first request at t = 0 and each sends its next the
+  moment its previous one completes, no think time (`vllm bench serve --max-concurrency N` with
+  every request ready, GuideLLM's concurrent profile); the requests are made as the run goes
+  (`length_draw`), so this module gives only the first wave;
+- `burst`: N prompts all at t = 0 and nothing after (`vllm bench serve --request-rate inf`).
+
 Each stream has its own seeded generator (`random.Random` with a string seed is deterministic
 across runs and platforms), so changing the length distribution never moves the arrivals.
 """
@@ -12,7 +19,8 @@ from itertools import accumulate
 
 from sizing.traffic import LengthDistribution
 
-ARRIVALS = ("poisson", "gamma")
+ARRIVALS = ("poisson", "gamma")          # open loop: --arrivals
+CLIENT_ARRIVALS = ("closed-loop", "burst")   # a number of clients (or prompts) instead of a rate
 LENGTHS = ("fixed", "lognormal", "distribution")
 
 
@@ -68,6 +76,8 @@ class WorkloadSpec:
     # lengths "distribution": drawn from the plan's own (sizing.traffic): observed pairs together,
     # percentile quantiles each on its own
     distribution: LengthDistribution | None = None
+    # arrivals "closed-loop": this many clients; "burst": this many prompts at t = 0 (qps unused)
+    clients: int = 0
 
 
 MAX_DURATION_S = 7 * 86_400         # a week of arrivals
@@ -117,12 +127,25 @@ def check_work(qps: float, duration_s: float, burstiness_cv: float = 1.0, length
                                       f"limit of {MAX_REQUESTS:,} (lower --qps or --duration)")
 
 
+def check_clients(option: str, clients: int, duration_s: float = 1.0) -> None:
+    """A closed loop's clients or a burst's prompts: a whole number from 1 to MAX_REQUESTS (and the
+    closed loop's run finite and at most a week); `simulate` also stops a closed loop that would
+    serve more than MAX_REQUESTS requests."""
+    if isinstance(clients, bool) or not isinstance(clients, int) or clients <= 0:
+        raise WorkLimitError(option, f"must be a whole number greater than 0 (got {clients!r})")
+    if clients > MAX_REQUESTS:
+        raise WorkLimitError(option, f"{clients:,} is above the limit of {MAX_REQUESTS:,}")
+    check_work(1.0, duration_s)
+
+
 def generate(spec: WorkloadSpec) -> list[Request]:
-    """All requests arriving in [0, duration)."""
-    if spec.arrivals not in ARRIVALS:
-        raise ValueError(f"arrivals '{spec.arrivals}': choose one of {', '.join(ARRIVALS)}")
+    """All requests arriving in [0, duration); a burst's N at t = 0; a closed loop's first wave."""
     if spec.lengths not in LENGTHS:
         raise ValueError(f"lengths '{spec.lengths}': choose one of {', '.join(LENGTHS)}")
+    if spec.arrivals in CLIENT_ARRIVALS:
+        return client_requests(spec)[0]
+    if spec.arrivals not in ARRIVALS:
+        raise ValueError(f"arrivals '{spec.arrivals}': choose one of {', '.join(ARRIVALS + CLIENT_ARRIVALS)}")
     check_work(spec.qps, spec.duration_s, spec.burstiness_cv, spec.length_cv)
     lens = random.Random(f"{spec.seed}-lengths")
     times = arrival_times(spec)
@@ -142,6 +165,33 @@ def generate(spec: WorkloadSpec) -> list[Request]:
         p = min(max(1, round(draw(mu_in, sigma))), spec.max_model_len - 1)
         reqs.append(Request(i, t, p, min(max(1, round(draw(mu_out, sigma))), spec.max_model_len - p)))
     return reqs
+
+
+def client_requests(spec: WorkloadSpec):
+    """(the N requests sent at t = 0, the draw the rest of a closed loop's lengths come from)."""
+    check_clients("--concurrency" if spec.arrivals == "closed-loop" else "--burst", spec.clients, spec.duration_s)
+    draw = length_draw(spec)
+    return [Request(i, 0.0, *draw()) for i in range(spec.clients)], draw
+
+
+def length_draw(spec: WorkloadSpec):
+    """A function giving one (prompt, output) pair at a time from the workload's lengths (the
+    lengths stream of `generate`, and its clipping): for requests made as a run goes."""
+    lens = random.Random(f"{spec.seed}-lengths")
+    if spec.lengths == "distribution":
+        return _distribution_draw(spec, lens)
+    prompt, out, cap = spec.input_tokens, spec.output_tokens, spec.max_model_len
+    if spec.lengths == "fixed":
+        return lambda: (prompt, out)
+    sigma = math.sqrt(math.log(1 + spec.length_cv ** 2))
+    lognormal = lens.lognormvariate
+    mu_in = math.log(prompt) - sigma * sigma / 2
+    mu_out = math.log(out) - sigma * sigma / 2
+
+    def draw() -> tuple[int, int]:
+        p = min(max(1, round(lognormal(mu_in, sigma))), cap - 1)
+        return p, min(max(1, round(lognormal(mu_out, sigma))), cap - p)
+    return draw
 
 
 def arrival_times(spec: WorkloadSpec) -> list[float]:

@@ -17,6 +17,7 @@ measures (MFU <= 0.74, bandwidth <= 0.89 of the spec). Deterministic.
 from __future__ import annotations
 
 import csv
+import itertools
 import math
 import sys
 from dataclasses import dataclass, replace
@@ -198,7 +199,9 @@ def write_profile(profile: Profile, rms_log_error: float) -> None:
                         f"{layer_mfu:.2f} (RMS log error {prefill_rms:.3f})."),
         "mfu": profile.mfu, "decode_bw_fraction": profile.decode_bw_fraction,
     })
-    header = "# Efficiency profiles. `calibrated` is rewritten by `python -m sizing.calibration --write`.\n"
+    # the file's leading comment block (what it says of the profiles' fields) is kept as it is
+    lines = PROFILES_YAML.read_text().splitlines(keepends=True)
+    header = "".join(line for line in itertools.takewhile(lambda line: line.startswith("#"), lines))
     write_text_atomically(PROFILES_YAML, header + yaml.safe_dump(doc, sort_keys=False))
 
 

@@ -14,6 +14,10 @@ c prompt tokens; its time is t(n, c). Per replica at an open-loop (Poisson) load
   needs ceil(s_in / C) steps of its own; then, past the KV cache or max_num_seqs, for a slot
   (Erlang C). Finite while the queue has a steady state; past it the point is unstable and says
   why. Closed loop: C clients at throughput X spend C / X per request (Little), so TTFT is bounded.
+- The API server (the profile's `request_overhead_ms`, 0 by default): a FIFO single server of
+  that serial CPU time per request in front of the engine. TTFT adds its M/D/1 time at the QPS;
+  capacity is at most 1 / overhead requests/s (`server` in `Capacity.by_constraint`, binding when
+  the engine and the SLOs would carry more).
 - Statistics: mean, or p50/p90/p95/p99 (Poisson arrivals: exponential queue tails; the batch a
   request sees is Poisson with Little's mean, M/G/inf). Capacity is the largest QPS at which TTFT
   and TPOT both hold at the workload's statistic, the batch fits the KV cache, and prefill does
@@ -63,7 +67,7 @@ class Point:
 @dataclass(frozen=True)
 class Capacity:
     qps: float
-    binding: str              # tpot | ttft | kv | prefill
+    binding: str              # tpot | ttft | kv | prefill | server (the API server, request_overhead_ms)
     by_constraint: dict
     statistic: str = "mean"
 
@@ -269,6 +273,9 @@ class ReplicaModel:
         """The replica at an open-loop (Poisson) arrival rate."""
         tpot, u = self._tpot_and_share(qps)
         q = QUANTILES.get(self._stat)
+        if qps * self.server_s() >= 1:
+            return _unstable(qps, u, f"the API server needs {qps * self.server_s():.0%} of its CPU "
+                             f"({self.profile.request_overhead_ms:g} ms per request)", self._stat)
         if not math.isfinite(tpot):
             reason = (f"prefill alone needs {u:.0%} of the replica" if u >= 1 else
                       "decode steps slow faster than the load they carry: TPOT has no steady state")
@@ -286,10 +293,11 @@ class ReplicaModel:
             return _unstable(qps, u, reason, self._stat, tpot, n)
         stay = self.ttft0_s + (self.s_out - 1) * tpot
         kv_mean, kv95 = erlang_c_wait(self.memory.max_seqs, n, stay)
-        ttft_mean = self._ttft_prefill(qps, n, tpot, None, queue) + kv_mean
-        ttft95 = self._ttft_prefill(qps, n, tpot, 0.95, queue) + kv95
+        ttft_mean = self._ttft_prefill(qps, n, tpot, None, queue) + kv_mean + self.server_wait_s(qps)
+        ttft95 = self._ttft_prefill(qps, n, tpot, 0.95, queue) + kv95 + self.server_wait_s(qps, 0.95)
         ttft_q = ttft_mean if q is None else (
-            ttft95 if q == 0.95 else self._ttft_prefill(qps, n, tpot, q, queue) + erlang_c_wait(self.memory.max_seqs, n, stay, q)[1])
+            ttft95 if q == 0.95 else self._ttft_prefill(qps, n, tpot, q, queue) + erlang_c_wait(self.memory.max_seqs, n, stay, q)[1]
+            + self.server_wait_s(qps, q))
         tpot95 = self._tpot_at(n, u, 0.95)
         tpot_q = self._tpot_at(n, u, q)
         return Point(
@@ -302,12 +310,13 @@ class ReplicaModel:
 
     def latencies_at(self, qps: float, q: float | None) -> tuple[float, float]:
         """(TTFT, TPOT) in s at a statistic, without the KV-admission wait (capacity keeps the batch
-        within the KV cache separately): the cheap path the capacity search uses."""
+        within the KV cache separately) and with the API server's own time but not its queue (the
+        `server` ceiling keeps the load within it): the cheap path the capacity search uses."""
         tpot, u = self._tpot_and_share(qps)
         if not math.isfinite(tpot):
             return math.inf, math.inf
         n = self.in_flight(qps, tpot)
-        return self._ttft_prefill(qps, n, tpot, q), self._tpot_at(n, u, q)
+        return self._ttft_prefill(qps, n, tpot, q) + self.server_s(), self._tpot_at(n, u, q)
 
     # -- capacity ---------------------------------------------------------------------------------
     def load_ceilings(self) -> tuple[float, float]:
@@ -324,7 +333,8 @@ class ReplicaModel:
         stat = statistic or self._stat
         q = QUANTILES.get(stat)
         kv, prefill = self.load_ceilings()
-        top = min(kv, prefill)
+        server = self.server_ceiling_qps()
+        top = min(kv, prefill, server)
         if not detail:
             def both(lam: float) -> bool:      # TPOT first: a miss there skips the TTFT queue
                 tpot, u = self._tpot_and_share(lam)
@@ -333,12 +343,12 @@ class ReplicaModel:
                 n = self.in_flight(lam, tpot)
                 # `_tpot_at` at the mean, inline (the search's inner loop)
                 tpot_q = (self.step_s(n) / (1 - u) if u < 1 else math.inf) if q is None else self._tpot_at(n, u, q)
-                return tpot_q <= w.tpot_slo_s and self._ttft_prefill(lam, n, tpot, q) <= w.ttft_slo_s
+                return tpot_q <= w.tpot_slo_s and self._ttft_prefill(lam, n, tpot, q) + self.server_s() <= w.ttft_slo_s
             # TPOT at any statistic is at least the mean: the mean's closed form bounds the search.
             lam = _largest(both, min(top, self.tpot_capacity_qps(w.tpot_slo_s)), iterations)
             ttft, tpot = self.latencies_at(lam * (1 + 1e-3), q) if lam < top else (0.0, 0.0)
             which = "ttft" if ttft > w.ttft_slo_s and tpot <= w.tpot_slo_s else "tpot"
-            caps = {"kv": kv, "prefill": prefill, which: lam}
+            caps = {"kv": kv, "prefill": prefill, **self._server_cap(server), which: lam}
             binding = min(caps, key=caps.get)
             return Capacity(qps=caps[binding], binding=binding, by_constraint=caps, statistic=stat)
         if q is None and self.additive:
@@ -346,9 +356,35 @@ class ReplicaModel:
         else:
             tpot = _largest(lambda lam: self.latencies_at(lam, q)[1] <= w.tpot_slo_s, top)
         ttft = _largest(lambda lam: self.latencies_at(lam, q)[0] <= w.ttft_slo_s, min(top, tpot * 1.5 + 1e-9))
-        caps = {"kv": kv, "prefill": prefill, "tpot": tpot, "ttft": ttft}   # ties: the structural limit
+        caps = {"kv": kv, "prefill": prefill, **self._server_cap(server), "tpot": tpot, "ttft": ttft}   # ties: the structural limit
         binding = min(caps, key=caps.get)
         return Capacity(qps=caps[binding], binding=binding, by_constraint=caps, statistic=stat)
+
+    # -- the API server (the profile's request_overhead_ms) ------------------------------------------
+    def server_s(self) -> float:
+        """The API server's serial CPU time per request, s (0: not modelled)."""
+        return self.profile.request_overhead_ms / 1e3
+
+    def server_ceiling_qps(self) -> float:
+        """The most requests per second the API server handles: 1 / its time per request."""
+        d = self.server_s()
+        return 1 / d if d > 0 else math.inf
+
+    def server_wait_s(self, qps: float, q: float | None = None) -> float:
+        """A request's time in the API server at an open-loop QPS, a FIFO single server of
+        deterministic service D (M/D/1): D plus the mean wait rho D / (2 (1 - rho)), or plus the
+        wait's q-quantile; 0 when not modelled, infinite past the ceiling."""
+        d = self.server_s()
+        if d <= 0:
+            return 0.0
+        rho = qps * d
+        if rho >= 1:
+            return math.inf
+        return d + (rho * d / (2 * (1 - rho)) if q is None else md1_wait_quantile(rho, d, q))
+
+    def _server_cap(self, server_qps: float) -> dict:
+        """The `server` entry of Capacity.by_constraint: only where the profile models the server."""
+        return {"server": server_qps} if math.isfinite(server_qps) else {}
 
     def tpot_capacity_qps(self, slo_s: float) -> float:
         """QPS at which mean TPOT reaches the SLO (closed form per branch; `mixed` refines p)."""
@@ -392,13 +428,14 @@ class ReplicaModel:
         TTFT = N / X - (s_out - 1) TPOT: finite, and linear in N past saturation.
         """
         m = float(min(clients, self.memory.max_seqs))
-        hi = self.qps_at_batch(m)
+        hi = min(self.qps_at_batch(m), self.server_ceiling_qps())
 
         def cycle(x: float) -> float:
             tpot, _ = self._tpot_and_share(x)
             if not math.isfinite(tpot):
                 return math.inf
-            return self._ttft_prefill(x, self.in_flight(x, tpot), tpot, None) + (self.s_out - 1) * tpot
+            return (self._ttft_prefill(x, self.in_flight(x, tpot), tpot, None) + (self.s_out - 1) * tpot
+                    + self.server_wait_s(x))
 
         lo = 0.0
         for _ in range(40):

@@ -48,6 +48,11 @@ class Profile:
     # operations and for a prompt token (`llmserve calibrate` fits both; 1.0: the tables as measured)
     ops_decode_factor: float = 1.0
     ops_prefill_factor: float = 1.0
+    # The API server's serial CPU time per request (tokenize, schedule and admit, detokenize and
+    # stream): a FIFO single server in front of the engine, so a replica serves at most
+    # 1000 / request_overhead_ms requests per second whatever its GPUs do. 0: not modelled.
+    # The measured figure (about 3.9 ms, vLLM PR #27407) is in profiles.yaml and docs/sizing-model.md.
+    request_overhead_ms: float = 0.0
 
 
 @lru_cache(maxsize=1)

@@ -84,6 +84,19 @@ def test_the_text_report_names_the_windows_and_the_analytic_figures():
     (["--stack", "prod", "--max-num-batched-tokens", "100"],
      "error: --max-num-batched-tokens: 100 is below max_num_seqs 512 (vLLM refuses this too)"),
     (["--stack", "nosuch"], "error: --stack nosuch: "),
+    (["--concurrency", "0"], "error: --concurrency: must be a whole number greater than 0 (got 0)"),
+    (["--concurrency", "-3"], "error: --concurrency: must be a whole number greater than 0 (got -3)"),
+    (["--concurrency", "2000000"], "error: --concurrency: 2,000,000 is above the limit of 1,000,000"),
+    (["--burst", "-1"], "error: --burst: must be a whole number greater than 0 (got -1)"),
+    (["--burst", "0"], "error: --burst: must be a whole number greater than 0 (got 0)"),
+    (["--concurrency", "8", "--qps", "5"],
+     "error: --concurrency: give either --qps (an open loop) or --concurrency (a closed loop), not both"),
+    (["--burst", "8", "--qps", "5"],
+     "error: --burst: give either --qps (an open loop) or --burst (N prompts at t = 0), not both"),
+    (["--burst", "8", "--concurrency", "5"],
+     "error: --burst: give either --concurrency (a closed loop) or --burst (N prompts at t = 0), not both"),
+    (["--concurrency", "8", "--duration", "1e9"],
+     "error: --duration: 1e+09 s is above the limit of 604,800 s (a week)"),
 ])
 def test_bad_input_is_one_line_and_exit_code_2(args, message):
     result = run(*args)
@@ -97,3 +110,37 @@ def test_plot_writes_a_png(tmp_path):
     result = run("--stack", "prod", "--duration", "120", "--fail-zone", "us-east-1b@40:80", "--plot", str(path))
     assert result.exit_code == 0, result.stderr
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_closed_loop_says_so_and_reports_its_throughput():
+    result = run("--stack", "prod", "--duration", "60", "--concurrency", "32", "--json")
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert (data["arrivals"], data["clients"], data["qps"], data["measured_from_s"]) == ("closed-loop", 32, None, 0.0)
+    assert data["throughput"]["requests_per_s"] > 0 and data["throughput"]["output_tokens_per_s"] > 0
+    assert data["analytic"]["clients_per_replica"] == 16
+    for key in LATENCY_KEYS:
+        assert set(data[key]) == STAT_KEYS
+
+
+def test_a_burst_reports_its_makespan():
+    result = run("--stack", "prod", "--burst", "100", "--json")
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert (data["arrivals"], data["burst"], data["requests"], data["duration_s"]) == ("burst", 100, 100, None)
+    assert data["makespan_s"] == data["simulated_until_s"] > 0
+    assert data["throughput"]["output_tokens_per_s"] > 0
+
+
+@pytest.mark.parametrize("args, line", [
+    (["--concurrency", "16", "--duration", "30"],
+     "Simulated prod: 2 replicas, 16 closed-loop clients, 1000 in / 300 out (fixed), router least-outstanding, "
+     "seed 0, 30 s of sending (measured from t = 0, no warm-up left out)."),
+    (["--burst", "20"], "Simulated prod: 2 replicas, a burst of 20 prompts at t = 0, 1000 in / 300 out (fixed), "
+                        "router least-outstanding, seed 0."),
+])
+def test_the_text_report_names_the_closed_loop_or_the_burst(args, line):
+    result = run("--stack", "prod", *args)
+    assert result.exit_code == 0, result.stderr
+    assert " ".join(result.stdout.split()).startswith(line)
+    assert "requests/s" in result.stdout and "output tokens/s" in result.stdout

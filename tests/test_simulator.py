@@ -13,7 +13,7 @@ from simulator import (ReplicaSpec, SimConfig, StepCost, WorkloadSpec, ZoneFailu
                        parse_fail_zone, replica_model, simulate, simulated_capacity_qps, step_cost, summarize,
                        to_dict)
 from simulator.replica import Replica
-from simulator.workload import generate
+from simulator.workload import Request, generate
 from sizing.planner import plan as make_plan
 
 
@@ -229,3 +229,157 @@ def test_a_budget_below_max_num_seqs_is_refused():
     with pytest.raises(ValueError) as exc:
         Replica("a", "z", StepCost.additive(((0.01, 1e-5),), 1e-5), 100, 256, 10_000, lambda r: None)
     assert str(exc.value) == "max_num_batched_tokens (100) must be at least max_num_seqs (256)"
+
+
+# -- closed loop and burst (vllm bench serve --max-concurrency N; --request-rate inf) --------------
+def one_replica(arrivals: str, clients: int, **changes) -> SimConfig:
+    """One replica, prompts of 1000 tokens (about one 1024-token step each), 100-token answers."""
+    cfg = SimConfig(
+        workload=WorkloadSpec(qps=0.0, duration_s=120, input_tokens=1000, output_tokens=100, max_model_len=2048,
+                              arrivals=arrivals, clients=clients),
+        replicas=(ReplicaSpec("a", "z1"),),
+        cost=StepCost.additive(((0.008, 5e-5), (0.0, 6e-5)), 3.6e-5),
+        max_num_batched_tokens=1024, max_num_seqs=256, kv_capacity_tokens=1_000_000,
+        ttft_slo_s=1.0, tpot_slo_s=0.040)
+    return replace(cfg, **changes)
+
+
+def in_flight_peak(requests) -> int:
+    """The most requests sent and not yet answered at once (an answer at t before a send at t)."""
+    events = sorted([(r.arrival, 1) for r in requests] + [(r.t_done, -1) for r in requests])
+    peak = level = 0
+    for _, step in events:
+        level += step
+        peak = max(peak, level)
+    return peak
+
+
+@pytest.mark.parametrize("clients", [1, 8, 64])
+def test_a_closed_loop_never_has_more_than_its_clients_in_flight(clients):
+    result = simulate(one_replica("closed-loop", clients))
+    assert all(r.t_done is not None for r in result.requests)
+    assert in_flight_peak(result.requests) == clients
+    assert len(result.requests) > 10 * clients       # each client sent again and again
+
+
+@pytest.mark.parametrize("clients", [4, 32, 128])
+def test_closed_loop_throughput_is_clients_over_the_mean_latency(clients):
+    """Little's law: X = N / E[latency], within 2% (the loop is measured from t = 0)."""
+    result = simulate(one_replica("closed-loop", clients))
+    data = to_dict(result)
+    mean_latency_s = data["e2e_ms"]["mean"] / 1e3
+    assert data["throughput"]["requests_per_s"] == pytest.approx(clients / mean_latency_s, rel=0.02)
+    assert (data["arrivals"], data["clients"], data["measured_from_s"]) == ("closed-loop", clients, 0.0)
+
+
+def test_the_first_wave_of_a_closed_loop_arrives_together_and_is_served_in_turn():
+    """All N send at t = 0: the i-th prompt's TTFT grows with i (waves, not Poisson)."""
+    clients = 32
+    result = simulate(one_replica("closed-loop", clients))
+    first = sorted((r for r in result.requests if r.arrival == 0.0), key=lambda r: r.id)
+    assert len(first) == clients
+    ttft = [r.t_first - r.arrival for r in first]
+    assert ttft == sorted(ttft)
+    assert ttft[-1] > 10 * ttft[0]
+
+
+@pytest.mark.parametrize("prompts", [1, 50, 400])
+def test_a_burst_takes_at_least_its_prompts_prefill_work(prompts):
+    cfg = one_replica("burst", prompts)
+    result = simulate(cfg)
+    data = to_dict(result)
+    assert data["requests"] == prompts and data["requests_lost"] == 0
+    assert all(r.arrival == 0.0 for r in result.requests)
+    ideal_prefill_s = prompts * cfg.cost.step_s(0, cfg.workload.input_tokens)
+    assert data["makespan_s"] >= ideal_prefill_s
+    assert data["makespan_s"] == round(max(r.t_done for r in result.requests), 3)
+    assert data["throughput"]["output_tokens_per_s"] == pytest.approx(100 * prompts / data["makespan_s"], rel=1e-3)
+
+
+def test_a_closed_loop_workload_simulates_its_own_clients():
+    from sizing.planner import PlanRequest
+    from sizing.workload import Workload
+    closed = make_plan(PlanRequest(Workload(qps=None, concurrency=64)))
+    cfg = config_from_plan(closed, 60)
+    assert (cfg.workload.arrivals, cfg.workload.clients) == ("closed-loop", 64)
+    assert config_from_plan(closed, 60, qps=5.0).workload.arrivals == "poisson"
+
+
+# -- the API server: a FIFO single server of request_overhead_s before each engine ------------------
+@pytest.mark.parametrize("overhead_ms", [2.0, 5.0, 10.0])
+def test_request_overhead_caps_a_replica_at_1000_over_overhead_ms_requests_per_s(overhead_ms):
+    """Tiny answers the engine could serve far faster: the API server is the limit."""
+    ceiling = 1000 / overhead_ms
+    cfg = one_replica("closed-loop", 64, request_overhead_s=overhead_ms / 1e3,
+                      workload=WorkloadSpec(qps=0.0, duration_s=30, input_tokens=16, output_tokens=2,
+                                            max_model_len=2048, arrivals="closed-loop", clients=64))
+    served = to_dict(simulate(cfg))["throughput"]["requests_per_s"]
+    assert served == pytest.approx(ceiling, rel=0.02)
+    open_loop = replace(cfg, workload=replace(cfg.workload, arrivals="poisson", qps=2 * ceiling, duration_s=10))
+    result = simulate(open_loop)      # twice the ceiling offered: served at the ceiling, the rest queue
+    assert len(result.requests) / result.end_s == pytest.approx(ceiling, rel=0.02)
+
+
+def test_request_overhead_adds_its_time_to_each_ttft():
+    light = replace(tight_cache_config(), kv_capacity_tokens=1_000_000)
+    base = summarize(simulate(light).requests, 1.0, 0.04)["ttft_ms"]["mean"]
+    slow = summarize(simulate(replace(light, request_overhead_s=0.010)).requests, 1.0, 0.04)["ttft_ms"]["mean"]
+    assert slow - base >= 10.0
+
+
+def test_the_router_counts_the_requests_in_a_replicas_api_server():
+    """A burst at t = 0 with a server cost: least-outstanding still splits it evenly."""
+    cfg = replace(one_replica("burst", 100, request_overhead_s=0.005),
+                  replicas=(ReplicaSpec("a", "z1"), ReplicaSpec("b", "z2")))
+    counts = [r["requests"] for r in to_dict(simulate(cfg))["replicas"]]
+    assert counts == [50, 50]
+
+
+def test_requests_in_a_lost_replicas_api_server_are_retried():
+    cfg = replace(one_replica("closed-loop", 40, request_overhead_s=0.050),
+                  replicas=(ReplicaSpec("a", "z1"), ReplicaSpec("b", "z2")), failure=ZoneFailure("z2", 0.3, 5.0))
+    data = to_dict(simulate(cfg))
+    assert data["requests_retried"] > 0 and data["requests_lost"] == 0
+
+
+# -- vLLM V1's chunked prefill (simulator/replica.py _prefill_chunks cites scheduler.py) ------------
+@pytest.mark.parametrize("threshold, chunks", [
+    (0, [1000, 23]),                 # vLLM's default: the next prompt gets what the first leaves
+    (256, [256, 256, 256, 255]),     # long_prefill_token_threshold caps each request's chunk (the budget the last)
+    (600, [600, 423]),
+], ids=["threshold off", "threshold 256", "threshold 600"])
+def test_a_steps_prefill_chunks_follow_vllm_v1(threshold, chunks):
+    """One sequence decoding (its token first: 1023 of the 1024 left), four 1000-token prompts waiting."""
+    rep = Replica("a", "z1", StepCost.additive(((0.008, 5e-5), (0.0, 6e-5)), 3.6e-5), 1024, 16, 1_000_000,
+                  lambda r: None, threshold)
+    rep.enqueue(Request(0, 0.0, 1, 1000), 0.0)        # its one-token prompt is this step's only chunk
+    for i in range(1, 5):
+        rep.enqueue(Request(i, 0.0, 1000, 10), 0.0)   # they wait for the next step
+    rep.run_until(rep.next_end)
+    assert rep.n == 1
+    assert [c for _, c in rep.s_chunks] == chunks
+    assert [r.id for r, _ in rep.s_chunks] == list(range(1, len(chunks) + 1))      # first come, first served
+
+
+def test_partial_prefills_go_on_before_waiting_prompts_and_a_preempting_step_admits_none():
+    rep = Replica("a", "z1", StepCost.additive(((0.008, 5e-5), (0.0, 6e-5)), 3.6e-5), 1024, 16, 1_000_000,
+                  lambda r: None)
+    rep.enqueue(Request(0, 0.0, 3000, 10), 0.0)       # 3000 tokens: three steps of 1024 at most
+    rep.enqueue(Request(1, 0.0, 100, 10), 0.0)
+    rep.run_until(rep.next_end)
+    assert [(r.id, c) for r, c in rep.s_chunks] == [(0, 1024)]
+    assert rep._prefill_chunks(1024, 1_000_000, admit=False)[1] == 1024     # the partial prefill only
+
+
+def test_a_prompt_is_admitted_only_when_its_whole_sequence_fits_the_cache():
+    """vLLM 0.29.0's scheduler_reserve_full_isl (default True): the 1000-token prompt waits while
+    only 500 tokens of cache are free, though the 48 tokens of budget left would fit."""
+    rep = Replica("a", "z1", StepCost.additive(((0.008, 5e-5), (0.0, 6e-5)), 3.6e-5), 1024, 16, 2500,
+                  lambda r: None)
+    rep.enqueue(Request(0, 0.0, 2000, 10), 0.0)
+    rep.enqueue(Request(1, 0.0, 1000, 10), 0.0)
+    assert [(r.id, c) for r, c in rep.s_chunks] == [(0, 1024)]
+    rep.run_until(rep.next_end)
+    assert [(r.id, c) for r, c in rep.s_chunks] == [(0, 976)]
+    rep.run_until(rep.next_end)                       # r0 decodes, its 2001 tokens leave 499 free
+    assert [r.id for r in rep.waiting] == [1]

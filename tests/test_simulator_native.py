@@ -17,9 +17,11 @@ ROOT = Path(__file__).resolve().parent.parent
 # Seeded runs that reach every path of the hot modules: a zone lost and back with every routing
 # decision recorded, bursty arrivals with drawn lengths under least-pending-tokens, a KV cache
 # small enough to preempt thousands of times, round-robin under a small max_num_seqs, a
-# multi-node replica losing one node; each run's report, and every request's and replica's record.
+# multi-node replica losing one node, a closed loop with an API-server cost through a zone loss,
+# a burst; each run's report, and every request's and replica's record.
 RUNS = r"""
 import hashlib, json, sys
+from dataclasses import replace
 from settings import stack_settings
 from simulator import ZoneFailure, config_from_plan, native, simulate, to_dict
 from sizing.planner import plan
@@ -52,6 +54,10 @@ runs = dict([
     record("a node of a multi-node replica lost", config_from_plan(
         multinode, 300.0, qps=multinode.request.workload.qps,
         failure=ZoneFailure(node.zone, 100.0, 200.0, node=f"{node.pool}/node-{node.node}"))),
+    record("closed loop, API server cost, a zone lost", replace(config_from_plan(
+        prod, 120.0, concurrency=48, lengths="lognormal", failure=ZoneFailure(zone, 40.0, 80.0)),
+        request_overhead_s=0.004)),
+    record("burst", config_from_plan(prod, 60.0, burst=300, router="least-pending-tokens")),
 ])
 json.dump({"compiled": native.in_use(), "runs": runs}, sys.stdout)
 """

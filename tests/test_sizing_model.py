@@ -267,3 +267,39 @@ def test_kv_capacity_is_counted_the_way_vllm_counts_it():
     assert mem.usable_per_gpu_gb == pytest.approx(79.11 * 2**30 * 0.9 / 1e9 - 1.0 - mem.activation_gb - 1.0)
     assert mem.activation_gb > 0 and mem.cuda_graph_gb == 1.0
     assert mem.max_concurrency == pytest.approx(mem.kv_cache_tokens / 1300)
+
+
+# -- the API server (profile request_overhead_ms) ----------------------------------------------------
+def with_overhead(ms: float):
+    from dataclasses import replace
+    return replace(REF, request_overhead_ms=ms)
+
+
+def test_no_request_overhead_leaves_every_figure_as_it_was():
+    plain, zero = rm(), rm(profile=with_overhead(0.0))
+    assert zero.at(10) == plain.at(10)
+    assert zero.capacity() == plain.capacity()
+    assert "server" not in plain.capacity().by_constraint
+
+
+@pytest.mark.parametrize("qps", [10.0, 100.0, 190.0])
+def test_ttft_adds_the_api_servers_md1_time(qps):
+    """D + rho D / (2 (1 - rho)) at rho = QPS x D, D = 5 ms."""
+    d = 0.005
+    rho = qps * d
+    plain, slow = rm(input_tokens=16, output_tokens=2), rm(input_tokens=16, output_tokens=2, profile=with_overhead(5.0))
+    if not plain.at(qps).stable:
+        pytest.skip("the engine alone is past its steady state here")
+    extra_ms = slow.at(qps).ttft_ms - plain.at(qps).ttft_ms
+    assert extra_ms == pytest.approx(1e3 * (d + rho * d / (2 * (1 - rho))), rel=1e-9)
+
+
+def test_capacity_binds_at_the_api_server_for_tiny_answers():
+    """Tiny prompts and answers: the engine carries far more than 1000 / 5 ms = 200 requests/s."""
+    w = {"input_tokens": 16, "output_tokens": 2, "ttft_slo_s": 1.0, "tpot_slo_s": 0.05}
+    engine = rm(**w).capacity()
+    cap = rm(profile=with_overhead(5.0), **w).capacity()
+    assert engine.qps > 200
+    assert (cap.binding, cap.qps) == ("server", pytest.approx(200.0))
+    assert cap.by_constraint["server"] == pytest.approx(200.0)
+    assert not rm(profile=with_overhead(5.0), **w).at(200.0).stable
