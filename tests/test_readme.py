@@ -29,19 +29,19 @@ def test_reference_table_is_what_llmserve_size_prints():
     assert printed.stdout.rstrip() == documented.rstrip()
 
 
-def _size_json(profile: str) -> dict:
+def _size_json(profile: str, *flags: str) -> dict:
     import json
     printed = subprocess.run([sys.executable, "-c", "from llmserve.cli import entry; entry()", "size", "--stack", "prod",
-                              "--gpu-hour-price", "2.5", "--profile", profile, "--json"], capture_output=True, text=True,
+                              "--gpu-hour-price", "2.5", "--profile", profile, "--json", *flags], capture_output=True, text=True,
                              cwd=ROOT, env={"PATH": "/usr/bin:/bin"})
     assert printed.returncode == 0, printed.stderr
     return json.loads(printed.stdout)
 
 
 def test_the_seed_and_default_columns_are_what_size_prints_under_each_profile():
-    rows = {m.group(1): (m.group(2), m.group(3)) for m in re.finditer(
-        r"^\| ([^|`]+?) \| ([^|]+?) \| ([^|]+?) \|$", README.split("`--profile seed` | default", 1)[1], re.M)}
-    seed, default = _size_json("seed"), _size_json("measured")
+    rows = {m.group(1): m.groups()[1:] for m in re.finditer(
+        r"^\| ([^|`]+?) \| ([^|]+?) \| ([^|]+?) \| ([^|]+?) \|$", README.split("`--profile seed` | default", 1)[1], re.M)}
+    seed, default, tp4 = _size_json("seed"), _size_json("measured"), _size_json("measured", "--tp", "4")
     figures = {"prefill of one 1,000-token prompt (ms)": (lambda d: d["prefill_ms"], "{:.0f}"),
                "TPOT at 10 QPS, real (ms)": (lambda d: d["tpot_ms"]["real"], "{:.1f}"),
                "TTFT at 10 QPS, real (ms)": (lambda d: d["ttft_ms"]["real"], "{:.0f}"),
@@ -50,6 +50,6 @@ def test_the_seed_and_default_columns_are_what_size_prints_under_each_profile():
                "cost per 1M output tokens, GPUs used ($)": (lambda d: d["cost_per_million_output_tokens"], "{:.2f}")}
     assert set(figures) <= set(rows)
     for label, (get, fmt) in figures.items():
-        assert rows[label] == (fmt.format(get(seed)), fmt.format(get(default))), label
+        assert rows[label] == (fmt.format(get(seed)), fmt.format(get(default)), fmt.format(get(tp4))), label
     # and the seed column is the reference table (../shared/reference/sizing-reference.md)
     assert rows["prefill of one 1,000-token prompt (ms)"][0] == "36" and rows["capacity per replica, real (QPS)"][0] == "15.9"
