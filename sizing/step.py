@@ -127,19 +127,25 @@ class StepModel:
         if self.lines:
             return self.lines
         # Each operation's upper envelope in n: its binding line at n = 1 and where it changes.
-        a_sum, b_sum = max(core, key=lambda line: line[0] + line[1])
+        a_sum, b_sum = core[0] if core[0][0] + core[0][1] >= core[1][0] + core[1][1] else core[1]
         events = []
         for pieces in self._decode_pieces():
-            line = max(pieces, key=lambda p: (p[0] + p[1], p[1]))
-            a_sum, b_sum = a_sum + line[0], b_sum + line[1]
+            la, lb = pieces[0]
+            for a, b in pieces[1:]:      # the binding piece at n = 1 (ties: the steeper)
+                if a + b > la + lb or (a + b == la + lb and b > lb):
+                    la, lb = a, b
+            a_sum, b_sum = a_sum + la, b_sum + lb
             while True:     # the next piece to overtake it: the nearest crossing of a steeper one
-                cross = [((line[0] - a) / (b - line[1]), (a, b)) for a, b in pieces if b > line[1]]
-                cross = [x for x in cross if x[0] < BRANCH_N_MAX]
-                if not cross:
+                at, nxt = BRANCH_N_MAX, None
+                for a, b in pieces:
+                    if b > lb:
+                        x = (la - a) / (b - lb)
+                        if x < at:
+                            at, nxt = x, (a, b)
+                if nxt is None:
                     break
-                at, nxt = min(cross)
-                events.append((at, nxt[0] - line[0], nxt[1] - line[1]))
-                line = nxt
+                events.append((at, nxt[0] - la, nxt[1] - lb))
+                la, lb = nxt
         lines = [(a_sum, b_sum)]
         for _at, da, db in sorted(events):
             a_sum, b_sum = a_sum + da, b_sum + db
@@ -181,7 +187,7 @@ def _flat(terms) -> tuple:
     return tuple(out)
 
 
-BRANCH_N_MAX = 4096.0      # decode batches the branches cover (vLLM's max_num_seqs is at most 1024)
+BRANCH_N_MAX = 16384.0     # decode batches the branches cover (a dp-ep replica runs up to 8 x 1,024)
 
 
 def comm_terms(shape, profile, tokens_per_step_bytes: float) -> tuple[float, float]:
