@@ -62,6 +62,9 @@ class StepModel:
     # `ops`: the pieces a step with a prompt chunk runs, with decodes and without
     with_chunk: tuple = field(init=False, default=(), compare=False, repr=False)
     chunk_only: tuple = field(init=False, default=(), compare=False, repr=False)
+    # `ops`: the last (n, c, seconds) priced: the capacity search asks for the same full-chunk step
+    # twice in a row (its prompt cost and its prefill queue)
+    last: list = field(init=False, default_factory=lambda: [-1.0, -1.0, 0.0], compare=False, repr=False)
 
     def __post_init__(self):
         if self.terms or self.moe:
@@ -94,12 +97,17 @@ class StepModel:
     def step_s(self, n: float, c: float) -> float:
         if n <= 0 and self.gated:
             return self.e * c
-        if self.lines and c <= 0:
-            return self.decode_s(n)
+        if self.lines:
+            if c <= 0:
+                return self.decode_s(n)
+            last = self.last
+            if last[0] == n and last[1] == c:
+                return last[2]
         x, y = self.a1 + self.b1 * n + self.g1 * c, self.a2 + self.b2 * n + self.g2 * c
         t = (y if y > x else x) + self.k * n + self.e * c
         if self.terms or self.moe:
             t += self._ops_s(n, c)
+            self.last[:] = (n, c, t)
         return t
 
     def _ops_s(self, n: float, c: float) -> float:
