@@ -94,7 +94,7 @@ class ReplicaModel:
         self.prompt_points = ((s_in,) if d is None else
                               tuple(max(1, d.input_quantile((i + 0.5) / PROMPT_POINTS) - cached)
                                     for i in range(PROMPT_POINTS)))
-        self.branches = step.decode_branches()
+        self.branches = _up_to(step.decode_branches(), float(engine_max_num_seqs(shape, profile) * engine_ranks(shape)))
         self.prefill_alone_s = step.prefill_s(s_in)          # one prompt, alone, unchunked
         # Per prompt token beyond the decode step, when a chunk is compute-bound (all of it, additive).
         self.prefill_token_s = step.prefill_token_s()
@@ -514,6 +514,19 @@ def _residual_quantile(tail: float, p_long: float, long: float, p_short: float, 
         return long * (1 - tail / p_long)
     rate = (p_long / long if long > 0 else 0.0) + (p_short / short if short > 0 else 0.0)
     return (p_long + p_short - tail) / rate if rate > 0 else 0.0
+
+
+def _up_to(lines: tuple, n_max: float) -> tuple:
+    """The decode lines (ordered by slope, each binding from where it crosses the one before) that
+    bind at some batch up to n_max: the engine runs no more sequences, so the rest never price a
+    step (a per-operation step has a dozen lines; the capacity search loops over them)."""
+    kept = list(lines[:1])
+    for a, b in lines[1:]:
+        pa, pb = kept[-1]
+        if b > pb and (pa - a) / (b - pb) > n_max:
+            break
+        kept.append((a, b))
+    return tuple(kept)
 
 
 def _largest(ok, top: float, iterations: int = 11) -> float:
