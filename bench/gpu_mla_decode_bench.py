@@ -24,6 +24,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_timing import make_timer  # noqa: E402  (bench/ beside this script)
+
 HEADS, KV_LORA_RANK, ROPE, NOPE, V_HEAD = 128, 512, 64, 128, 128      # DeepSeek-V3/R1 config.json
 BATCHES = [1, 4, 16, 64, 128, 256]
 CONTEXTS = [1024, 2048, 4096, 8192, 16384, 32768]
@@ -41,26 +44,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--dry-run", action="store_true", help="tiny shapes, one iteration, on the CPU")
     p.add_argument("--out", help="folder for the JSON (default $OUT, else bench/results)")
     return p.parse_args(argv)
-
-
-def make_timer(torch, dev: str, reps: int, warm: int):
-    def timed(fn) -> float:
-        for _ in range(warm):
-            fn()
-        if dev != "cuda":
-            t = time.perf_counter()
-            for _ in range(reps):
-                fn()
-            return (time.perf_counter() - t) / reps
-        torch.cuda.synchronize()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        for _ in range(reps):
-            fn()
-        e.record()
-        torch.cuda.synchronize()
-        return s.elapsed_time(e) / 1e3 / reps
-    return timed
 
 
 def mla_decode(torch, heads: int, rank: int, rope: int, dev: str, dt):

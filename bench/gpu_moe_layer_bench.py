@@ -29,6 +29,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_timing import make_timer  # noqa: E402  (bench/ beside this script)
+
 SHAPES = {
     "deepseek-v3": {"hidden": 7168, "moe_intermediate": 2048, "experts": 256, "top_k": 8},
     "qwen3-235b-a22b": {"hidden": 4096, "moe_intermediate": 1536, "experts": 128, "top_k": 8},
@@ -65,26 +68,6 @@ def shapes_of(args) -> dict[str, dict]:
             sys.exit("a custom shape needs --hidden, --moe-intermediate, --experts and --top-k")
         return {"custom": dict(zip(("hidden", "moe_intermediate", "experts", "top_k"), custom))}
     return {name: SHAPES[name] for name in (args.shape or SHAPES)}
-
-
-def make_timer(torch, dev: str, reps: int, warm: int):
-    def timed(fn) -> float:
-        for _ in range(warm):
-            fn()
-        if dev != "cuda":
-            t = time.perf_counter()
-            for _ in range(reps):
-                fn()
-            return (time.perf_counter() - t) / reps
-        torch.cuda.synchronize()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        for _ in range(reps):
-            fn()
-        e.record()
-        torch.cuda.synchronize()
-        return s.elapsed_time(e) / 1e3 / reps
-    return timed
 
 
 def graphed(torch, fn):
