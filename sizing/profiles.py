@@ -51,7 +51,7 @@ class Profile:
     # The API server's serial CPU time per request (tokenize, schedule and admit, detokenize and
     # stream): a FIFO single server in front of the engine, so a replica serves at most
     # 1000 / request_overhead_ms requests per second whatever its GPUs do. 0: not modelled.
-    # The measured figure (about 3.9 ms, vLLM PR #27407) is in profiles.yaml and docs/sizing-model.md.
+    # The default profile's 3.9 ms (vLLM PR #27407) is cited in profiles.yaml and docs/sizing-model.md.
     request_overhead_ms: float = 0.0
 
 
