@@ -91,7 +91,8 @@ if spec.spans_nodes:     # replicas that span nodes: one LeaderWorkerSet each, a
 serving = Serving("serving", ServingArgs(
     spec=spec.serving, provider=cluster.k8s_provider, hub_token=secret("hubToken"), gateway_namespace=GATEWAY_CONTROLLER_NAMESPACE,
     group_controller=lws.release if lws else None,
-    efa_devices=min(p.efa_interfaces for p in gpu_pools) if spec.spans_nodes else 0),
+    efa_devices=min(p.efa_interfaces for p in gpu_pools) if spec.spans_nodes else 0,
+    kubernetes_version=settings.kubernetesVersion),
     opts=pulumi.ResourceOptions(depends_on=serving_after))
 certificate = GatewayCertificate("gateway-certificate", GatewayCertificateArgs(
     hostname=gw_settings.hostname, namespace=serving.namespace_name, secret_name=gw_settings.tlsSecretName,
@@ -125,7 +126,8 @@ monitoring = Monitoring("monitoring", MonitoringArgs(
     plan=plan, stack=settings.stack, environment=settings.environment, zones=settings.zones,
     serving_namespace=settings.serving.namespace, inference_extension=gw_settings.inferenceExtension,
     provider=cluster.k8s_provider, grafana_admin_password=secret("grafanaAdminPassword"),
-    gateway_namespace=GATEWAY_CONTROLLER_NAMESPACE), opts=pulumi.ResourceOptions(depends_on=[gpu_plugin]))
+    gateway_namespace=GATEWAY_CONTROLLER_NAMESPACE, kubernetes_version=settings.kubernetesVersion),
+    opts=pulumi.ResourceOptions(depends_on=[gpu_plugin]))
 
 # -- outputs --------------------------------------------------------------------------------------
 pulumi.export("clusterName", cluster.cluster_name)

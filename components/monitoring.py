@@ -29,6 +29,8 @@ from conventions import (
 )
 from deployment.gateway import PICKER_LABELS, picker_replicas
 from deployment.serving import APP_LABELS
+
+from .pods import pod_security_labels
 from observability.rules import AlertPolicy, recorded_names, rule_groups
 from sizing.planner import Plan
 
@@ -61,6 +63,15 @@ class MonitoringArgs:
     namespace: str = MONITORING_NAMESPACE
     gateway_namespace: str = GATEWAY_CONTROLLER_NAMESPACE  # where the Envoy proxies and their controller run
     policy: AlertPolicy = field(default_factory=AlertPolicy)
+    kubernetes_version: str = "1.35"               # the cluster's (settings.kubernetesVersion): PSA's pinned rules
+
+
+# The monitoring namespace enforces `privileged` (audited and warned at `restricted`): the DCGM
+# exporter reads the GPUs through the kubelet's pod-resources socket and the host's driver (hostPath
+# volumes, which baseline forbids), and kube-prometheus-stack's node exporter (on: the chart's default) runs with
+# the host's network and PID namespaces. Prometheus, Alertmanager, Grafana and the operator alone
+# would meet restricted; splitting the exporters into their own namespace would let this one be.
+MONITORING_POD_SECURITY = "privileged"
 
 
 def _job(name: str) -> list[dict]:
@@ -175,7 +186,9 @@ class Monitoring(pulumi.ComponentResource):
         ns = args.namespace
         o = pulumi.ResourceOptions(parent=self, provider=args.provider)
         self.namespace = k8s.core.v1.Namespace(
-            f"{name}-ns", metadata={"name": ns, "labels": {LABEL_ENVIRONMENT: args.environment}},
+            f"{name}-ns", metadata={"name": ns, "labels": {
+                LABEL_ENVIRONMENT: args.environment,
+                **pod_security_labels(MONITORING_POD_SECURITY, args.kubernetes_version)}},
             opts=pulumi.ResourceOptions.merge(o, pulumi.ResourceOptions(depends_on=after(opts))))
         in_ns = pulumi.ResourceOptions.merge(o, pulumi.ResourceOptions(depends_on=[self.namespace]))
         self._releases(name, args, o, in_ns)

@@ -34,6 +34,28 @@ def container_security(read_only_root: bool = True) -> dict:
             "seccompProfile": {"type": "RuntimeDefault"}}
 
 
+# Pod Security Admission (Kubernetes' pod-security admission controller): a namespace's labels name
+# the Pod Security Standard it enforces, audits and warns on, each pinned to the cluster's minor so a
+# control-plane upgrade does not change the rules under running pods. `audit` and `warn` stay at
+# `restricted` everywhere: where `enforce` must be looser, the API server still reports each pod's
+# gap from restricted (an audit annotation, a warning to `kubectl apply`), and the gap is the one
+# stated at the call (tests/test_pod_security.py holds every pod to restricted less that gap).
+PSA_PREFIX = "pod-security.kubernetes.io"
+PSA_LEVELS = ("privileged", "baseline", "restricted")
+
+
+def pod_security_labels(enforce: str, kubernetes_version: str) -> dict[str, str]:
+    """The namespace labels enforcing `enforce`, auditing and warning on `restricted`, at the cluster's minor."""
+    if enforce not in PSA_LEVELS:
+        raise ValueError(f"unknown Pod Security Standard {enforce!r}")
+    version = "v" + ".".join(kubernetes_version.split(".")[:2])
+    labels = {}
+    for mode, level in (("enforce", enforce), ("audit", "restricted"), ("warn", "restricted")):
+        labels[f"{PSA_PREFIX}/{mode}"] = level
+        labels[f"{PSA_PREFIX}/{mode}-version"] = version
+    return labels
+
+
 def pod_security(talks_to_api_server: bool = False) -> dict:
     """Pod-level fields: the securityContext and whether the service-account token is mounted."""
     return {"securityContext": dict(POD_NON_ROOT), "automountServiceAccountToken": talks_to_api_server}

@@ -30,7 +30,10 @@ from deployment.serving import (
     APP_LABELS, HUB_TOKEN_DIR, HUB_TOKEN_KEY, ReplicaPlacement, ServingSpec, leader_worker_set_spec,
 )
 
-from .pods import SCRATCH_MOUNT, SCRATCH_VOLUME, container_security, egress_policies, one_pod_per_node, pod_security, spread
+from .pods import (
+    SCRATCH_MOUNT, SCRATCH_VOLUME, container_security, egress_policies, one_pod_per_node, pod_security,
+    pod_security_labels, spread,
+)
 
 KEDA_CHART, KEDA_REPO = "keda", "https://kedacore.github.io/charts"   # CRD in ../shared/crds
 NGINX_UID = 101                               # nginx-unprivileged's own user
@@ -127,6 +130,15 @@ class ServingArgs:
     prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"   # KEDA's query endpoint
     group_controller: pulumi.Resource | None = None      # the LeaderWorkerSet controller (replicas spanning nodes)
     efa_devices: int = 0                                  # EFA devices per node each group pod requests
+    kubernetes_version: str = "1.35"                      # the cluster's (settings.kubernetesVersion): PSA's pinned rules
+
+
+# The serving namespace enforces `privileged`, audited and warned at `restricted`: every vLLM pod
+# meets restricted (non-root, no escalation, every capability dropped, RuntimeDefault seccomp; EFA
+# devices come from the device plugin as a resource, no capability, no IPC_LOCK) except one volume:
+# the node's model cache is a hostPath, which baseline already forbids (PSS "HostPath Volumes").
+# Moving the cache off hostPath (a CSI ephemeral volume or a per-node PVC) would let this be restricted.
+SERVING_POD_SECURITY = "privileged"
 
 
 def vllm_container(spec: ServingSpec) -> dict:
@@ -203,7 +215,9 @@ class Serving(pulumi.ComponentResource):
         """The namespace, the hub token Secret and the metrics proxy's config; options for what lives there."""
         ns = args.spec.namespace
         self.namespace = k8s.core.v1.Namespace(
-            f"{name}-ns", metadata={"name": ns, "labels": {LABEL_ENVIRONMENT: args.spec.environment}},
+            f"{name}-ns", metadata={"name": ns, "labels": {
+                LABEL_ENVIRONMENT: args.spec.environment,
+                **pod_security_labels(SERVING_POD_SECURITY, args.kubernetes_version)}},
             opts=pulumi.ResourceOptions(parent=self, provider=args.provider))
         ns_opts = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[self.namespace])
         self.hub_secret = k8s.core.v1.Secret(

@@ -182,3 +182,123 @@ def test_each_pod_has_the_egress_it_needs(prod_objects, pod, policy):
     labels = workload["spec"]["template"]["metadata"]["labels"]
     selector = egress_policies(objects)[policy]["podSelector"]["matchLabels"]
     assert spec and selector.items() <= labels.items()
+
+
+# -- Pod Security Admission: every namespace the program creates names its standard ------------------
+# The rules of the Pod Security Standards (kubernetes.io/docs/concepts/security/pod-security-standards),
+# one check each: a pod template in, True when the pod breaks the rule. Baseline's rules, then restricted's.
+BASELINE_CAPABILITIES = {"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
+                         "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"}
+RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
+                      "projected", "secret"}
+
+
+def _ctx(c):
+    return c.get("securityContext", {})
+
+
+def _either(spec, c, key):
+    """A container's field, else the pod's (as the kubelet resolves it)."""
+    return _ctx(c).get(key, spec.get("securityContext", {}).get(key))
+
+
+PSS_RULES = {
+    "baseline": {
+        "host-namespaces": lambda s: any(s.get(k) for k in ("hostNetwork", "hostPID", "hostIPC")),
+        "privileged": lambda s: any(_ctx(c).get("privileged") for c in containers(s)),
+        "capabilities-beyond-baseline": lambda s: any(
+            set(_ctx(c).get("capabilities", {}).get("add", [])) - BASELINE_CAPABILITIES for c in containers(s)),
+        "host-path-volumes": lambda s: any("hostPath" in v for v in s.get("volumes", [])),
+        "host-ports": lambda s: any(p.get("hostPort") for c in containers(s) for p in c.get("ports", [])),
+        "unconfined-seccomp": lambda s: any(_either(s, c, "seccompProfile") == {"type": "Unconfined"}
+                                            for c in containers(s)),
+        "unsafe-proc-mount": lambda s: any(_ctx(c).get("procMount", "Default") != "Default" for c in containers(s)),
+        "sysctls": lambda s: bool(s.get("securityContext", {}).get("sysctls")),
+    },
+    "restricted": {
+        "volume-types": lambda s: any(not set(v) - {"name"} <= RESTRICTED_VOLUMES for v in s.get("volumes", [])),
+        "privilege-escalation": lambda s: any(_ctx(c).get("allowPrivilegeEscalation") is not False
+                                              for c in containers(s)),
+        "run-as-non-root": lambda s: any(_either(s, c, "runAsNonRoot") is not True for c in containers(s)),
+        "run-as-user-root": lambda s: any(_either(s, c, "runAsUser") == 0 for c in containers(s)),
+        "seccomp-profile": lambda s: any((_either(s, c, "seccompProfile") or {}).get("type")
+                                         not in ("RuntimeDefault", "Localhost") for c in containers(s)),
+        "capabilities": lambda s: any(
+            "ALL" not in _ctx(c).get("capabilities", {}).get("drop", [])
+            or set(_ctx(c).get("capabilities", {}).get("add", [])) - {"NET_BIND_SERVICE"} for c in containers(s)),
+    },
+}
+
+
+def pss_violations(spec) -> set[str]:
+    return {f"{level}:{rule}" for level, rules in PSS_RULES.items() for rule, broken in rules.items() if broken(spec)}
+
+
+# The standard each namespace the program creates enforces, and the only rules its pods may break
+# under it (the reason is stated beside the label, in the component).
+NAMESPACES = {
+    "llm-serving": ("privileged", {"baseline:host-path-volumes", "restricted:volume-types"}),   # the model cache
+    "monitoring": ("privileged", None),        # the charts' exporters (hostPath, host namespaces): no pods of ours
+}
+
+
+@pytest.mark.parametrize("name, level", [(n, lvl) for n, (lvl, _) in NAMESPACES.items()])
+def test_each_namespace_enforces_its_stated_standard_and_audits_restricted(objects, name, level):
+    (ns,) = [o for o in objects if o["kind"] == "Namespace" and o["metadata"]["name"] == name]
+    labels = ns["metadata"]["labels"]
+    assert {k: v for k, v in labels.items() if k.startswith("pod-security.kubernetes.io/")} == {
+        "pod-security.kubernetes.io/enforce": level, "pod-security.kubernetes.io/enforce-version": "v1.35",
+        "pod-security.kubernetes.io/audit": "restricted", "pod-security.kubernetes.io/audit-version": "v1.35",
+        "pod-security.kubernetes.io/warn": "restricted", "pod-security.kubernetes.io/warn-version": "v1.35"}
+
+
+def test_every_namespace_the_program_creates_carries_pod_security_labels(objects):
+    created = {o["metadata"]["name"] for o in objects if o["kind"] == "Namespace"}
+    assert created == set(NAMESPACES)
+
+
+def test_the_version_pinned_is_the_clusters_minor():
+    from components.pods import pod_security_labels
+    labels = pod_security_labels("restricted", "1.34.2")
+    assert {v for k, v in labels.items() if k.endswith("-version")} == {"v1.34"}
+    with pytest.raises(ValueError, match="unknown Pod Security Standard 'strict'"):
+        pod_security_labels("strict", "1.35")
+
+
+def _namespace_of(objects, workload_name):
+    for o in objects:
+        if o["kind"] in (*WORKLOADS, "LeaderWorkerSet") and o["metadata"]["name"] == workload_name.split("/")[0]:
+            return o["metadata"]["namespace"]
+
+
+@pytest.mark.parametrize("rule", [f"{lvl}:{r}" for lvl, rules in PSS_RULES.items() for r in rules])
+def test_every_pod_meets_each_restricted_rule_but_its_namespaces_stated_exceptions(objects, rule):
+    """A pod in a namespace enforcing restricted breaks no rule; in one enforcing less, only the rules
+    the namespace's comment states (so the stated reason stays the whole gap)."""
+    for name, spec in pods(objects):
+        level, allowed = NAMESPACES[_namespace_of(objects, name)]
+        if rule in pss_violations(spec):
+            assert level != "restricted" and rule in (allowed or set()), (name, rule)
+
+
+def test_the_stated_exceptions_are_still_needed(objects):
+    """A namespace enforcing less than restricted has a pod that needs it: else tighten the label."""
+    broken = {_namespace_of(objects, n): set() for n, _ in pods(objects)}
+    for name, spec in pods(objects):
+        broken[_namespace_of(objects, name)] |= pss_violations(spec)
+    for ns, (level, allowed) in NAMESPACES.items():
+        if allowed is not None:
+            assert broken.get(ns) == allowed, ns
+
+
+@pytest.mark.parametrize("spec, rule", [
+    ({"hostNetwork": True, "containers": []}, "baseline:host-namespaces"),
+    ({"containers": [{"securityContext": {"capabilities": {"add": ["IPC_LOCK"], "drop": ["ALL"]}}}]},
+     "baseline:capabilities-beyond-baseline"),
+    ({"volumes": [{"name": "c", "hostPath": {"path": "/x"}}], "containers": []}, "baseline:host-path-volumes"),
+    ({"containers": [{"securityContext": {}}]}, "restricted:privilege-escalation"),
+    ({"securityContext": {"runAsNonRoot": True}, "containers": [{"securityContext": {}}]},
+     "restricted:seccomp-profile"),
+])
+def test_the_checker_catches_each_rule(spec, rule):
+    assert rule in pss_violations(spec)
