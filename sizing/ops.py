@@ -32,10 +32,9 @@ from functools import lru_cache
 from . import parallel
 from .architecture import Architecture, Linear
 from .catalog import CatalogError, bytes_per_element
-from .op_costs import load_op_costs
+from .op_costs import ACT_BYTES, MLA_PAIR_FLOPS, load_op_costs
 
 US = 1e-6
-ACT_BYTES = 2.0                 # BF16 activations in and out of every GEMM
 # vLLM 0.29.0 uses its custom all-reduce up to this message size (vllm/distributed/device_communicators/
 # custom_all_reduce.py: max_size = 8192 * 1024), NCCL above it.
 CUSTOM_ALL_REDUCE_MAX_BYTES = 8192 * 1024
@@ -209,7 +208,6 @@ def moe_terms(arch: Architecture, gpu_ops: dict, weights: str, layout: str, tp: 
 # a model whose MLA has other dimensions is priced by its GEMMs and the generic decode attention.
 DEEPSEEK_MLA = {"hidden_size": 7168, "kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
                 "v_head_dim": 128, "q_lora_rank": 1536}
-MLA_PAIR_FLOPS = 2 * (192 + 128)     # MLA prefill per (query, key) pair per head (sizing.op_costs)
 
 
 def uses_mla_module(arch: Architecture, gpu_ops: dict) -> bool:
@@ -226,32 +224,17 @@ def mla_module_terms(arch: Architecture, gpu_ops: dict, shape, workload) -> list
     share = 1.0 / shape.tp if layout == "dp-ep" else 1.0        # a DP rank's share of the sequences
     kv = "fp8" if shape.kv_dtype == "fp8" else "bf16"
     dec, pre = gpu_ops["mla_decode"][f"module_{kv}_kv"], gpu_ops["mla_prefill"][f"module_{kv}_kv"]
-    layers = sum(1 for m in _mixers(arch) if m == "attention")
+    layers = arch.mixer_count("attention")
     ctx, s_in = workload.decode_context_tokens, workload.prompt_attention_tokens
-    seen = attended(arch, ctx)
+    seen = arch.attended_tokens(ctx)
     latent = seen * (arch.kv_lora_rank + arch.qk_rope_head_dim) * bytes_per_element(shape.kv_dtype)
-    indexer = ctx * _indexer_bytes_per_layer(arch)              # DSA: its key cache read in full
+    indexer = ctx * arch.indexer_bytes_per_token() / layers     # DSA: its key cache read in full
     per_seq = (latent + indexer) / (dec["bw_tbps"] * 1e12) + heads * dec["per_head_seq_us"] * US
     decode = ("n", ((layers * (dec["fixed_us"] + heads * dec["per_head_us"]) * US, layers * per_seq * share, 0.0),))
     per_token = (heads * pre["per_head_token_us"] * US
-                 + heads * MLA_PAIR_FLOPS * (attended(arch, s_in) + 1) / 2 / (pre["tflops"] * 1e12))
+                 + heads * MLA_PAIR_FLOPS * (arch.attended_tokens(s_in) + 1) / 2 / (pre["tflops"] * 1e12))
     prefill = ("c", ((layers * (pre["fixed_us"] + heads * pre["per_head_us"]) * US, 0.0, layers * per_token * share),))
     return [decode, prefill]
-
-
-def _mixers(arch: Architecture) -> tuple:
-    return getattr(arch, "layer_mixers", None) or ("attention",) * arch.num_hidden_layers
-
-
-def attended(arch: Architecture, context: float) -> float:
-    """Tokens a query attends to: DSA's top-k caps it."""
-    topk = getattr(arch, "index_topk", 0) or 0
-    return min(context, topk) if topk else context
-
-
-def _indexer_bytes_per_layer(arch: Architecture) -> float:
-    per_token = getattr(arch, "indexer_bytes_per_token", None)
-    return per_token() / max(1, arch.num_hidden_layers) if per_token and getattr(arch, "index_topk", 0) else 0.0
 
 
 def attention_terms(arch: Architecture, gpu_ops: dict, shape, workload) -> list:
@@ -270,10 +253,9 @@ def attention_terms(arch: Architecture, gpu_ops: dict, shape, workload) -> list:
         per_tok_layer = (arch.kv_lora_rank + arch.qk_rope_head_dim) * kv_b
     else:
         per_tok_layer = 2 * max(1.0, arch.num_key_value_heads / tp) * arch.head_dim * kv_b
-    mixers = _mixers(arch)
-    full, sliding = mixers.count("attention"), mixers.count("sliding")
+    full, sliding = arch.mixer_count("attention"), arch.mixer_count("sliding")
     window = arch.sliding_window or ctx
-    seen = full * attended(arch, ctx) + sliding * min(ctx, window)     # layer-tokens of KV a decode reads
+    seen = full * arch.attended_tokens(ctx) + sliding * min(ctx, window)     # layer-tokens of KV a decode reads
     bw = dec["bw_tbps"] * 1e12
     layers = full + sliding
     decode = ("n", ((layers * dec["floor_us"] * US, 0.0, 0.0),
@@ -281,7 +263,7 @@ def attention_terms(arch: Architecture, gpu_ops: dict, shape, workload) -> list:
     pre = gpu_ops["attention_prefill"]["bf16"]
     width = parallel.attention_width(shape.model) / tp
     half = s_in / 2                                                  # the mean context a prompt token sees
-    pairs = full * attended(arch, half) + sliding * min(half, window)
+    pairs = full * arch.attended_tokens(half) + sliding * min(half, window)
     flops = 4 * pairs * width                                        # QK and PV, 2 FLOPs each, per prompt token
     prefill = ("c", ((layers * pre["floor_us"] * US, 0.0, 0.0),
                      (0.0, 0.0, share * (flops / (pre["tflops"] * 1e12) + layers * pre["per_token_us"] * US))))
@@ -293,8 +275,7 @@ def recurrent_terms(arch: Architecture, gpu_ops: dict, tp: int, share: float) ->
     share on this GPU, heads split by TP); a prompt token streams its layer input once more. No
     per-operation table covers these kernels: they are priced at the decode attention kernel's
     floor and bandwidth (extrapolated, docs/sizing-model.md)."""
-    mixers = _mixers(arch)
-    kinds = [(m, mixers.count(m)) for m in ("mamba2", "linear") if m in mixers]
+    kinds = [(m, arch.mixer_count(m)) for m in ("mamba2", "linear") if arch.mixer_count(m)]
     if not kinds:
         return []
     dec = gpu_ops["attention_decode"]["bf16_kv"]

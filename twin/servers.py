@@ -27,6 +27,8 @@ from pathlib import Path
 
 import yaml
 
+from inputs.outputs import write_text_atomically
+
 from .exporters import LOOPBACK, Target
 from .health import Watch, Watched, alertmanager_start, prometheus_start
 from .lifecycle import LoopbackHTTPServer, Started, get_json, spawn, stop, until
@@ -197,13 +199,13 @@ class Servers(Started):
         alertmanager = find_binary(ALERTMANAGER_BINARIES, "prometheus-alertmanager")
         self.webhook = Webhook()
         am_port, prom_port = free_port(), free_port()
-        (self.workdir / "alertmanager.yml").write_text(
-            yaml.safe_dump(alertmanager_config(self.webhook.url, self.scale), sort_keys=False))
+        write_text_atomically(self.workdir / "alertmanager.yml",
+                              yaml.safe_dump(alertmanager_config(self.webhook.url, self.scale), sort_keys=False))
         # No rules until every target is scraped (`load_rules`): with no series yet, the absent()
         # alerts would go pending at start-up and fire before the twin's clock starts.
-        (self.workdir / "rules.yaml").write_text("groups: []\n")
-        (self.workdir / "prometheus.yml").write_text(
-            yaml.safe_dump(prometheus_config(self.targets, am_port, self.scale), sort_keys=False))
+        write_text_atomically(self.workdir / "rules.yaml", "groups: []\n")
+        write_text_atomically(self.workdir / "prometheus.yml",
+                              yaml.safe_dump(prometheus_config(self.targets, am_port, self.scale), sort_keys=False))
         self.alertmanager_url = f"http://{LOOPBACK}:{am_port}"
         self.prometheus_url = f"http://{LOOPBACK}:{prom_port}"
         am = self._spawn("alertmanager", [
@@ -249,8 +251,9 @@ class Servers(Started):
 
     def load_rules(self) -> None:
         """Write the scaled rule groups and have Prometheus reload (SIGHUP); wait until they are loaded."""
-        (self.workdir / "rules.yaml").write_text(
-            yaml.safe_dump({"groups": scaled_rules(self.groups, self.scale)}, sort_keys=False, width=120))
+        # Whole or not at all: Prometheus reads it on the SIGHUP below (a torn file fails the reload).
+        write_text_atomically(self.workdir / "rules.yaml",
+                              yaml.safe_dump({"groups": scaled_rules(self.groups, self.scale)}, sort_keys=False, width=120))
         self._prometheus.send_signal(signal.SIGHUP)
         wanted = sum(len(g["rules"]) for g in self.groups)
 
