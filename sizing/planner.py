@@ -26,6 +26,7 @@ from .memory import Memory, Shape
 from .model import Capacity, Point, ReplicaModel
 from .ops import EXTRAPOLATED_FROM, has_op_tables
 from .profiles import Profile, get_profile
+from .roles import AutoscalePolicy, KvTransfer, ServingPool, SpeculativePlan
 from .workload import SizingError, Workload
 
 BINDING_WORDS = {
@@ -114,6 +115,27 @@ class Plan:
     layout: str = "tp"                   # how a replica's `tp` GPUs split the model (sizing.parallel)
     prefix_caching: dict | None = None   # the plan counts on the prefix cache: the figures with and without
     nodes_per_replica: int = 1           # > 1: each replica is a group of this many nodes (PP across them)
+    # Serving roles (sizing.roles). Aggregated: serving_pools is empty and the fields above are the
+    # one pool (`pools_by_role` builds it). Disaggregated: the prefill and decode pools, each placed
+    # N+1 by zone; then tp, replica_model and the latency fields above are the decode pool's, and
+    # replicas, replicas_by_zone, nodes and gpus_used the whole fleet's.
+    serving_mode: str = "aggregated"
+    serving_pools: tuple[ServingPool, ...] = ()
+    kv_transfer: KvTransfer | None = None
+    speculative: SpeculativePlan | None = None
+    autoscale: AutoscalePolicy | None = None
+
+    @property
+    def pools_by_role(self) -> dict[str, ServingPool]:
+        """The plan's pools by role: {"aggregated": ...} or {"prefill": ..., "decode": ...}."""
+        if self.serving_pools:
+            return {p.role: p for p in self.serving_pools}
+        return {"aggregated": ServingPool(
+            role="aggregated", replicas=self.replicas, tp=self.tp, replicas_by_zone=dict(self.replicas_by_zone),
+            capacity_per_replica_qps=self.capacity_per_replica.qps, capacity_qps=self.capacity_qps,
+            capacity_after_zone_loss_qps=self.capacity_after_zone_loss_qps, lost_domain=self.lost_domain,
+            survives_failure=self.survives_failure, binding_constraint=self.binding_constraint,
+            replica_model=self.replica_model, layout=self.layout, nodes_per_replica=self.nodes_per_replica)}
 
     @property
     def memory(self) -> Memory:
