@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 from conventions import RULE_ZONE_HOLDS_WHOLE_GROUPS
 
@@ -25,8 +26,11 @@ from .engine_args import EngineArgs, catalog_checkpoint, engine_args_for
 from .memory import Memory, Shape
 from .model import Capacity, Point, ReplicaModel
 from .ops import EXTRAPOLATED_FROM, has_op_tables
+from .placement import (NodeSlot, PlanError, Pool, place_groups, place_on_nodes, replicas_for_n_plus_one,
+                        spread, zone_slots)
 from .profiles import Profile, get_profile
-from .roles import AutoscalePolicy, KvTransfer, ServingPool, SpeculativePlan
+from .roles import (AutoscalePolicy, KvTransfer, PoolLayout, ServingPool, SpeculativePlan, SpeculativeRequest,
+                    aggregated_pool)
 from .workload import SizingError, Workload
 
 BINDING_WORDS = {
@@ -35,29 +39,6 @@ BINDING_WORDS = {
     "kv": "the KV cache (or the engine's max_num_seqs) holds no more sequences in flight",
     "prefill": "prefill alone saturates the replica",
 }
-
-
-@dataclass(frozen=True)
-class Pool:
-    zone: str
-    instance_type: str
-    nodes: int
-    name: str = ""
-
-    @property
-    def label(self) -> str:
-        return self.name or f"{self.zone}-{self.instance_type.split('.')[0]}"
-
-
-@dataclass(frozen=True)
-class NodeSlot:
-    pool: str
-    zone: str
-    node: int            # index of the node within its pool
-    replicas: int        # replicas this node serves (in part, when a replica spans nodes)
-    gpus_used: int
-    gpus_idle: int
-    group: int | None = None   # a multi-node replica: its index within the pool (nodes group*N .. group*N+N-1)
 
 
 @dataclass(frozen=True)
@@ -75,6 +56,12 @@ class PlanRequest:
     model_config: str | None = None      # a local config.json instead of the catalog's `model`
     layout: str | None = None            # tp | dp-ep | tp-ep (sizing.parallel); None: the planner picks
     nodes_per_replica: int | None = None  # None: the fewest nodes a replica fits on
+    # The levers beyond one aggregated pool at one load; each has its own module and hook below.
+    serving_mode: str = "aggregated"     # aggregated | disaggregated | auto (sizing.disagg)
+    pool_layout: PoolLayout | None = None   # an explicit prefill/decode layout to evaluate
+    speculative: SpeculativeRequest | None = None   # sizing.speculative
+    mig_profile: str | None = None       # a MIG slice per replica instead of whole GPUs (sizing.mig)
+    traffic: Any = None                  # a load over time (sizing.autoscale); workload.qps is its peak
 
     def __post_init__(self):
         if self.weights is None:         # a pre-quantized checkpoint plans at its own precision
@@ -128,14 +115,7 @@ class Plan:
     @property
     def pools_by_role(self) -> dict[str, ServingPool]:
         """The plan's pools by role: {"aggregated": ...} or {"prefill": ..., "decode": ...}."""
-        if self.serving_pools:
-            return {p.role: p for p in self.serving_pools}
-        return {"aggregated": ServingPool(
-            role="aggregated", replicas=self.replicas, tp=self.tp, replicas_by_zone=dict(self.replicas_by_zone),
-            capacity_per_replica_qps=self.capacity_per_replica.qps, capacity_qps=self.capacity_qps,
-            capacity_after_zone_loss_qps=self.capacity_after_zone_loss_qps, lost_domain=self.lost_domain,
-            survives_failure=self.survives_failure, binding_constraint=self.binding_constraint,
-            replica_model=self.replica_model, layout=self.layout, nodes_per_replica=self.nodes_per_replica)}
+        return {p.role: p for p in self.serving_pools} or {"aggregated": aggregated_pool(self)}
 
     @property
     def memory(self) -> Memory:
@@ -209,79 +189,38 @@ class FleetView:
     closed_loop: dict | None = None
 
 
-class PlanError(SizingError):
-    """No layout satisfies the request; the message says which constraint fails."""
-
-
-# -- placement ---------------------------------------------------------------------------------
-def zone_slots(pools: tuple[Pool, ...], slots_per_node: int, nodes_per_replica: int = 1) -> dict[str, int]:
-    """Replicas each zone can hold: TP groups per node, or (spanning nodes) whole groups per pool."""
-    out: dict[str, int] = {}
-    for p in pools:
-        held = p.nodes * slots_per_node if nodes_per_replica == 1 else p.nodes // nodes_per_replica
-        out[p.zone] = out.get(p.zone, 0) + held
-    return out
-
-
-def spread(total: int, slots: dict[str, int]) -> dict[str, int]:
-    """Water-fill `total` replicas over zones: as even as their free slots allow."""
-    counts = {z: 0 for z in slots}
-    for _ in range(total):
-        free = [z for z in slots if counts[z] < slots[z]]
-        if not free:
-            raise PlanError("more replicas than GPU slots")
-        z = min(free, key=lambda z: (counts[z], -slots[z], z))
-        counts[z] += 1
-    return counts
-
-
-def replicas_for_n_plus_one(survivors: int, slots: dict[str, int]) -> dict[str, int] | None:
-    """Fewest replicas, spread over zones, that leave `survivors` after losing any one zone."""
-    if len(slots) < 2:
-        return None
-    for total in range(survivors, sum(slots.values()) + 1):
-        counts = spread(total, slots)
-        if total - max(counts.values()) >= survivors:
-            return counts
-    return None
-
-
-def place_groups(counts: dict[str, int], pools: tuple[Pool, ...], tp: int, gpus_per_node: int,
-                 nodes_per_replica: int) -> tuple[NodeSlot, ...]:
-    """Replicas that span nodes: each takes `nodes_per_replica` consecutive nodes of one pool;
-    a zone's replicas round-robin over its pools; nodes left over hold no group and stay idle."""
-    n = nodes_per_replica
-    groups = {p: 0 for p in pools}
-    for zone, count in counts.items():
-        in_zone = [p for p in pools if p.zone == zone]
-        for _ in range(count):
-            free = [p for p in in_zone if (groups[p] + 1) * n <= p.nodes]
-            if not free:
-                raise PlanError(f"zone {zone} has no room for another {n}-node replica")
-            groups[min(free, key=lambda p: groups[p])] += 1
-    return tuple(
-        NodeSlot(pool=p.label, zone=p.zone, node=i, replicas=1, gpus_used=tp, gpus_idle=gpus_per_node - tp, group=i // n)
-        if i // n < groups[p] else
-        NodeSlot(pool=p.label, zone=p.zone, node=i, replicas=0, gpus_used=0, gpus_idle=gpus_per_node)
-        for p in pools for i in range(p.nodes))
-
-
-def place_on_nodes(counts: dict[str, int], pools: tuple[Pool, ...], tp: int, gpus_per_node: int) -> tuple[NodeSlot, ...]:
-    """Within each zone, round-robin its replicas over its nodes; a TP group stays on one node."""
-    nodes = [[p, i, 0] for p in pools for i in range(p.nodes)]    # [pool, node, replicas on it]
-    for zone, count in counts.items():
-        in_zone = [n for n in nodes if n[0].zone == zone]
-        for k in range(count):
-            target = min(in_zone, key=lambda n: n[2])
-            if (target[2] + 1) * tp > gpus_per_node:
-                raise PlanError(f"zone {zone} has no room for another TP={tp} replica")
-            target[2] += 1
-    return tuple(NodeSlot(pool=p.label, zone=p.zone, node=i, replicas=r, gpus_used=r * tp,
-                          gpus_idle=gpus_per_node - r * tp) for p, i, r in nodes)
-
-
 # -- planning ----------------------------------------------------------------------------------
 def plan(req: PlanRequest) -> Plan:
+    """The plan for `req`: the aggregated fleet, then each lever the request names, in order."""
+    p = plan_aggregated(req)
+    p = _with_speculation(p, req)
+    p = _with_serving_mode(p, req)
+    return _with_autoscale(p, req)
+
+
+def _with_speculation(p: Plan, req: PlanRequest) -> Plan:
+    """Speculative decoding on the plan's decode steps (sizing.speculative)."""
+    if req.speculative is None:
+        return p
+    raise PlanError("speculative decoding is not planned by this version", "speculative")
+
+
+def _with_serving_mode(p: Plan, req: PlanRequest) -> Plan:
+    """Disaggregated prefill/decode pools, or the choice between them and `p` (sizing.disagg)."""
+    if req.serving_mode == "aggregated" and req.pool_layout is None:
+        return p
+    raise PlanError("disaggregated serving is not planned by this version", "serving_mode")
+
+
+def _with_autoscale(p: Plan, req: PlanRequest) -> Plan:
+    """The fleet for the traffic's trough and the autoscaling policy between it and `p` (sizing.autoscale)."""
+    if req.traffic is None:
+        return p
+    raise PlanError("a load over time is not planned by this version", "traffic")
+
+
+def plan_aggregated(req: PlanRequest) -> Plan:
+    """One pool of identical replicas, N+1 by zone, at the workload's load."""
     for name, value in (("gpu_hour_price", req.gpu_hour_price), ("instance_price", req.instance_price)):
         if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
             raise SizingError(f"must be a finite number greater than 0 (got {value!r})", name)
@@ -295,6 +234,8 @@ def plan(req: PlanRequest) -> Plan:
     if len(types) > 1:
         raise PlanError(f"GPU pools mix instance types ({', '.join(sorted(types))}); use one type")
     instance = load_catalog().instance(types.pop())
+    if req.mig_profile is not None:
+        raise PlanError("MIG slices are not planned by this version", "mig_profile")
     best, failures = None, []
     for layout, tp, n in _candidates(req, model, instance, profile):
         if n > 1 and best is not None and best[1].survives_failure:

@@ -64,6 +64,15 @@ class KvTransfer:
 
 
 @dataclass(frozen=True)
+class PoolLayout:
+    """An explicit disaggregated layout to evaluate (fleet totals), as `size --prefill-replicas ...`."""
+    prefill_replicas: int
+    prefill_tp: int
+    decode_replicas: int
+    decode_tp: int
+
+
+@dataclass(frozen=True)
 class SpeculativeRequest:
     """What the user states: the method, k and the measured per-token acceptance."""
     method: str                  # eagle3 | mtp | ngram | draft
@@ -118,3 +127,13 @@ class AutoscalePolicy:
     scale_down_stabilization_s: float    # the drain story: no scale-down within this window
     cold_start: ColdStart | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def aggregated_pool(plan) -> ServingPool:
+    """An aggregated plan's one pool: the plan's own replicas, capacity and placement."""
+    return ServingPool(
+        role="aggregated", replicas=plan.replicas, tp=plan.tp, replicas_by_zone=dict(plan.replicas_by_zone),
+        capacity_per_replica_qps=plan.capacity_per_replica.qps, capacity_qps=plan.capacity_qps,
+        capacity_after_zone_loss_qps=plan.capacity_after_zone_loss_qps, lost_domain=plan.lost_domain,
+        survives_failure=plan.survives_failure, binding_constraint=plan.binding_constraint,
+        replica_model=plan.replica_model, layout=plan.layout, nodes_per_replica=plan.nodes_per_replica)
