@@ -58,6 +58,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag("gpu_memory_utilization", "--gpu-memory-utilization"),
     Flag("shutdown_timeout", "--shutdown-timeout"),
     Flag("enable_prefix_caching", "--enable-prefix-caching", When.SWITCH),
+    # The plan's speculative decoding (sizing.speculative): a JSON object, only when it pays.
+    Flag("speculative_config", "--speculative-config", When.WHEN_SET),
 )
 # A replica that spans nodes adds these, on the leader and on every worker (mp backend).
 MULTI_NODE_FLAGS: tuple[Flag, ...] = (

@@ -48,6 +48,10 @@ def size(
     as_json: bool = options.JSON,
     plot: Optional[Path] = typer.Option(None, help="Write a PNG: TTFT and TPOT against QPS."),
     sweep: bool = typer.Option(False, help="Rank every (instance, layout, GPUs, weights) by cost per 1M output tokens."),
+    speculative: Optional[str] = typer.Option(None, "--speculative", help="Speculative decoding: eagle3, mtp, ngram or draft (with --acceptance-rate)."),
+    draft_tokens: Optional[int] = typer.Option(None, "--draft-tokens", help="Drafts per step, k (default: the plan picks k for its batch)."),
+    acceptance_rate: Optional[float] = typer.Option(None, "--acceptance-rate", help="Per-token acceptance measured on this workload, 0 < a < 1 (docs/speculative.md)."),
+    draft_model: Optional[str] = typer.Option(None, "--draft-model", help="The drafter: a catalog model (draft) or the EAGLE-3 head's checkpoint (eagle3)."),
 ) -> None:
     from offline.collector import paused_gc
 
@@ -57,11 +61,12 @@ def size(
         loaded = load(stack, config) if stack is not None or config is not None else None
         source = loaded.source if loaded is not None else None
         req = _request(loaded, _given(), source, fit=not sweep)
+        spec = _speculative_request(speculative, draft_tokens, acceptance_rate, draft_model, sweep)
         if sweep:
             from .sweep_view import show_sweep
             show_sweep(req.plan_request(), as_json)
             return
-        _show(_plan(req, source), as_json, plot)
+        _show(_plan(req, source, spec), as_json, plot)
 
 
 def _given() -> dict:
@@ -87,15 +92,49 @@ def _request(loaded, given: dict, source: str | None, fit: bool = True):
         fail("; ".join(dict.fromkeys(named(p, given, source) for p in exc.problems)))
 
 
-def _plan(req, source: str | None):
+def _plan(req, source: str | None, spec=None):
+    import dataclasses
+
     from settings import sizing_problem
     from sizing.planner import plan
     from sizing.workload import SizingError
 
+    request = req.plan_request()
+    if spec is not None:
+        request = dataclasses.replace(request, speculative=spec)
     try:
-        return plan(req.plan_request())
+        return plan(request)
     except SizingError as exc:
+        if exc.field in SPECULATIVE_OPTIONS:
+            fail(f"{SPECULATIVE_OPTIONS[exc.field]}: {exc}")
         fail(named(sizing_problem(exc), _given(), source))
+
+
+# The speculative request's fields and the options that set them (a SizingError names the field).
+SPECULATIVE_OPTIONS = {"speculative.method": "--speculative", "speculative.draft_tokens": "--draft-tokens",
+                       "speculative.acceptance_rate": "--acceptance-rate", "speculative.draft_model": "--draft-model"}
+
+
+def _speculative_request(method, draft_tokens, acceptance_rate, draft_model, sweep: bool):
+    """`--speculative ...` as the plan's SpeculativeRequest (None without it), checked before planning."""
+    from sizing.roles import SpeculativeRequest
+    from sizing.speculative import check_request
+    from sizing.workload import SizingError
+
+    values = {"--draft-tokens": draft_tokens, "--acceptance-rate": acceptance_rate, "--draft-model": draft_model}
+    if method is None:
+        given = [name for name, value in values.items() if value is not None]
+        if given:
+            fail(f"{given[0]}: needs --speculative METHOD (eagle3, mtp, ngram or draft)")
+        return None
+    if sweep:
+        fail("--speculative: the sweep ranks plans without speculation; size one plan to see it")
+    spec = SpeculativeRequest(method, draft_tokens, acceptance_rate, draft_model)
+    try:
+        check_request(spec)
+    except SizingError as exc:
+        fail(f"{SPECULATIVE_OPTIONS[exc.field]}: {exc}")
+    return spec
 
 
 def _show(result, as_json: bool, plot: Path | None) -> None:

@@ -40,6 +40,9 @@ def print_report(d: dict, plot: Path | None) -> None:
         console.print(f"Unstable at {d['load_per_replica_qps']:.3g} QPS per replica: {d['unstable_reason']}.")
     if "fleet" in d:
         console.print(fleet_line(d))
+    if d.get("speculative"):
+        from sizing.speculative import summary_line
+        console.print(summary_line(d["speculative"]))
     for note in d["notes"]:
         console.print(f"Note: {note}.")
     if plot is not None:

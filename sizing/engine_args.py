@@ -28,9 +28,16 @@ class EngineArgs:
     kv_cache_dtype: str                  # "fp8" or "auto"
     enable_prefix_caching: bool
     quantization: str | None             # "fp8": vLLM quantizes a BF16 checkpoint at load
+    # vLLM's --speculative-config, the JSON object its SpeculativeConfig takes (method,
+    # num_speculative_tokens, model: vllm/config/speculative.py); None: no speculation
+    speculative_config: str | None = None
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        """The arguments as plain data (speculative_config only when set: a plan without it keeps its JSON)."""
+        out = asdict(self)
+        if out["speculative_config"] is None:
+            del out["speculative_config"]
+        return out
 
 
 def engine_args_for(plan) -> EngineArgs:
@@ -58,7 +65,15 @@ def engine_args_for(plan) -> EngineArgs:
         enable_prefix_caching=w.counts_on_prefix_cache,
         # fp8 without a prequantized checkpoint: vLLM quantizes the BF16 weights at load
         quantization="fp8" if req.weights == "fp8" and "fp8" not in model.checkpoints else None,
+        speculative_config=_speculative_config(plan),
     )
+
+
+def _speculative_config(plan) -> str | None:
+    if plan.speculative is None:
+        return None
+    from .speculative import speculative_config
+    return speculative_config(plan.speculative)
 
 
 def catalog_checkpoint(plan) -> str:

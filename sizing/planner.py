@@ -202,7 +202,10 @@ def _with_speculation(p: Plan, req: PlanRequest) -> Plan:
     """Speculative decoding on the plan's decode steps (sizing.speculative)."""
     if req.speculative is None:
         return p
-    raise PlanError("speculative decoding is not planned by this version", "speculative")
+    from .speculative import speculate      # it reads the planner's types: imported here, not at the top
+    model, profile = p.replica_model.shape.model, get_profile(req.profile)
+    return speculate(p, req, lambda rm: plan_for_tp(req, model, p.instance, profile, p.tp, p.layout,
+                                                    p.nodes_per_replica, replica_model=rm))
 
 
 def _with_serving_mode(p: Plan, req: PlanRequest) -> Plan:
@@ -358,12 +361,13 @@ class _Loss:
 
 
 def plan_for_tp(req: PlanRequest, model, instance: Instance, profile: Profile, tp: int,
-                layout: str = "tp", nodes_per_replica: int = 1) -> Plan:
+                layout: str = "tp", nodes_per_replica: int = 1, replica_model=ReplicaModel) -> Plan:
+    """`replica_model`: the replica's model class (sizing.speculative's, with speculation)."""
     w, n = req.workload, nodes_per_replica
     shape = Shape(model, instance, tp, req.weights, req.kv_dtype, layout, nodes=n)
     checked = check_shape(shape, w, profile)
-    real = ReplicaModel(shape, w, profile, real=True, checked=checked)
-    ideal = ReplicaModel(shape, w, profile, real=False, checked=checked)
+    real = replica_model(shape, w, profile, real=True, checked=checked)
+    ideal = replica_model(shape, w, profile, real=False, checked=checked)
     cap, cap_ideal = real.capacity(), ideal.capacity()
     slots = zone_slots(req.pools, instance.gpus // tp, n)
     need = _demand(real, cap, w)

@@ -131,6 +131,9 @@ def plan_to_dict(plan: Plan) -> dict:
         out["max_clients_per_replica"] = plan.max_clients_per_replica
     if plan.fleet is not None:
         out["fleet"] = fleet_to_dict(plan)
+    if plan.speculative is not None:       # absent without speculation: the default JSON is unchanged
+        from .speculative import to_dict
+        out["speculative"] = to_dict(plan.speculative)
     return out
 
 

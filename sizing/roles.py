@@ -93,6 +93,7 @@ class SpeculativePlan:
     tpot_gain: float                     # TPOT without / with, at the expected batch (1.0: off)
     draft_memory_gb: float               # drafter weights + its KV, per replica
     reason: str                          # words: why this k, or why off
+    draft_model: str | None = None       # vLLM's speculative `model` (the drafter's checkpoint); None: ngram or the target's own MTP layers
 
 
 @dataclass(frozen=True)
