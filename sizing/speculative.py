@@ -377,7 +377,7 @@ def speculate(plan, req, replan):
     head = drafter.head_step(shape, w, profile, True)
     steps = {k: SpeculativeStep(rm.step, k, head) for k in ((s.draft_tokens,) if s.draft_tokens else range(1, K_MAX + 1))}
     stops = stops_paying_batch(rm.step, steps, a, float(engine_max_num_seqs(shape, profile) * engine_ranks(shape)))
-    base_batch = batch = batch_at_statistic(plan.real.in_flight, w.slo_statistic)
+    batch = batch_at_statistic(plan.real.in_flight, w.slo_statistic)
     chosen, k, gain = None, None, 1.0
     for _ in range(4):      # speculation shortens TPOT, so fewer sequences are in flight: settle the batch
         k_n, gain = step_gain(rm.step, steps, a, batch)
@@ -392,10 +392,9 @@ def speculate(plan, req, replan):
     stat = w.slo_statistic
     if chosen is None or gain <= 1.0:
         where = f"batch {stops:.0f}" if stops is not None else "no batch in range"
-        return _off(plan, s, drafter, stops, base_batch,
-                    f"at the expected batch of {base_batch:.1f} ({stat} of the sequences in flight) no k shortens "
-                    f"the time per token (best gain {step_gain(rm.step, steps, a, base_batch)[1]:.2f}x); "
-                    f"it stops paying at {where}")
+        return _off(plan, s, drafter, stops, batch,
+                    f"at the expected batch of {batch:.1f} ({stat} of the sequences in flight) no k shortens "
+                    f"the time per token (best gain {gain:.2f}x); it stops paying at {where}")
     if chosen.gpus_used > plan.gpus_used or (plan.survives_failure and not chosen.survives_failure):
         return _off(plan, s, drafter, stops, batch,
                     f"k={k} pays at batch {batch:.1f} but cuts the capacity per replica from "
