@@ -75,6 +75,8 @@ class Capacity:
 class ReplicaModel:
     """One shape under one profile for one workload: the step model and the queues around it."""
 
+    tokens_per_step = 1.0       # tokens a decode step emits per sequence (speculation: more)
+
     def __init__(self, shape: Shape, workload: Workload, profile: Profile, real: bool = True,
                  batched_tokens: int | None = None, checked: Memory | None = None):
         """`checked`: what `check_shape` returned for this shape and workload (the memory at the
@@ -195,7 +197,8 @@ class ReplicaModel:
         mean = self.step_s(n) / (1 - u)
         # vLLM gives the decodes their tokens first: a step is at most a full-chunk step, however
         # many prompts wait (they wait in the prefill queue, in TTFT, instead).
-        ceiling = max(self.step.step_s(nq, max(self.batched_tokens - nq, 0.0)), mean)
+        # (per token: a step that speculates emits `tokens_per_step` per sequence, sizing.speculative)
+        ceiling = max(self.step.step_s(nq, max(self.batched_tokens - nq, 0.0)) / self.tokens_per_step, mean)
         if uq >= 1:
             return ceiling
         # A batch above its mean lasts a request's lifetime and slows every step, which keeps

@@ -292,7 +292,7 @@ class SpeculativeReplica(ReplicaModel):
                  drafter: Drafter, k: int, acceptance_rate: float):
         super().__init__(shape, workload, profile, real, batched_tokens, checked)
         self.base_step, self.drafter, self.k = self.step, drafter, k
-        self.mean_acceptance_length = e = mean_acceptance_length(acceptance_rate, k)
+        self.mean_acceptance_length = self.tokens_per_step = e = mean_acceptance_length(acceptance_rate, k)
         self.step = step = SpeculativeStep(self.base_step, k, drafter.head_step(shape, workload, profile, real))
         n_max = float(engine_max_num_seqs(shape, profile) * engine_ranks(shape))
         self.branches = _up_to(tuple((a / e, b / e) for a, b in step.decode_branches()), n_max)
@@ -389,30 +389,44 @@ def speculate(plan, req, replan):
         except SizingError as exc:       # e.g. the drafter's memory leaves too little KV
             return _off(plan, s, drafter, stops, batch, f"with k={k} the plan fails: {exc}")
         batch = batch_at_statistic(chosen.real.in_flight, w.slo_statistic)
-    stat = w.slo_statistic
     if chosen is None or gain <= 1.0:
         where = f"batch {stops:.0f}" if stops is not None else "no batch in range"
         return _off(plan, s, drafter, stops, batch,
-                    f"at the expected batch of {batch:.1f} ({stat} of the sequences in flight) no k shortens "
-                    f"the time per token (best gain {gain:.2f}x); it stops paying at {where}")
-    if chosen.gpus_used > plan.gpus_used or (plan.survives_failure and not chosen.survives_failure):
-        return _off(plan, s, drafter, stops, batch,
-                    f"k={k} pays at batch {batch:.1f} but cuts the capacity per replica from "
-                    f"{plan.capacity_per_replica.qps:.2f} to {chosen.capacity_per_replica.qps:.2f} QPS "
-                    "(its capacity batch is where it pays less): more GPUs")
+                    f"at the expected batch of {batch:.1f} ({w.slo_statistic} of the sequences in flight) no k "
+                    f"shortens the time per token (best gain {gain:.2f}x); it stops paying at {where}")
     before, after = _tpot_at_load(rm, plan), _tpot_at_load(chosen.replica_model, plan)
     tpot_gain = before / after if after > 0 and math.isfinite(after) and math.isfinite(before) else 1.0
-    capacity = f"capacity per replica {plan.capacity_per_replica.qps:.2f} -> {chosen.capacity_per_replica.qps:.2f} QPS"
+    refused, effect = _judge(plan, chosen, k, batch, before, after)
+    if refused:
+        return _off(plan, s, drafter, stops, batch, refused)
     e = mean_acceptance_length(a, k)
-    reason = (f"k={k} emits the most tokens per second at the expected batch of {batch:.1f} ({stat}): "
+    reason = (f"k={k} emits the most tokens per second at the expected batch of {batch:.1f} ({w.slo_statistic}): "
               f"{e:.2f} tokens per verify step, the step {gain:.2f}x faster per token"
               + (f"; it stops paying at batch {stops:.0f}" if stops is not None else "; it pays at every batch in range")
-              + f"; {capacity}")
+              + f"; {effect}")
     sp = SpeculativePlan(method=s.method, draft_tokens=k, acceptance_rate=a, mean_acceptance_length=e,
                          stops_paying_batch=stops, expected_batch=batch, enabled=True, tpot_gain=tpot_gain,
                          draft_memory_gb=_draft_memory_gb(drafter, chosen), reason=reason,
                          draft_model=drafter.checkpoint)
     return dataclasses.replace(chosen, speculative=sp)
+
+
+def _judge(plan, chosen, k: int, batch: float, before: float, after: float) -> tuple[str | None, str]:
+    """(why the plan with speculation is refused, or None; what it changes): it must need no more
+    GPUs and keep N+1, and shorten TPOT at the plan's load (a closed loop: raise the clients'
+    throughput, which also raises the prefill share and so can lengthen the tail of TPOT)."""
+    effect = f"capacity per replica {plan.capacity_per_replica.qps:.2f} -> {chosen.capacity_per_replica.qps:.2f} QPS"
+    if chosen.gpus_used > plan.gpus_used or (plan.survives_failure and not chosen.survives_failure):
+        return (f"k={k} pays at batch {batch:.1f} but cuts the {effect} (its capacity batch is where it pays "
+                "less): more GPUs"), effect
+    if plan.request.workload.is_closed_loop:
+        x0, x1 = plan.closed_loop["requests_per_s"], chosen.closed_loop["requests_per_s"]
+        if x1 <= x0:
+            return f"k={k} does not raise the clients' throughput ({x0:.2f} -> {x1:.2f} requests/s)", effect
+        return None, effect + f"; the clients' throughput {x0:.2f} -> {x1:.2f} requests/s per replica"
+    if not after < before:
+        return f"k={k} does not shorten TPOT at the plan's load ({before:.1f} -> {after:.1f} ms)", effect
+    return None, effect
 
 
 def _off(plan, s: SpeculativeRequest, drafter: Drafter, stops, batch: float, reason: str):
@@ -442,7 +456,7 @@ def summary_line(d: dict) -> str:
     head = f"Speculative decoding ({d['method']}, acceptance {d['acceptance_rate']:g})"
     if not d["enabled"]:
         return f"{head}: off; {d['reason']}."
-    return (f"{head}: on, k={d['draft_tokens']}, TPOT {d['tpot_gain']:.2f}x faster at the plan's load; "
+    return (f"{head}: on, k={d['draft_tokens']}, TPOT without / with {d['tpot_gain']:.2f}x at the plan's load; "
             f"{d['reason']}; drafter {d['draft_memory_gb']:.1f} GB per replica.")
 
 

@@ -225,3 +225,10 @@ def test_the_report_says_it_in_one_line(capsys):
     lines = [line for line in out.splitlines() if line.startswith("Speculative decoding (eagle3, acceptance 0.7): on, k=")]
     assert code == 0 and len(lines) == 1
 
+
+
+def test_a_closed_loop_pays_in_the_clients_throughput():
+    base = plan(PlanRequest(workload=Workload(qps=None, concurrency=64)))
+    p = plan(PlanRequest(workload=Workload(qps=None, concurrency=64), speculative=EAGLE))
+    assert p.speculative.enabled and p.closed_loop["requests_per_s"] > base.closed_loop["requests_per_s"]
+    assert "the clients' throughput" in p.speculative.reason
