@@ -57,11 +57,13 @@ from .step import BRANCH_N_MAX, StepModel, build_step
 from .workload import SizingError
 
 K_MAX = 8                    # drafts per step tried when the request leaves k to the plan
-# EAGLE-3's released heads predict over a reduced vocabulary of 32,000 tokens ("draft_vocab_size"
-# in the config.json of yuhuili/EAGLE3-LLaMA3.1-Instruct-8B and -LLaMA3.3-Instruct-70B; EAGLE-3
-# paper section 3): its LM head is that wide; its input embedding is the target's, shared.
+# An EAGLE-3 head for Llama 3 70B is one decoder layer of the target's widths (hidden 8192,
+# intermediate 28672, 64 / 8 heads) predicting over a reduced vocabulary of 32,000 tokens
+# ("num_hidden_layers": 1, "draft_vocab_size": 32000, "torch_dtype": "float16": sgl-project/
+# SpecForge configs/llama3-70B-ealge3.json at 82b62f6): its LM head is that wide; its input
+# embedding is the target's vocabulary, shared with the target.
 EAGLE3_DRAFT_VOCAB = 32000
-EAGLE3_HEAD_WEIGHTS = "bf16"   # the released heads are BF16 checkpoints
+EAGLE3_HEAD_WEIGHTS = "bf16"   # 16-bit heads (the config's float16: the same bytes)
 # The model types whose checkpoints carry MTP layers vLLM loads as a drafter (vllm/config/
 # speculative.py `hf_config_override`, stored copy: deepseek_v3 / deepseek_v32 -> deepseek_mtp;
 # `MTPModelTypes` lists glm4_moe_mtp and qwen3_next_mtp).

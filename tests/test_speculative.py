@@ -89,6 +89,14 @@ def test_the_verify_step_is_nearly_free_at_small_batch_and_costs_its_rows_at_lar
     assert small < 1.2 and large > 1.5 and large > small
 
 
+@pytest.mark.parametrize("n", [1, 7, 64, 300, 1000])
+def test_the_speculative_steps_lines_are_its_cost(n):
+    """The capacity search reads the step as lines (max over a + b n): they price it exactly."""
+    p = reference(1, EAGLE)
+    step = p.replica_model.step
+    assert max(a + b * n for a, b in step.decode_branches()) == pytest.approx(step.decode_s(n), rel=1e-9)
+
+
 def test_a_compute_bound_step_stops_paying_where_its_rows_cost_more_than_the_tokens_they_emit():
     # max(10 ms weight read, 1 ms per token): k = 1 at a = 0.6 emits 1.6 tokens for 2 n rows, so
     # the step pays while 2 n <= 10 and stops where 0.01 x 1.6 / (0.002 n) = 1, n = 8.
