@@ -129,9 +129,9 @@ def group_policies(groups: tuple[ReplicaPlacement, ...]) -> dict[str, dict]:
 # How a request flows (llm-d/llm-d-inference-scheduler v0.8.0 docs/disaggregation.md, "P/D"): the
 # picker chooses a decode pod and a prefill pod of the same zone (components/endpoint_picker.py) and
 # names the prefill pod in the `x-prefiller-host-port` header (pkg/common/common.go
-# PrefillEndpointHeader); Envoy sends the request to the decode pod's routing sidecar on the API port,
+# L11 PrefillEndpointHeader); Envoy sends the request to the decode pod's routing sidecar on the API port,
 # which asks the prefill pod's vLLM for the prompt's KV (`do_remote_decode`) and then its own vLLM, on
-# DECODE_ENGINE_PORT, to decode with that KV pulled over NIXL (pkg/sidecar/proxy/proxy.go: POST
+# DECODE_ENGINE_PORT, to decode with that KV pulled over NIXL (pkg/sidecar/proxy/proxy.go L390-L399: POST
 # /v1/chat/completions and /v1/completions go through the P/D handler, everything else, /metrics
 # included, is proxied to vLLM; GET /health is answered by the sidecar itself, so the engine's own
 # probes go to the engine's port).
@@ -159,7 +159,7 @@ def side_channel_ports(spec: ServingSpec) -> list[int]:
 
 
 def routing_sidecar_container(spec: ServingSpec) -> dict:
-    """llm-d's routing sidecar (v0.8.0 flags: pkg/sidecar/proxy/options.go AddFlags), a native sidecar
+    """llm-d's routing sidecar (v0.8.0 flags: pkg/sidecar/proxy/options.go L123 AddFlags), a native sidecar
     (an init container that keeps running) as llm-d's own P/D deployment runs it
     (deploy/components/vllm-sim-pd/deployments.yaml): it starts before vLLM and stops after it, so it
     keeps proxying while vLLM drains. Plain HTTP inside the pod network, as vLLM's own port is."""

@@ -108,7 +108,7 @@ EXTERNAL_DNS_CHART_VERSION = "1.21.1"                  # kubernetes-sigs; app 0.
 
 # -- disaggregated prefill/decode and speculative decoding (docs/disaggregation-deploy.md) ----------
 # The role label llm-d's scheduler filters pods by (llm-d/llm-d-inference-scheduler v0.8.0
-# pkg/epp/framework/plugins/scheduling/filter/bylabel/roles.go: RoleLabel, RolePrefill, RoleDecode).
+# pkg/epp/framework/plugins/scheduling/filter/bylabel/roles.go L11-L16: RoleLabel, RoleDecode, RolePrefill).
 LABEL_LLM_D_ROLE = "llm-d.ai/role"
 ANNOTATION_SERVING_ROLE = "llm-serving.io/serving-role"        # aggregated | prefill | decode (the plan's pool)
 ANNOTATION_KV_LINK = "llm-serving.io/kv-transfer-link"         # nvlink | efa: the plan's prefill -> decode link
@@ -120,7 +120,7 @@ ANNOTATION_SPECULATIVE_ACCEPTANCE = "llm-serving.io/speculative-acceptance-rate"
 NIXL_SIDE_CHANNEL_PORT = 5600
 DECODE_ENGINE_PORT = 8200
 # The P/D picker and the decode pods' routing sidecar: llm-d inference scheduler v0.8.0, built against
-# gateway-api-inference-extension v1.5.0 (its go.mod), the picker version pinned above. By tag: no
+# gateway-api-inference-extension v1.5.0 (its go.mod L37), the picker version pinned above. By tag: no
 # published digest was found in source or docs (docs/disaggregation-deploy.md).
 LLM_D_SCHEDULER_IMAGE = "ghcr.io/llm-d/llm-d-inference-scheduler:v0.8.0"
 LLM_D_ROUTING_SIDECAR_IMAGE = "ghcr.io/llm-d/llm-d-routing-sidecar:v0.8.0"

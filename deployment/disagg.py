@@ -2,8 +2,8 @@
 (its NIXL connector, its speculation), placement per zone, disruption budget, drain and policy
 annotations, all from the plan's `serving_pools`, `kv_transfer` and `speculative` (sizing.roles).
 
-Pure Python (no Pulumi): components/serving.py builds one workload per (pool, zone) from the
-`ServingSpec` each pool gets here; docs/disaggregation-deploy.md says what runs where and why.
+Pure Python (no Pulumi): deployment/serving.py turns these into one `ServingSpec` per pool, and
+components/serving.py builds one workload per (pool, zone); docs/disaggregation-deploy.md says why.
 
 Upstream, at the versions pinned in conventions (checked in the source, not run):
 - vLLM's NixlConnector reads `kv_connector_extra_config.backends` (default ["UCX"]; no environment
@@ -24,13 +24,12 @@ from dataclasses import replace
 from conventions import (
     ANNOTATION_ENVIRONMENT, ANNOTATION_GPUS_PER_NODE, ANNOTATION_KV_LINK, ANNOTATION_REPLICA_CAPACITY_QPS,
     ANNOTATION_SERVING_ROLE, ANNOTATION_SPECULATIVE_ACCEPTANCE, ANNOTATION_SPECULATIVE_METHOD, ANNOTATION_TARGET_QPS,
-    ANNOTATION_TENSOR_PARALLEL, ANNOTATION_ZONE, DECODE_ENGINE_PORT, LABEL_LLM_D_ROLE, PROJECT, VLLM_API_PORT,
+    ANNOTATION_TENSOR_PARALLEL, ANNOTATION_ZONE, LABEL_LLM_D_ROLE, PROJECT,
 )
 from settings import StackSettings
 from sizing.planner import Plan
 from sizing.roles import KvTransfer, ServingPool
 
-from .drain import longest_request_s
 
 KV_CONNECTOR = "NixlConnector"
 KV_ROLE = "kv_both"            # llm-d's P/D guide runs both roles as kv_both: the request says which side it is
@@ -101,16 +100,6 @@ def pool_engine_args(engine, pool: ServingPool):
 
 
 # -- drain, disruption, annotations per pool ------------------------------------------------------
-def pool_longest_request_s(plan: Plan, role: str) -> float:
-    """The longest a replica of `role` holds a request. Decode (and aggregated): the whole generation
-    (deployment.drain.longest_request_s). Prefill: the prompt within the TTFT SLO, then its KV held
-    until the decode pulls it, at most the plan's lease; no generation runs there."""
-    if role != "prefill":
-        return longest_request_s(plan)
-    lease = plan.kv_transfer.kv_lease_s if plan.kv_transfer is not None else 0.0
-    return plan.request.workload.ttft_slo_s + lease
-
-
 def pool_labels(role: str, app_labels: dict) -> dict[str, str]:
     """The serving pods' labels plus llm-d's role label (which the P/D picker's filters select by)."""
     return {**app_labels, LABEL_LLM_D_ROLE: role} if role in DISAGGREGATED_ROLES else dict(app_labels)

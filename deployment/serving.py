@@ -20,9 +20,9 @@ from sizing.roles import ServingPool
 
 from .disagg import (
     DISAGGREGATED_ROLES, is_disaggregated, kv_over_efa, kv_transfer_config, pool_annotations, pool_engine_args,
-    pool_labels, pool_longest_request_s, speculative_annotations, speculative_config,
+    pool_labels, speculative_annotations, speculative_config,
 )
-from .drain import DrainTiming, drain_timing, longest_request_s
+from .drain import DrainTiming, drain_timing, longest_request_s, pool_longest_request_s
 from .engine import VllmLaunch
 
 
@@ -217,7 +217,10 @@ class ServingSpec:
 def serving_spec(plan: Plan, settings: StackSettings) -> ServingSpec:
     gpus = plan.tp
     drain = drain_timing(longest_request_s(plan))
-    zones = tuple(ZoneReplicas(z, n, zone_node_slots(plan, z)[1]) for z, n in plan.replicas_by_zone.items() if n)
+    # A disaggregated plan's pools replace the aggregated replicas (pool_serving_specs): none of their own.
+    disaggregated = is_disaggregated(plan)
+    zones = () if disaggregated else tuple(
+        ZoneReplicas(z, n, zone_node_slots(plan, z)[1]) for z, n in plan.replicas_by_zone.items() if n)
     launch = VllmLaunch(plan.engine_args, model=served_checkpoint(plan, settings),
                         served_model_name=served_model_name(plan, settings),
                         shutdown_timeout=drain.shutdown_timeout_s, speculative_config=speculative_config(plan))
@@ -228,14 +231,12 @@ def serving_spec(plan: Plan, settings: StackSettings) -> ServingSpec:
         cpu=max(1, int(plan.instance.vcpus / plan.instance.gpus * gpus * CPU_SHARE_OF_GPU_SLICE)),
         memory_gib=MEMORY_GIB_PER_GPU * gpus, shm_gib=SHM_GIB_PER_GPU * gpus,
         drain=drain, startup_s=startup_budget_s(plan.weights_gb), zones=zones,
-        groups=tuple(p for p in replica_placements(plan) if p.group is not None),
+        groups=() if disaggregated else tuple(p for p in replica_placements(plan) if p.group is not None),
         burst_queue_target=burst_queue_target(plan),
-        disruption_budget=disruption_budget(plan, max(n.replicas for n in plan.nodes)),
-        annotations={z: policy_annotations(plan, settings.environment, z) for z in plan.replicas_by_zone})
-    if not is_disaggregated(plan):
-        return spec
-    # The prefill and decode pools replace the aggregated replicas (deployment.disagg).
-    return replace(spec, zones=(), groups=(), pools=pool_serving_specs(plan, settings, spec))
+        disruption_budget={} if disaggregated else disruption_budget(plan, max(n.replicas for n in plan.nodes)),
+        annotations={} if disaggregated else {z: policy_annotations(plan, settings.environment, z)
+                                              for z in plan.replicas_by_zone})
+    return replace(spec, pools=pool_serving_specs(plan, settings, spec)) if disaggregated else spec
 
 
 # -- a disaggregated plan's pools (deployment.disagg) ----------------------------------------

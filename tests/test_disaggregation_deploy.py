@@ -211,8 +211,11 @@ def test_kv_over_efa_requests_the_nodes_efa_devices(disaggregated_planner, build
             assert int(engine_of(d)["resources"]["limits"][EFA_RESOURCE]) > 0
             assert json.loads(arg(engine_of(d), "--kv-transfer-config"))["kv_connector_extra_config"]["backends"] == [
                 "LIBFABRIC"]
-    assert rec.of_type("kubernetes:helm.sh/v3:Release") and any(
-        r.name == "efa-plugin" or r.name.startswith("efa-plugin") for r in rec.resources)
+    # The nodes get EFA interfaces (launch templates), and the EFA device plugin is installed.
+    templates = [r for r in rec.of_type("aws:ec2/launchTemplate:LaunchTemplate") if r.inputs.get("networkInterfaces")]
+    assert len(templates) == len(rec.plan.request.pools)
+    assert all(i["interfaceType"] == "efa" for t in templates for i in t.inputs["networkInterfaces"])
+    assert any(r.name.startswith("efa-plugin") for r in rec.of_type("kubernetes:helm.sh/v3:Release"))
 
 
 @pytest.mark.parametrize("link, ports", [("nvlink", [{"protocol": "TCP"}]),
