@@ -135,6 +135,7 @@ def group_policies(groups: tuple[ReplicaPlacement, ...]) -> dict[str, dict]:
 # /v1/chat/completions and /v1/completions go through the P/D handler, everything else, /metrics
 # included, is proxied to vLLM; GET /health is answered by the sidecar itself, so the engine's own
 # probes go to the engine's port).
+
 # NCCL/libfabric over EFA as the multi-node replicas set it (components/serving.py EFA_ENV):
 # libfabric's efa provider with GPUDirect RDMA, which NIXL's LIBFABRIC backend uses the same way.
 EFA_KV_ENV = ({"name": "FI_PROVIDER", "value": "efa"}, {"name": "FI_EFA_USE_DEVICE_RDMA", "value": "1"})

@@ -541,6 +541,22 @@ def test_every_policy_has_a_failing_and_a_passing_case():
     ("capacity block bought without opt-in", "capacity-block-opt-in",
      "capacity block block would buy offering cbr-0123456789abcdef0, which cannot be refunded, without the "
      "llm-serving.io/purchase-approved: 'true' tag"),
+    ("decode without a prefill in its zone", "pd-pair-in-one-zone",
+     "us-east-1b runs 1 decode replica and no prefill replica: its decode pods would pair with another zone's"),
+    ("P/D pool short after a zone loss", "pool-capacity-after-zone-loss",
+     "losing us-east-1a leaves the decode pool 5 of 10 QPS at the SLOs, short of the 10 QPS target"),
+    ("KV planned over EFA, rendered over UCX without EFA", "kv-transfer-on-planned-fabric",
+     "Deployment vllm-decode-us-east-1a: the plan's KV link is efa but NIXL's backends are ['UCX']; set "
+     "kv_connector_extra_config.backends to [\"LIBFABRIC\"]"),
+    ("KV planned over EFA, rendered over UCX without EFA", "kv-transfer-on-planned-fabric",
+     "Deployment vllm-prefill-us-east-1b: the plan's KV link is efa but it may run on node groups without EFA "
+     "interfaces: ng-us-east-1b"),
+    ("KV planned over NVLink across two nodes", "kv-transfer-on-planned-fabric",
+     "the plan's KV link is nvlink, but the prefill and decode pods of us-east-1a may land on 2 nodes (p5.48xlarge): "
+     "a pair over NVLink needs both on one node; plan the link as efa or give the zone one node"),
+    ("speculation without its acceptance", "speculative-plan-declares-acceptance",
+     "Deployment vllm-us-east-1a speculates but declares no acceptance in (0, 1) "
+     "(llm-serving.io/speculative-acceptance-rate: None); the plan's TPOT gain depends on it"),
 ])
 def test_exact_messages(case, policy, message):
     mutate, _ = CASES[case]
