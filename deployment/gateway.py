@@ -102,9 +102,13 @@ def route_timeouts(plan: Plan) -> RouteTimeouts:
 def circuit_limits(plan: Plan, proxies: int) -> dict:
     """Per proxy: its share of what the fleet can hold in flight (max_num_seqs per replica);
     beyond that Envoy answers 503 at once instead of queueing in front of full engines."""
-    in_flight = math.ceil(plan.replicas * plan.engine_args.max_num_seqs / proxies)
+    # A disaggregated plan's requests are held, start to end, by its decode pods (their routing sidecar).
+    decode = plan.pools_by_role.get("decode")
+    replicas, seqs = (decode.replicas, decode.max_num_seqs or plan.engine_args.max_num_seqs) if decode else (
+        plan.replicas, plan.engine_args.max_num_seqs)
+    in_flight = math.ceil(replicas * seqs / proxies)
     return {"maxConnections": in_flight, "maxParallelRequests": in_flight, "maxPendingRequests": in_flight,
-            "maxParallelRetries": max(1, plan.replicas)}
+            "maxParallelRetries": max(1, replicas)}
 
 
 MIN_PICKER_REPLICAS = 2

@@ -388,7 +388,12 @@ class SpeculativeSettings(_Strict):
     draftTokens: int | None = Field(None, ge=1, le=16)     # k; None: the plan chooses it per expected batch
     # Workload-specific, so never defaulted: a plan without it is refused (validate_default: None is checked).
     acceptanceRate: float | None = Field(None, gt=0, lt=1, validate_default=True)
-    draftModel: str | None = Field(None, min_length=1, max_length=200)   # method draft / eagle3: the drafter
+    draftModel: str | None = None      # method draft / eagle3: the drafter (a hub id or /models/..., as model.checkpoint)
+
+    @field_validator("draftModel")
+    @classmethod
+    def _drafter_name(cls, v: str | None) -> str | None:
+        return None if v is None else valid_checkpoint(v)
 
     @field_validator("acceptanceRate")
     @classmethod

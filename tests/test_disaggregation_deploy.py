@@ -54,10 +54,13 @@ def problems(config: dict) -> list[str]:
      "in the model cache)"),
     ({"speculative": {"method": "ngram", "acceptanceRate": 0.6, "draftModel": "x"}},
      "llm-serving:serving.speculative: method ngram drafts from the prompt and needs no draftModel; drop it"),
+    ({"speculative": {"method": "eagle3", "acceptanceRate": 0.6, "draftModel": "$(rm -rf /)"}},
+     "llm-serving:serving.speculative.draftModel: '$(rm -rf /)' is not a checkpoint; use a model hub id (org/name) "
+     "or a path under /models/ on the node's model cache, without '..' or spaces"),
     ({"mode": "split"},
      "llm-serving:serving.mode: unknown value 'split'; choose one of: aggregated, disaggregated, auto"),
 ], ids=["no-acceptance", "acceptance-above-1", "unknown-method", "k-zero", "draft-without-model", "ngram-with-model",
-        "unknown-mode"])
+        "hostile-drafter", "unknown-mode"])
 def test_a_bad_serving_key_is_one_line_naming_it(serving, expected):
     assert problems(prod_with(serving)) == [expected]
 
@@ -115,6 +118,15 @@ def test_each_pool_gets_its_own_port_placement_drain_and_budget(disaggregated_pl
     w = plan.request.workload
     assert prefill.drain.shutdown_timeout_s == math.ceil(w.ttft_slo_s + plan.kv_transfer.kv_lease_s)
     assert decode.drain.shutdown_timeout_s == math.ceil(w.ttft_slo_s + plan.engine_args.max_model_len * w.tpot_slo_s)
+
+
+def test_the_gateways_circuit_limits_count_the_decode_pods_that_hold_requests(disaggregated_planner):
+    disaggregated_planner(decode={"us-east-1a": 3, "us-east-1b": 3})
+    plan, spec = spec_of(DISAGGREGATED)
+    decode = plan.pools_by_role["decode"]
+    in_flight = math.ceil(decode.replicas * decode.max_num_seqs / spec.gateway.proxies)
+    assert spec.gateway.circuit_limits == {"maxConnections": in_flight, "maxParallelRequests": in_flight,
+                                           "maxPendingRequests": in_flight, "maxParallelRetries": decode.replicas}
 
 
 @pytest.mark.parametrize("overrides, expected", [
