@@ -52,7 +52,7 @@ def problems(config: dict) -> list[str]:
     ({"speculative": {"method": "draft", "acceptanceRate": 0.6}},
      "llm-serving:serving.speculative: method draft needs draftModel: the drafter's checkpoint (a hub id or a path "
      "in the model cache)"),
-    ({"speculative": {"method": "ngram", "acceptanceRate": 0.6, "draftModel": "x"}},
+    ({"speculative": {"method": "ngram", "acceptanceRate": 0.6, "draftModel": "org/drafter"}},
      "llm-serving:serving.speculative: method ngram drafts from the prompt and needs no draftModel; drop it"),
     ({"speculative": {"method": "eagle3", "acceptanceRate": 0.6, "draftModel": "$(rm -rf /)"}},
      "llm-serving:serving.speculative.draftModel: '$(rm -rf /)' is not a checkpoint; use a model hub id (org/name) "
