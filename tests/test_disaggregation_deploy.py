@@ -67,9 +67,9 @@ def test_a_bad_serving_key_is_one_line_naming_it(serving, expected):
 
 def test_serving_keys_reach_the_plan_request():
     from sizing.roles import SpeculativeRequest
-    settings = settings_from_config("prod", prod_with({"mode": "disaggregated", "speculative": {**EAGLE, "draftModel": "d"}}))
+    settings = settings_from_config("prod", prod_with({"mode": "disaggregated", "speculative": {**EAGLE, "draftModel": "org/drafter"}}))
     req = settings.plan_request()
-    assert (req.serving_mode, req.speculative) == ("disaggregated", SpeculativeRequest("eagle3", 3, 0.7, "d"))
+    assert (req.serving_mode, req.speculative) == ("disaggregated", SpeculativeRequest("eagle3", 3, 0.7, "org/drafter"))
     # `llmserve size --stack` reads the same keys, and none of the stack's own serving keys.
     body = settings_from_config("prod", prod_with({"mode": "disaggregated", "burstScaling": False})).request_body()
     assert body["serving"] == {"mode": "disaggregated"}
