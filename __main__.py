@@ -91,7 +91,7 @@ if spec.spans_nodes:     # replicas that span nodes: one LeaderWorkerSet each, a
 serving = Serving("serving", ServingArgs(
     spec=spec.serving, provider=cluster.k8s_provider, hub_token=secret("hubToken"), gateway_namespace=GATEWAY_CONTROLLER_NAMESPACE,
     group_controller=lws.release if lws else None,
-    efa_devices=min(p.efa_interfaces for p in gpu_pools) if spec.spans_nodes else 0,
+    efa_devices=min(p.efa_interfaces for p in gpu_pools) if spec.spans_nodes or spec.kv_over_efa else 0,
     kubernetes_version=settings.kubernetesVersion),
     opts=pulumi.ResourceOptions(depends_on=serving_after))
 certificate = GatewayCertificate("gateway-certificate", GatewayCertificateArgs(

@@ -18,12 +18,16 @@ per zone (two at least) with a PDB, and `LLMServingEndpointPickerDown` (critical
 from __future__ import annotations
 
 import ipaddress
+import math
 from dataclasses import dataclass
+
+import yaml
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from conventions import ENDPOINT_PICKER_IMAGE, PICKER_GRPC_PORT, PICKER_HEALTH_PORT, PICKER_METRICS_PORT, VLLM_API_PORT
+from conventions import LABEL_ZONE, LLM_D_SCHEDULER_IMAGE
 
 from conventions import HOST_KEY, POOL_API, SERVICE_CIDR, SYSTEM_ROLE_LABEL, ZONE_KEY
 from deployment.gateway import PICKER_LABELS
@@ -68,11 +72,50 @@ class EndpointPickerArgs:
     monitoring_namespace: str
     vpc_cidr: str                   # network.vpcCidr: the API server's private endpoint lives there
     prefix_aware: bool = False      # the plan counts on per-conversation prefix reuse (see PREFIX_AWARE_CONFIG)
+    pd_zones: tuple[str, ...] = ()  # a disaggregated plan's zones: one P/D picker each (pd_picker_config)
 
 
-def picker_container(pool_name: str, namespace: str) -> dict:
+# -- disaggregated prefill/decode ------------------------------------------------------------------
+# GAIE v1.5.0's picker has no P/D handler: its runner registers one profile handler,
+# `single-profile-handler` (kubernetes-sigs/gateway-api-inference-extension v1.5.0
+# cmd/epp/runner/runner.go L456, registerInTreePlugins; pkg/epp/framework/plugins/scheduling/profile/
+# holds nothing else). llm-d's inference scheduler v0.8.0 (built on GAIE v1.5.0, its go.mod) registers
+# GAIE's plugins and its own (pkg/epp/framework/plugins/register.go L21-L49): the `prefill-filter` and
+# `decode-filter` on the `llm-d.ai/role` label (filter/bylabel/roles.go), the `by-label` filter
+# (filter/bylabel/filter.go: label, validValues, allowsNoLabel), the `disagg-profile-handler`
+# (profilehandler/disagg/disagg_profile_handler.go L26: parameters profiles and deciders), the
+# `disagg-headers-handler` that names the chosen prefill pod to the decode pod's sidecar, and the
+# deciders `always-disagg-pd-decider` and `prefix-based-pd-decider`. Its sample P/D config is
+# deploy/config/pd-epp-config.yaml at v0.8.0, which this follows, with two changes:
+# - the decider is `always-disagg-pd-decider`: the plan sizes the decode pool for decode steps only
+#   and every prompt's prefill on the prefill pool (TTFT includes the transfer); the prefix-based
+#   decider would run short or cached prompts on decode pods;
+# - each zone has its own picker, whose two profiles keep to its zone's pods (`by-label` on the pods'
+#   zone label): a prefill/decode pair never spans zones, whichever picker replica answers.
+PD_SCORERS = (("queue-scorer", 1), ("kv-cache-utilization-scorer", 1))
+PD_DECIDER = "always-disagg-pd-decider"
+
+
+def pd_picker_config(zone: str) -> str:
+    """llm-d's EndpointPickerConfig for the P/D pairs of one zone."""
+    zone_filter = {"name": "zone-filter", "type": "by-label",
+                   "parameters": {"label": LABEL_ZONE, "validValues": [zone], "allowsNoLabel": False}}
+    plugins = [{"type": "disagg-headers-handler"}, zone_filter, {"type": "prefill-filter"}, {"type": "decode-filter"},
+               *({"type": name} for name, _ in PD_SCORERS), {"type": "max-score-picker"}, {"type": PD_DECIDER},
+               {"type": "disagg-profile-handler", "parameters": {"deciders": {"prefill": PD_DECIDER}}}]
+
+    def profile(role: str) -> dict:
+        return {"name": role, "plugins": [{"pluginRef": "zone-filter"}, {"pluginRef": f"{role}-filter"},
+                                          *({"pluginRef": n, "weight": w} for n, w in PD_SCORERS),
+                                          {"pluginRef": "max-score-picker"}]}
+    return yaml.safe_dump({"apiVersion": "inference.networking.x-k8s.io/v1alpha1", "kind": "EndpointPickerConfig",
+                           "plugins": plugins, "schedulingProfiles": [profile("prefill"), profile("decode")]},
+                          sort_keys=False)
+
+
+def picker_container(pool_name: str, namespace: str, image: str = ENDPOINT_PICKER_IMAGE) -> dict:
     return {
-        "name": "epp", "image": ENDPOINT_PICKER_IMAGE,
+        "name": "epp", "image": image,
         "args": ["--pool-name", pool_name, "--pool-namespace", namespace,
                  "--pool-group", "inference.networking.k8s.io",
                  "--config-file", f"/config/{CONFIG_FILE}",
@@ -136,11 +179,15 @@ class EndpointPicker(pulumi.ComponentResource):
         o = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=after(opts))
 
         account = self._access(name, ns, args, o)
-        config = k8s.core.v1.ConfigMap(f"{name}-config", metadata={"name": self.picker_name, "namespace": ns},
-                                       data={CONFIG_FILE: PREFIX_AWARE_CONFIG if args.prefix_aware else PICKER_CONFIG},
-                                       opts=o)
-        self.deployment = self._deployment(name, ns, config, pulumi.ResourceOptions(
-            parent=self, provider=args.provider, depends_on=[config, account]))
+        if args.pd_zones:
+            self._pd_pickers(name, ns, args, account, o)
+        else:
+            config = k8s.core.v1.ConfigMap(f"{name}-config", metadata={"name": self.picker_name, "namespace": ns},
+                                           data={CONFIG_FILE: PREFIX_AWARE_CONFIG if args.prefix_aware else PICKER_CONFIG},
+                                           opts=o)
+            self.deployment = self._deployment(name, ns, config, pulumi.ResourceOptions(
+                parent=self, provider=args.provider, depends_on=[config, account]))
+            self.deployments = [self.deployment]
         self.pdb = k8s.policy.v1.PodDisruptionBudget(
             f"{name}-pdb", metadata={"name": self.picker_name, "namespace": ns},
             spec={"minAvailable": 1, "selector": {"matchLabels": dict(PICKER_LABELS)}}, opts=o)
@@ -187,20 +234,41 @@ class EndpointPicker(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[role, account]))
         return account
 
-    def _deployment(self, name: str, ns: str, config, opts: pulumi.ResourceOptions) -> k8s.apps.v1.Deployment:
+    def _pd_pickers(self, name: str, ns: str, args: EndpointPickerArgs, account, o: pulumi.ResourceOptions) -> None:
+        """One llm-d picker per zone (pd_picker_config), all behind the one Service the pool names, so
+        any replica answers with a pair of its own zone; the replicas split over the zones, one each
+        at least (a zone's picker down, the others' pairs take its requests, as after a zone loss)."""
+        per_zone = max(1, math.ceil(self.replicas / len(args.pd_zones)))
+        self.replicas = per_zone * len(args.pd_zones)
+        self.deployments = []
+        for zone in args.pd_zones:
+            config = k8s.core.v1.ConfigMap(
+                f"{name}-{zone}-config", metadata={"name": f"{self.picker_name}-{zone}", "namespace": ns},
+                data={CONFIG_FILE: pd_picker_config(zone)}, opts=o)
+            self.deployments.append(self._deployment(
+                f"{name}-{zone}", ns, config,
+                pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[config, account]),
+                replicas=per_zone, labels={**PICKER_LABELS, LABEL_ZONE: zone}, image=LLM_D_SCHEDULER_IMAGE,
+                workload=f"{self.picker_name}-{zone}"))
+        self.deployment = self.deployments[0]
+
+    def _deployment(self, name: str, ns: str, config, opts: pulumi.ResourceOptions, replicas: int | None = None,
+                    labels: dict | None = None, image: str = ENDPOINT_PICKER_IMAGE,
+                    workload: str | None = None) -> k8s.apps.v1.Deployment:
+        labels = labels or dict(PICKER_LABELS)
         return k8s.apps.v1.Deployment(
-            f"{name}-deploy", metadata={"name": self.picker_name, "namespace": ns, "labels": dict(PICKER_LABELS)},
+            f"{name}-deploy", metadata={"name": workload or self.picker_name, "namespace": ns, "labels": dict(labels)},
             spec={
-                "replicas": self.replicas,
-                "selector": {"matchLabels": dict(PICKER_LABELS)},
-                "template": {"metadata": {"labels": dict(PICKER_LABELS)}, "spec": {
+                "replicas": self.replicas if replicas is None else replicas,
+                "selector": {"matchLabels": dict(labels)},
+                "template": {"metadata": {"labels": dict(labels)}, "spec": {
                     "serviceAccountName": self.picker_name,
                     # The one pod here that calls the API server: its token is mounted, the account's
                     # default (off) is not used.
                     **pod_security(talks_to_api_server=True),
                     "nodeSelector": dict(SYSTEM_ROLE_LABEL),
-                    "topologySpreadConstraints": spread(PICKER_LABELS, keys=(ZONE_KEY, HOST_KEY)),
-                    "containers": [picker_container(self.pool_name, ns)],
+                    "topologySpreadConstraints": spread(labels, keys=(ZONE_KEY, HOST_KEY)),
+                    "containers": [picker_container(self.pool_name, ns, image)],
                     "volumes": [{"name": "config", "configMap": {"name": config.metadata["name"]}}, SCRATCH_VOLUME],
                 }},
             },

@@ -214,7 +214,7 @@ class Gateway(pulumi.ComponentResource):
             self.picker = EndpointPicker(f"{name}-picker", EndpointPickerArgs(
                 replicas=args.spec.pickers, provider=args.provider, namespace=args.namespace,
                 gateway_namespace=GATEWAY_CONTROLLER_NAMESPACE, monitoring_namespace=args.monitoring_namespace,
-                vpc_cidr=args.spec.vpc_cidr, prefix_aware=args.spec.prefix_aware),
+                vpc_cidr=args.spec.vpc_cidr, prefix_aware=args.spec.prefix_aware, pd_zones=args.spec.pd_zones),
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[*crds, *self._after]))
             backend = {"group": POOL_API.split("/")[0], "kind": "InferencePool", "name": self.picker.pool_name}
         else:

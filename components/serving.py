@@ -25,6 +25,8 @@ from conventions import (
     LABEL_ENVIRONMENT, LABEL_POOL, LABEL_ROLE, LABEL_ZONE, LWS_API_VERSION, LWS_KIND, METRICS_PROXY_IMAGE, MODEL_CACHE_PATH,
     MONITORING_NAMESPACE, ROLE_SERVING_WORKER, SYSTEM_ROLE_LABEL, VLLM_API_PORT, VLLM_IMAGE, VLLM_METRICS_PORT, ZONE_KEY,
 )
+from conventions import DECODE_ENGINE_PORT, LABEL_LLM_D_ROLE, LLM_D_ROUTING_SIDECAR_IMAGE, NIXL_SIDE_CHANNEL_PORT
+from deployment.disagg import DISAGGREGATED_ROLES
 from deployment.engine import CONTAINER_CACHE_PATH, LEADER_ADDRESS, WORKER_INDEX, multi_node_args, vllm_args
 from deployment.serving import (
     APP_LABELS, HUB_TOKEN_DIR, HUB_TOKEN_KEY, ReplicaPlacement, ServingSpec, leader_worker_set_spec,
@@ -119,6 +121,108 @@ def group_policies(groups: tuple[ReplicaPlacement, ...]) -> dict[str, dict]:
             **egress_policies({LABEL_APP_NAME: "vllm", LABEL_ROLE: ROLE_SERVING_WORKER}, "vllm-worker-hub-egress")}
 
 
+# -- a disaggregated plan's pods (prefill and decode) --------------------------------------------
+# The pieces a disaggregated plan adds to the serving pods: NIXL's side channel on both roles,
+# llm-d's routing sidecar on decode pods, EFA for the transfer, and the network policies that let
+# a zone's prefill and decode pods (and only those) talk.
+#
+# How a request flows (llm-d/llm-d-inference-scheduler v0.8.0 docs/disaggregation.md, "P/D"): the
+# picker chooses a decode pod and a prefill pod of the same zone (components/endpoint_picker.py) and
+# names the prefill pod in the `x-prefiller-host-port` header (pkg/common/common.go
+# L11 PrefillEndpointHeader); Envoy sends the request to the decode pod's routing sidecar on the API port,
+# which asks the prefill pod's vLLM for the prompt's KV (`do_remote_decode`) and then its own vLLM, on
+# DECODE_ENGINE_PORT, to decode with that KV pulled over NIXL (pkg/sidecar/proxy/proxy.go L390-L399: POST
+# /v1/chat/completions and /v1/completions go through the P/D handler, everything else, /metrics
+# included, is proxied to vLLM; GET /health is answered by the sidecar itself, so the engine's own
+# probes go to the engine's port).
+
+# NCCL/libfabric over EFA as the multi-node replicas set it (components/serving.py EFA_ENV):
+# libfabric's efa provider with GPUDirect RDMA, which NIXL's LIBFABRIC backend uses the same way.
+EFA_KV_ENV = ({"name": "FI_PROVIDER", "value": "efa"}, {"name": "FI_EFA_USE_DEVICE_RDMA", "value": "1"})
+SIDECAR_CONNECTOR = "nixlv2"     # the sidecar's name for vLLM's NixlConnector protocol (pkg/sidecar/proxy/options.go)
+
+
+def workload_name(prefix: str, spec: ServingSpec, zone: str | None = None) -> str:
+    """`vllm-<zone>` for the aggregated replicas (unchanged), `vllm-<role>-<zone>` for a pool's."""
+    parts = [prefix] + ([spec.role] if spec.role != "aggregated" else []) + ([zone] if zone else [])
+    return "-".join(parts)
+
+
+def engine_port_name(spec: ServingSpec) -> str:
+    """The engine's port name: `http` where vLLM takes the API port itself; on decode pods the routing
+    sidecar takes it (and the name `http` the Service and the pool target), vLLM listens behind it."""
+    return "engine" if spec.role == "decode" else "http"
+
+
+def side_channel_ports(spec: ServingSpec) -> list[int]:
+    """NIXL's handshake listener per data-parallel rank (VLLM_NIXL_SIDE_CHANNEL_PORT + rank)."""
+    return [NIXL_SIDE_CHANNEL_PORT + rank for rank in range(spec.launch.engine.data_parallel_size)]
+
+
+def routing_sidecar_container(spec: ServingSpec) -> dict:
+    """llm-d's routing sidecar (v0.8.0 flags: pkg/sidecar/proxy/options.go L123 AddFlags), a native sidecar
+    (an init container that keeps running) as llm-d's own P/D deployment runs it
+    (deploy/components/vllm-sim-pd/deployments.yaml): it starts before vLLM and stops after it, so it
+    keeps proxying while vLLM drains. Plain HTTP inside the pod network, as vLLM's own port is."""
+    dp = spec.launch.engine.data_parallel_size
+    args = [f"--port={VLLM_API_PORT}", f"--vllm-port={DECODE_ENGINE_PORT}", f"--kv-connector={SIDECAR_CONNECTOR}",
+            "--secure-proxy=false"] + ([f"--data-parallel-size={dp}"] if dp > 1 else [])
+    return {
+        "name": "routing-sidecar", "image": LLM_D_ROUTING_SIDECAR_IMAGE, "args": args, "restartPolicy": "Always",
+        "ports": [{"name": "http", "containerPort": VLLM_API_PORT, "protocol": "TCP"}],
+        "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+        "resources": {"requests": {"cpu": "250m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
+        "securityContext": container_security(),
+        "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 5},
+    }
+
+
+def with_kv_transfer(pod: dict, spec: ServingSpec, efa_devices: int) -> dict:
+    """A pool's pod spec with NIXL's side channel on the engine (advertised at the pod's own IP: the
+    connector's default host is localhost), EFA devices when the transfer runs on EFA, and on decode
+    pods the routing sidecar."""
+    containers = [dict(c) for c in pod["containers"]]
+    engine = containers[0]
+    engine["env"] = [*engine["env"],
+                     {"name": "VLLM_NIXL_SIDE_CHANNEL_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                     {"name": "VLLM_NIXL_SIDE_CHANNEL_PORT", "value": str(NIXL_SIDE_CHANNEL_PORT)}]
+    engine["ports"] = [*engine["ports"], *({"name": f"nixl-{i}" if i else "nixl", "containerPort": port, "protocol": "TCP"}
+                                           for i, port in enumerate(side_channel_ports(spec)))]
+    if spec.kv_over_efa and efa_devices:
+        engine["resources"] = {part: {**engine["resources"][part], EFA_RESOURCE: str(efa_devices)}
+                               for part in ("limits", "requests")}
+        engine["env"] = [*engine["env"], *EFA_KV_ENV]
+    out = {**pod, "containers": containers}
+    if spec.role == "decode":
+        out["initContainers"] = [routing_sidecar_container(spec)]
+    return out
+
+
+def kv_transfer_policies(pools: tuple[ServingSpec, ...]) -> dict[str, dict]:
+    """Per zone, its prefill and decode pods reach each other, and no other zone's: NIXL's side channel
+    (ZMQ over TCP), the decode sidecar's call to the prefill pod's API, and, unless the KV moves over
+    EFA, UCX's TCP data connections on the ports UCX picks itself (any TCP port, as the multi-node
+    groups' policy admits NCCL's). On EFA the KV moves by RDMA over SRD on the EFA device, below IP,
+    where no NetworkPolicy acts: the EFA security group (components/efa.py, all traffic within
+    itself) is what admits it."""
+    if not pools:
+        return {}
+    zones = dict.fromkeys(z.zone for p in pools for z in p.zones)
+    ports = sorted({VLLM_API_PORT, *(port for p in pools for port in side_channel_ports(p))})
+    rules = [{"protocol": "TCP", "port": port} for port in ports]
+    if not any(p.kv_over_efa for p in pools):
+        rules = [{"protocol": "TCP"}]       # UCX's data connections: every TCP port (the two above included)
+    out = {}
+    for zone in zones:
+        peers = {"podSelector": {
+            "matchLabels": {LABEL_APP_NAME: "vllm", LABEL_ROLE: "serving", LABEL_ZONE: zone},
+            "matchExpressions": [{"key": LABEL_LLM_D_ROLE, "operator": "In", "values": list(DISAGGREGATED_ROLES)}]}}
+        out[f"vllm-kv-transfer-{zone}"] = {
+            **peers, "policyTypes": ["Ingress", "Egress"],
+            "ingress": [{"from": [peers], "ports": rules}], "egress": [{"to": [peers], "ports": rules}]}
+    return out
+
+
 # -- the component ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ServingArgs:
@@ -149,7 +253,7 @@ def vllm_container(spec: ServingSpec) -> dict:
         "image": VLLM_IMAGE,
         "args": vllm_args(spec.launch),
         "env": vllm_env(),
-        "ports": [{"name": "http", "containerPort": VLLM_API_PORT, "protocol": "TCP"}],
+        "ports": [{"name": engine_port_name(spec), "containerPort": spec.launch.port, "protocol": "TCP"}],
         "resources": {"limits": {GPU_RESOURCE: gpus, "memory": memory},
                       "requests": {GPU_RESOURCE: gpus, "cpu": str(spec.cpu), "memory": memory}},
         # Read-only root: every path it writes is moved onto a volume (vllm_env).
@@ -158,11 +262,11 @@ def vllm_container(spec: ServingSpec) -> dict:
                          {"name": "model-cache", "mountPath": CONTAINER_CACHE_PATH},
                          {"name": "hub-token", "mountPath": HUB_TOKEN_DIR, "readOnly": True},
                          SCRATCH_MOUNT],
-        "startupProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": PROBE_PERIOD_S,
+        "startupProbe": {"httpGet": {"path": "/health", "port": engine_port_name(spec)}, "periodSeconds": PROBE_PERIOD_S,
                          "failureThreshold": math.ceil(spec.startup_s / PROBE_PERIOD_S)},
-        "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 5,
+        "readinessProbe": {"httpGet": {"path": "/health", "port": engine_port_name(spec)}, "periodSeconds": 5,
                            "failureThreshold": 2},
-        "livenessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": PROBE_PERIOD_S,
+        "livenessProbe": {"httpGet": {"path": "/health", "port": engine_port_name(spec)}, "periodSeconds": PROBE_PERIOD_S,
                           "timeoutSeconds": 5, "failureThreshold": 6},
         # Keep serving while the endpoint's removal reaches Envoy and the picker; then
         # SIGTERM starts vLLM's bounded drain (--shutdown-timeout).
@@ -194,15 +298,20 @@ class Serving(pulumi.ComponentResource):
     def __init__(self, name: str, args: ServingArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llm-serving:serving:Serving", name, None, opts)
         spec = args.spec
+        self._efa_devices = args.efa_devices
         self.namespace_name = spec.namespace
         self.pod_labels = dict(APP_LABELS)
         ns_opts = self._namespace_and_config(name, args)
         self.deployments: dict[str, k8s.apps.v1.Deployment] = {}
         self.groups: list[k8s.apiextensions.CustomResource] = []
-        if spec.nodes_per_replica > 1:
-            self._replica_groups(name, args)
-        else:
-            self._zone_deployments(name, args)
+        self.scaled_objects: list[k8s.apiextensions.CustomResource] = []
+        self.keda = None
+        self._previous: pulumi.Resource | None = None     # zones (and pools) roll one after another
+        for workload in spec.workloads:      # the aggregated replicas, or the prefill and decode pools
+            if workload.nodes_per_replica > 1:
+                self._replica_groups(name, args)
+            else:
+                self._zone_deployments(name, args, workload)
         self._budget_and_service(name, args, ns_opts)
         self.network_policies = self._network_policies(name, args, ns_opts)
         self.service_name = "vllm"
@@ -228,11 +337,9 @@ class Serving(pulumi.ComponentResource):
             data={"default.conf": METRICS_PROXY_CONF}, opts=ns_opts)
         return ns_opts
 
-    def _zone_deployments(self, name: str, args: ServingArgs) -> None:
-        """One Deployment per zone with replicas (and, with burst scaling, KEDA and a ScaledObject each)."""
-        spec = args.spec
-        self.scaled_objects: list[k8s.apiextensions.CustomResource] = []
-        self.keda = None
+    def _zone_deployments(self, name: str, args: ServingArgs, spec: ServingSpec) -> None:
+        """One Deployment per zone with replicas (and, with burst scaling, KEDA and a ScaledObject each);
+        for a disaggregated plan one per (pool, zone), each pool's pods labelled with its role."""
         if spec.burst_scaling:
             self.keda = k8s.helm.v3.Release(
                 f"{name}-keda", name="keda", chart=KEDA_CHART, version=KEDA_CHART_VERSION,
@@ -240,17 +347,17 @@ class Serving(pulumi.ComponentResource):
                 namespace=KEDA_NAMESPACE, create_namespace=True,
                 values={"nodeSelector": dict(SYSTEM_ROLE_LABEL)},
                 opts=pulumi.ResourceOptions(parent=self, provider=args.provider))
-        previous = None
         for zr in spec.zones:
             zone, count = zr.zone, zr.replicas
-            deploy_name = f"vllm-{zone}"
-            labels = {**APP_LABELS, LABEL_ZONE: zone}
+            deploy_name = workload_name("vllm", spec, zone)
+            labels = {**spec.app_labels, LABEL_ZONE: zone}
             # Zones roll one after another (Pulumi waits for each rollout): an update never
             # takes down more than one zone's replicas, the loss the plan is sized for.
+            previous = self._previous
             chain = [self.namespace, self.hub_secret, self.metrics_conf] + ([previous] if previous else [])
             timeout = f"{spec.startup_s + 300}s"
             deployment = k8s.apps.v1.Deployment(
-                f"{name}-{zone}",
+                workload_name(name, spec, zone),
                 metadata={"name": deploy_name, "namespace": spec.namespace, "labels": labels,
                           "annotations": spec.annotations[zone]},
                 spec=self._deployment_spec(spec, zone, count, labels),
@@ -259,8 +366,8 @@ class Serving(pulumi.ComponentResource):
                     custom_timeouts=pulumi.CustomTimeouts(create=timeout, update=timeout),
                     # With burst scaling KEDA owns the replica count above the plan's floor.
                     ignore_changes=["spec.replicas"] if spec.burst_scaling else None))
-            self.deployments[zone] = deployment
-            previous = deployment
+            self.deployments[zone if spec.role == "aggregated" else f"{spec.role}/{zone}"] = deployment
+            self._previous = deployment
             if spec.burst_scaling and zr.burst_max > count:
                 self.scaled_objects.append(self._scaled_object(
                     name, args, zone, deploy_name, count, zr.burst_max, spec.burst_queue_target, deployment))
@@ -319,10 +426,12 @@ class Serving(pulumi.ComponentResource):
 
     def _budget_and_service(self, name: str, args: ServingArgs, ns_opts: pulumi.ResourceOptions) -> None:
         ns = args.spec.namespace
-        self.pdb = k8s.policy.v1.PodDisruptionBudget(
-            f"{name}-pdb", metadata={"name": "vllm", "namespace": ns},
-            spec=args.spec.disruption_budget,       # unhealthyPodEvictionPolicy included (deployment.serving)
-            opts=ns_opts)
+        # One budget per pool (the aggregated replicas: one), each selecting its own pool's pods.
+        self.pdbs = [k8s.policy.v1.PodDisruptionBudget(
+            f"{workload_name(name, spec)}-pdb", metadata={"name": workload_name("vllm", spec), "namespace": ns},
+            spec=spec.disruption_budget,       # unhealthyPodEvictionPolicy included (deployment.serving)
+            opts=ns_opts) for spec in args.spec.workloads]
+        self.pdb = self.pdbs[0]
         self.service = k8s.core.v1.Service(
             f"{name}-svc", metadata={"name": "vllm", "namespace": ns, "labels": dict(APP_LABELS)},
             spec={"type": "ClusterIP", "selector": dict(APP_LABELS),
@@ -333,6 +442,8 @@ class Serving(pulumi.ComponentResource):
     # -- pieces --------------------------------------------------------------------------------
     def _deployment_spec(self, serving: ServingSpec, zone: str, count: int, labels: dict) -> dict:
         spec = self._pod_spec(serving, [vllm_container(serving), metrics_proxy_container()])
+        if serving.role in DISAGGREGATED_ROLES:      # NIXL's side channel, EFA; decode: llm-d's routing sidecar
+            spec = with_kv_transfer(spec, serving, self._efa_devices)
         spec["nodeSelector"] = {**GPU_ROLE_LABEL, ZONE_KEY: zone}
         # Even over the zone's nodes, as the plan places them (round robin).
         spec["topologySpreadConstraints"] = spread(labels, keys=(HOST_KEY,))
@@ -399,6 +510,7 @@ class Serving(pulumi.ComponentResource):
                 "ingress": [{"from": [from_namespace(args.gateway_namespace)],
                              "ports": [{"protocol": "TCP", "port": VLLM_API_PORT}]}]},
             **(group_policies(args.spec.groups) if args.spec.nodes_per_replica > 1 else {}),
+            **kv_transfer_policies(args.spec.pools),      # a disaggregated plan: prefill <-> decode within a zone
             "vllm-metrics-from-monitoring": {
                 "podSelector": {"matchLabels": dict(APP_LABELS)}, "policyTypes": ["Ingress"],
                 "ingress": [{"from": [from_namespace(args.monitoring_namespace)],

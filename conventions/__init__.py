@@ -105,3 +105,22 @@ PYTHON_IMAGE = "python:3.12.8-slim-bookworm"     # the accuracy gate's lm-eval r
 AWS_LOAD_BALANCER_CONTROLLER_CHART_VERSION = "3.5.0"   # aws/eks-charts; app v3.5.0 (its IAM policy: components/data)
 CERT_MANAGER_CHART_VERSION = "v1.21.1"                 # jetstack, with its CRDs
 EXTERNAL_DNS_CHART_VERSION = "1.21.1"                  # kubernetes-sigs; app 0.21.0
+
+# -- disaggregated prefill/decode and speculative decoding (docs/disaggregation-deploy.md) ----------
+# The role label llm-d's scheduler filters pods by (llm-d/llm-d-inference-scheduler v0.8.0
+# pkg/epp/framework/plugins/scheduling/filter/bylabel/roles.go L11-L16: RoleLabel, RoleDecode, RolePrefill).
+LABEL_LLM_D_ROLE = "llm-d.ai/role"
+ANNOTATION_SERVING_ROLE = "llm-serving.io/serving-role"        # aggregated | prefill | decode (the plan's pool)
+ANNOTATION_KV_LINK = "llm-serving.io/kv-transfer-link"         # nvlink | efa: the plan's prefill -> decode link
+ANNOTATION_SPECULATIVE_METHOD = "llm-serving.io/speculative-method"
+ANNOTATION_SPECULATIVE_ACCEPTANCE = "llm-serving.io/speculative-acceptance-rate"   # the plan's per-token acceptance
+# NIXL's handshake port (vllm/envs.py VLLM_NIXL_SIDE_CHANNEL_PORT, default 5600; the connector adds the
+# data-parallel rank) and the decode engine's own port behind llm-d's routing sidecar, which takes
+# VLLM_API_PORT on decode pods (deploy/components/vllm-sim-pd/deployments.yaml at v0.8.0: --vllm-port=8200).
+NIXL_SIDE_CHANNEL_PORT = 5600
+DECODE_ENGINE_PORT = 8200
+# The P/D picker and the decode pods' routing sidecar: llm-d inference scheduler v0.8.0, built against
+# gateway-api-inference-extension v1.5.0 (its go.mod L37), the picker version pinned above. By tag: no
+# published digest was found in source or docs (docs/disaggregation-deploy.md).
+LLM_D_SCHEDULER_IMAGE = "ghcr.io/llm-d/llm-d-inference-scheduler:v0.8.0"
+LLM_D_ROUTING_SIDECAR_IMAGE = "ghcr.io/llm-d/llm-d-routing-sidecar:v0.8.0"

@@ -2,7 +2,9 @@
 kubelet's shutdown grace on the GPU nodes and the gateway's request timeouts all read it.
 
 Pure Python (no Pulumi), part of the deployment spec (deployment/spec.py): the serving stack, the
-GPU node pool and the gateway read it from there.
+GPU node pool and the gateway read it from there. A disaggregated plan drains each pool on its own
+figure (`pool_longest_request_s`): a prefill pod holds a request for its prompt and the KV lease, a
+decode pod for the whole generation.
 """
 from __future__ import annotations
 
@@ -21,6 +23,16 @@ def longest_request_s(plan: Plan) -> float:
     context allows (`max_model_len`) at the TPOT SLO. Drain and gateway timeouts both use it."""
     w = plan.request.workload
     return w.ttft_slo_s + plan.engine_args.max_model_len * w.tpot_slo_s
+
+
+def pool_longest_request_s(plan: Plan, role: str) -> float:
+    """The longest a replica of `role` holds a request. Decode (and aggregated): the whole generation
+    (deployment.drain.longest_request_s). Prefill: the prompt within the TTFT SLO, then its KV held
+    until the decode pulls it, at most the plan's lease; no generation runs there."""
+    if role != "prefill":
+        return longest_request_s(plan)
+    lease = plan.kv_transfer.kv_lease_s if plan.kv_transfer is not None else 0.0
+    return plan.request.workload.ttft_slo_s + lease
 
 
 @dataclass(frozen=True)

@@ -58,7 +58,10 @@ FLAGS: tuple[Flag, ...] = (
     Flag("gpu_memory_utilization", "--gpu-memory-utilization"),
     Flag("shutdown_timeout", "--shutdown-timeout"),
     Flag("enable_prefix_caching", "--enable-prefix-caching", When.SWITCH),
-    # The plan's speculative decoding (sizing.speculative): a JSON object, only when it pays.
+    # JSON, one argument each (no shell reads the container's args): a disaggregated pool's NIXL
+    # connector (deployment.disagg.kv_transfer_config) and the plan's speculation
+    # (deployment.disagg.speculative_config); unset, neither flag appears.
+    Flag("kv_transfer_config", "--kv-transfer-config", When.WHEN_SET),
     Flag("speculative_config", "--speculative-config", When.WHEN_SET),
 )
 # A replica that spans nodes adds these, on the leader and on every worker (mp backend).
@@ -82,6 +85,8 @@ class VllmLaunch:
     port: int = VLLM_API_PORT
     download_dir: str = CONTAINER_CACHE_PATH
     enable_chunked_prefill: bool = True   # the plan's TTFT assumes chunked prefill
+    kv_transfer_config: str | None = None  # JSON: vLLM's KVTransferConfig (a disaggregated pool's replicas)
+    speculative_config: str | None = None  # JSON: vLLM's SpeculativeConfig (the plan's speculation, when on)
 
     def value(self, field: str):
         return getattr(self, field) if hasattr(self, field) else getattr(self.engine, field)

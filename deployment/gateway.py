@@ -102,9 +102,13 @@ def route_timeouts(plan: Plan) -> RouteTimeouts:
 def circuit_limits(plan: Plan, proxies: int) -> dict:
     """Per proxy: its share of what the fleet can hold in flight (max_num_seqs per replica);
     beyond that Envoy answers 503 at once instead of queueing in front of full engines."""
-    in_flight = math.ceil(plan.replicas * plan.engine_args.max_num_seqs / proxies)
+    # A disaggregated plan's requests are held, start to end, by its decode pods (their routing sidecar).
+    decode = plan.pools_by_role.get("decode")
+    replicas, seqs = (decode.replicas, decode.max_num_seqs or plan.engine_args.max_num_seqs) if decode else (
+        plan.replicas, plan.engine_args.max_num_seqs)
+    in_flight = math.ceil(replicas * seqs / proxies)
     return {"maxConnections": in_flight, "maxParallelRequests": in_flight, "maxPendingRequests": in_flight,
-            "maxParallelRetries": max(1, plan.replicas)}
+            "maxParallelRetries": max(1, replicas)}
 
 
 MIN_PICKER_REPLICAS = 2
@@ -132,6 +136,7 @@ class GatewaySpec:
     quota_budget_qps: float                   # what all quotas may sum to (the guard policy's annotation)
     prefix_aware: bool                        # the plan counts on per-conversation prefix reuse (picker scorer)
     vpc_cidr: str                             # network.vpcCidr: the picker reaches the API server there
+    pd_zones: tuple[str, ...] = ()            # a disaggregated plan: the zones whose prefill/decode pairs a picker serves
 
 
 def gateway_spec(plan: Plan, settings: StackSettings) -> GatewaySpec:
@@ -153,4 +158,13 @@ def gateway_spec(plan: Plan, settings: StackSettings) -> GatewaySpec:
         rate_limits=limits, gate_key=GATE_KEY_NAME if gate_on else None, timeouts=route_timeouts(plan),
         circuit_limits=circuit_limits(plan, proxies),
         quota_budget_qps=capacity * sum(quota_shares(gw.rateLimitShare, gate_on)),
-        prefix_aware=plan.request.workload.prefix_hit_fraction > 0, vpc_cidr=settings.network.vpcCidr)
+        prefix_aware=plan.request.workload.prefix_hit_fraction > 0, vpc_cidr=settings.network.vpcCidr,
+        pd_zones=pd_zones(plan))
+
+
+def pd_zones(plan: Plan) -> tuple[str, ...]:
+    """The zones with decode replicas of a disaggregated plan (each pairs with its own prefill pool); () otherwise."""
+    from .disagg import is_disaggregated
+    if not is_disaggregated(plan):
+        return ()
+    return tuple(z for z, n in plan.pools_by_role["decode"].replicas_by_zone.items() if n)

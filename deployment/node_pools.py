@@ -11,13 +11,15 @@ from settings import StackSettings
 from settings.schema import GpuPoolSettings
 from sizing.planner import Plan, Pool
 
+from .disagg import kv_over_efa
 from .drain import drain_timing, longest_request_s, node_shutdown_grace_s
 
 
 def efa_enabled(plan: Plan, pool_settings: GpuPoolSettings) -> bool:
     """EFA on when the pool asks for it, and always when a replica spans nodes: its pipeline
-    stages talk over the network (the plan's inter-node cost is the instance's EFA bandwidth)."""
-    return pool_settings.efa or plan.nodes_per_replica > 1
+    stages talk over the network (the plan's inter-node cost is the instance's EFA bandwidth), and when a
+    disaggregated plan moves KV between nodes over EFA (deployment.disagg)."""
+    return pool_settings.efa or plan.nodes_per_replica > 1 or kv_over_efa(plan)
 
 
 @dataclass(frozen=True)

@@ -7,16 +7,22 @@ read the same replica placements.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from conventions import (
+    DECODE_ENGINE_PORT, VLLM_API_PORT,
     ANNOTATION_ENVIRONMENT, ANNOTATION_GPUS_PER_NODE, ANNOTATION_NODES_PER_REPLICA, ANNOTATION_REPLICA_CAPACITY_QPS,
     ANNOTATION_TARGET_QPS, ANNOTATION_TENSOR_PARALLEL, ANNOTATION_ZONE, LABEL_APP_NAME, LABEL_ROLE,
 )
 from settings import StackSettings
 from sizing.planner import Plan
+from sizing.roles import ServingPool
 
-from .drain import DrainTiming, drain_timing, longest_request_s
+from .disagg import (
+    DISAGGREGATED_ROLES, is_disaggregated, kv_over_efa, kv_transfer_config, pool_annotations, pool_engine_args,
+    pool_labels, speculative_annotations, speculative_config,
+)
+from .drain import DrainTiming, drain_timing, longest_request_s, pool_longest_request_s
 from .engine import VllmLaunch
 
 
@@ -116,6 +122,7 @@ def policy_annotations(plan: Plan, environment: str, zone: str) -> dict[str, str
         ANNOTATION_GPUS_PER_NODE: str(plan.instance.gpus),
         ANNOTATION_ENVIRONMENT: environment,
         **({ANNOTATION_NODES_PER_REPLICA: str(plan.nodes_per_replica)} if plan.nodes_per_replica > 1 else {}),
+        **speculative_annotations(plan),      # none unless the plan runs speculation
     }
 
 
@@ -194,23 +201,76 @@ class ServingSpec:
     burst_queue_target: int
     disruption_budget: dict
     annotations: dict[str, dict[str, str]]    # zone -> the policy annotations of its workloads
+    # Serving roles (deployment.disagg): "aggregated", or one pool's role. A disaggregated plan's spec
+    # holds no replicas of its own (zones and groups empty): its `pools` are the prefill and decode specs.
+    role: str = "aggregated"
+    app_labels: dict[str, str] = field(default_factory=lambda: dict(APP_LABELS))   # this spec's pods' labels
+    kv_over_efa: bool = False                 # NIXL moves KV over EFA: the pods request EFA devices
+    pools: tuple["ServingSpec", ...] = ()
+
+    @property
+    def workloads(self) -> tuple["ServingSpec", ...]:
+        """The specs whose replicas the serving component builds: the pools, or this one."""
+        return self.pools or (self,)
 
 
 def serving_spec(plan: Plan, settings: StackSettings) -> ServingSpec:
     gpus = plan.tp
     drain = drain_timing(longest_request_s(plan))
-    zones = tuple(ZoneReplicas(z, n, zone_node_slots(plan, z)[1]) for z, n in plan.replicas_by_zone.items() if n)
+    # A disaggregated plan's pools replace the aggregated replicas (pool_serving_specs): none of their own.
+    disaggregated = is_disaggregated(plan)
+    zones = () if disaggregated else tuple(
+        ZoneReplicas(z, n, zone_node_slots(plan, z)[1]) for z, n in plan.replicas_by_zone.items() if n)
     launch = VllmLaunch(plan.engine_args, model=served_checkpoint(plan, settings),
                         served_model_name=served_model_name(plan, settings),
-                        shutdown_timeout=drain.shutdown_timeout_s)
-    return ServingSpec(
+                        shutdown_timeout=drain.shutdown_timeout_s, speculative_config=speculative_config(plan))
+    spec = ServingSpec(
         namespace=settings.serving.namespace, environment=settings.environment,
         burst_scaling=settings.serving.burstScaling, launch=launch, gpus_per_pod=gpus,
         nodes_per_replica=plan.nodes_per_replica,
         cpu=max(1, int(plan.instance.vcpus / plan.instance.gpus * gpus * CPU_SHARE_OF_GPU_SLICE)),
         memory_gib=MEMORY_GIB_PER_GPU * gpus, shm_gib=SHM_GIB_PER_GPU * gpus,
         drain=drain, startup_s=startup_budget_s(plan.weights_gb), zones=zones,
-        groups=tuple(p for p in replica_placements(plan) if p.group is not None),
+        groups=() if disaggregated else tuple(p for p in replica_placements(plan) if p.group is not None),
         burst_queue_target=burst_queue_target(plan),
-        disruption_budget=disruption_budget(plan, max(n.replicas for n in plan.nodes)),
-        annotations={z: policy_annotations(plan, settings.environment, z) for z in plan.replicas_by_zone})
+        disruption_budget={} if disaggregated else disruption_budget(plan, max(n.replicas for n in plan.nodes)),
+        annotations={} if disaggregated else {z: policy_annotations(plan, settings.environment, z)
+                                              for z in plan.replicas_by_zone})
+    return replace(spec, pools=pool_serving_specs(plan, settings, spec)) if disaggregated else spec
+
+
+# -- a disaggregated plan's pools (deployment.disagg) ----------------------------------------
+def pool_disruption_budget(plan: Plan, pool: ServingPool, labels: dict) -> dict:
+    """One PDB per pool: never below what the pool keeps after losing its worst zone, and low enough
+    that a node (which holds at most the pool's replicas of one zone) can drain."""
+    worst_zone = max(pool.replicas_by_zone.values(), default=0)
+    per_node = max(1, min(plan.instance.gpus // max(1, pool.tp), worst_zone))
+    return {"minAvailable": disruption_min_available(pool.replicas, pool.replicas - worst_zone, per_node),
+            "selector": {"matchLabels": dict(labels)}, "unhealthyPodEvictionPolicy": "AlwaysAllow"}
+
+
+def pool_serving_specs(plan: Plan, settings: StackSettings, base: ServingSpec) -> tuple[ServingSpec, ...]:
+    """One `ServingSpec` per role (prefill, decode), each derived from the plan's aggregated spec `base`
+    (deployment.serving.serving_spec) with the pool's launch, zones, drain, budget and annotations."""
+    roles = plan.pools_by_role
+    out = []
+    for role in DISAGGREGATED_ROLES:
+        pool = roles[role]
+        drain = drain_timing(pool_longest_request_s(plan, role))
+        launch = replace(base.launch, engine=pool_engine_args(plan.engine_args, pool),
+                         shutdown_timeout=drain.shutdown_timeout_s,
+                         port=DECODE_ENGINE_PORT if role == "decode" else VLLM_API_PORT,
+                         kv_transfer_config=kv_transfer_config(plan.kv_transfer),
+                         speculative_config=speculative_config(plan) if role == "decode" else None)
+        labels = pool_labels(role, base.app_labels)
+        out.append(replace(
+            base, role=role, launch=launch, gpus_per_pod=pool.tp, nodes_per_replica=pool.nodes_per_replica,
+            cpu=max(1, int(plan.instance.vcpus / plan.instance.gpus * pool.tp * CPU_SHARE_OF_GPU_SLICE)),
+            memory_gib=MEMORY_GIB_PER_GPU * pool.tp, shm_gib=SHM_GIB_PER_GPU * pool.tp, drain=drain,
+            zones=tuple(ZoneReplicas(z, n, n) for z, n in pool.replicas_by_zone.items() if n),
+            groups=(), burst_scaling=False, app_labels=labels,
+            disruption_budget=pool_disruption_budget(plan, pool, labels),
+            annotations={z: pool_annotations(plan, pool, settings.environment, z, target_qps(plan))
+                         for z in pool.replicas_by_zone},
+            kv_over_efa=kv_over_efa(plan), pools=()))
+    return tuple(out)

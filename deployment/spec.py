@@ -8,6 +8,7 @@ from conventions import PROJECT
 from settings import SettingsError, StackSettings
 from sizing.planner import Plan
 
+from .disagg import disaggregation_problems, is_disaggregated
 from .exports import plan_exports
 from .gateway import GatewaySpec, gateway_spec
 from .jobs import GateSpec, LoadTestSpec, gate_job_spec, load_test_spec
@@ -28,6 +29,11 @@ class DeploymentSpec:
     def efa(self) -> bool:
         """EFA anywhere: its security group and device plugin are installed."""
         return any(p.efa for p in self.node_pools)
+
+    @property
+    def kv_over_efa(self) -> bool:
+        """A disaggregated plan's KV moves over EFA: its serving pods request EFA devices."""
+        return any(p.kv_over_efa for p in self.serving.pools)
 
     @property
     def spans_nodes(self) -> bool:
@@ -58,7 +64,8 @@ def layout_problems(plan: Plan, settings: StackSettings) -> list[str]:
 def deployment_spec(plan: Plan, settings: StackSettings) -> DeploymentSpec:
     """The spec every component builds from; a setting the plan's layout would ignore is a
     SettingsError (`layout_problems`), as the settings' own problems are."""
-    problems = layout_problems(plan, settings)
+    # A disaggregated plan deploys its pools, not the aggregated layout: only its own problems apply.
+    problems = disaggregation_problems(plan, settings) if is_disaggregated(plan) else layout_problems(plan, settings)
     if problems:
         raise SettingsError(problems)
     return DeploymentSpec(

@@ -12,7 +12,7 @@ from collections import defaultdict
 
 from pulumi_policy import Severity
 
-from conventions import (ANNOTATION_REPLICA_CAPACITY_QPS, ANNOTATION_TARGET_QPS, ANNOTATION_TENSOR_PARALLEL,
+from conventions import (ANNOTATION_REPLICA_CAPACITY_QPS, ANNOTATION_SERVING_ROLE, ANNOTATION_TARGET_QPS, ANNOTATION_TENSOR_PARALLEL,
                          RULE_GROUP_IN_ONE_ZONE, RULE_ZONE_HOLDS_WHOLE_GROUPS)
 from .resources import (
     INFERENCE_POOL, PDB, SERVICE, WORKLOADS,
@@ -96,6 +96,11 @@ def serving_replicas_spread(args, report_violation):
                          "least two zones")
 
 
+def _aggregated(w: WorkloadView) -> bool:
+    """Not a disaggregated plan's pool: each pool carries the whole load, pool-capacity-after-zone-loss judges it."""
+    return w.annotations.get(ANNOTATION_SERVING_ROLE, "aggregated") not in ("prefill", "decode")
+
+
 def _capacity_annotations(w: WorkloadView) -> tuple[float | None, float | None]:
     return number(w.annotations.get(ANNOTATION_TARGET_QPS)), number(w.annotations.get(ANNOTATION_REPLICA_CAPACITY_QPS))
 
@@ -121,7 +126,7 @@ def _slots(w: WorkloadView, groups, zone: str) -> int:
     tags=("failure-domains", "capacity"))
 def capacity_after_zone_loss(args, report_violation):
     groups = node_groups(args.resources)
-    serving = [w for w in serving_workloads(args.resources) if w.replicas > 0]
+    serving = [w for w in serving_workloads(args.resources) if w.replicas > 0 and _aggregated(w)]
     if not serving:
         return
     target = 0.0

@@ -18,6 +18,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr,
 from conventions import SERVING_NAMESPACE
 from sizing.catalog import CatalogError, load_catalog
 from sizing.planner import PlanRequest, Pool
+from sizing.roles import SERVING_MODES, SPECULATIVE_METHODS, SpeculativeRequest
 from sizing.profiles import load_profiles, unknown_profile
 from sizing.traffic import LengthDistribution, LengthsError, Percentiles, from_percentiles, parse_lengths_text
 from sizing.workload import Workload
@@ -374,7 +375,55 @@ class GatewaySettings(_Strict):
         return self.hostedZoneId is not None
 
 
-class ServingSettings(_Strict):
+# How to measure a speculative method's per-token acceptance, named by every error about it.
+ACCEPTANCE_HOW = ("measure it on this workload with the method and k you plan: vLLM exports "
+                  "vllm:spec_decode_num_accepted_tokens and vllm:spec_decode_num_draft_tokens, and their ratio "
+                  "over a window (rate of the first / rate of the second) is the per-token acceptance "
+                  "(docs/speculative-deploy.md)")
+
+
+class SpeculativeSettings(_Strict):
+    """`serving.speculative`: what the user states about speculative decoding (sizing.roles.SpeculativeRequest)."""
+    method: Literal[SPECULATIVE_METHODS]
+    draftTokens: int | None = Field(None, ge=1, le=16)     # k; None: the plan chooses it per expected batch
+    # Workload-specific, so never defaulted: a plan without it is refused (validate_default: None is checked).
+    acceptanceRate: float | None = Field(None, gt=0, lt=1, validate_default=True)
+    draftModel: str | None = None      # method draft / eagle3: the drafter (a hub id or /models/..., as model.checkpoint)
+
+    @field_validator("draftModel")
+    @classmethod
+    def _drafter_name(cls, v: str | None) -> str | None:
+        return None if v is None else valid_checkpoint(v)
+
+    @field_validator("acceptanceRate")
+    @classmethod
+    def _stated(cls, v: float | None) -> float:
+        if v is None:
+            raise ValueError(f"required when serving.speculative is set (the per-token acceptance, between 0 and "
+                             f"1; it depends on the workload, so no default is assumed): {ACCEPTANCE_HOW}")
+        return v
+
+    @model_validator(mode="after")
+    def _drafter(self):
+        if self.method == "draft" and self.draftModel is None:
+            raise ValueError("method draft needs draftModel: the drafter's checkpoint (a hub id or a path in the "
+                             "model cache)")
+        if self.method == "ngram" and self.draftModel is not None:
+            raise ValueError("method ngram drafts from the prompt and needs no draftModel; drop it")
+        return self
+
+    def request(self) -> SpeculativeRequest:
+        return SpeculativeRequest(self.method, self.draftTokens, self.acceptanceRate, self.draftModel)
+
+
+class ServingPlanSettings(_Strict):
+    """The serving keys a plan reads (`serving.mode`, `serving.speculative`): part of the sizing request,
+    so a stack file and `llmserve size` meet the same rule. StackSettings' `serving` extends it."""
+    mode: Literal[SERVING_MODES] = "aggregated"
+    speculative: SpeculativeSettings | None = None
+
+
+class ServingSettings(ServingPlanSettings):
     burstScaling: bool = False               # KEDA into the nodes' idle GPUs
     namespace: K8sLabelName = SERVING_NAMESPACE
 
@@ -444,6 +493,7 @@ class PlanRequestSettings(_Strict):
     gpuPools: tuple[GpuPoolSettings, ...] = Field(min_length=1)
     replicas: int | Literal["auto"] = "auto"
     sizing: SizingSettings = SizingSettings()
+    serving: ServingPlanSettings = ServingPlanSettings()    # mode and speculation (StackSettings: ServingSettings)
 
     @field_validator("replicas")
     @classmethod
@@ -460,13 +510,16 @@ class PlanRequestSettings(_Strict):
         """This request as settings keys again (what `llmserve size` applies its flags to)."""
         # exclude_unset: a key the stack left to its default stays unset (lengthsFile refuses an
         # inputTokens given beside it, and a dump would otherwise give every default).
-        return self.model_dump(include=set(PlanRequestSettings.model_fields), exclude_unset=True)
+        include: dict = {name: True for name in PlanRequestSettings.model_fields}
+        include["serving"] = set(ServingPlanSettings.model_fields)     # a stack's burstScaling is no request key
+        return self.model_dump(include=include, exclude_unset=True)
 
     def plan_request(self) -> PlanRequest:
         """The sizing request, every field read through REQUEST_TABLE (pools and replicas converted)."""
         converted = {
             "pools": tuple(Pool(p.zone, p.instanceType, p.nodes, p.name or "") for p in self.gpuPools),
             "replicas": None if self.replicas == "auto" else self.replicas,
+            "speculative": self.serving.speculative.request() if self.serving.speculative else None,
         }
         fields = {row.field: converted[row.field] if row.field in converted else self._setting(row.key)
                   for row in REQUEST_TABLE if not row.field.startswith("workload.")}
@@ -517,6 +570,8 @@ REQUEST_TABLE: tuple[RequestKey, ...] = (
     RequestKey("gpu_hour_price", "sizing.gpuHourPrice", "--gpu-hour-price"),
     RequestKey("instance_price", "sizing.instancePrice"),
     RequestKey("pools", "gpuPools"),      # the CLI's pool flags (--zones, --gpu, ...) lay out pools
+    RequestKey("serving_mode", "serving.mode"),
+    RequestKey("speculative", "serving.speculative"),   # converted: sizing.roles.SpeculativeRequest
 )
 # The settings key (under llm-serving:) each `PlanRequest` field comes from, as plan_request()
 # fills it: a `SizingError(field=...)` names the key the user can change.

@@ -112,3 +112,42 @@ def metrics_lints():
         done = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
         return {line for line in (done.stdout + done.stderr).splitlines() if line.strip()}
     return lints
+
+
+# -- disaggregated and speculative plans (tests/disagg_plans.py) -------------------------------------
+# Until sizing/disagg.py and sizing/speculative.py fill the planner's hooks, these stand in for them:
+# the hook returns a plan of the contract's shape (sizing/roles.py) built from the aggregated one.
+# Once the real planner is merged, the tests that use them can drop the fixture and plan for real.
+@pytest.fixture
+def disaggregated_planner(monkeypatch):
+    """disaggregated_planner(link="nvlink", prefill=None, decode=None, margin=1.25): a request with
+    serving_mode "disaggregated" gets tests.disagg_plans.disaggregated(aggregated plan, ...)."""
+    import sizing.planner
+    from tests.disagg_plans import disaggregated
+
+    def use(**kwargs):
+        original = sizing.planner._with_serving_mode
+
+        def hook(p, req):
+            return disaggregated(p, **kwargs) if req.serving_mode == "disaggregated" else original(p, req)
+        monkeypatch.setattr(sizing.planner, "_with_serving_mode", hook)
+    return use
+
+
+@pytest.fixture
+def speculative_planner(monkeypatch):
+    """speculative_planner(enabled=True): a request with `speculative` gets tests.disagg_plans.speculative
+    with the request's method, k (3 when the plan is to choose) and acceptance."""
+    import sizing.planner
+    from tests.disagg_plans import speculative
+
+    def use(enabled: bool = True):
+        original = sizing.planner._with_speculation
+
+        def hook(p, req):
+            s = req.speculative
+            if s is None:
+                return original(p, req)
+            return speculative(p, s.method, s.draft_tokens or 3, s.acceptance_rate, enabled)
+        monkeypatch.setattr(sizing.planner, "_with_speculation", hook)
+    return use

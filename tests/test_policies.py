@@ -427,6 +427,64 @@ CASES = {
 }
 
 
+# -- disaggregated prefill/decode and speculative decoding (policies/disaggregation.py) ----------------
+PD_ROLES = ("prefill", "decode")
+
+
+def pd_deployment(zone: str, role: str, link: str, backends: tuple[str, ...], efa: bool, capacity_qps: str) -> dict:
+    """One pool's workload in one zone, as the serving component renders it (role label and annotations,
+    the NIXL connector's JSON, EFA devices when the link is efa)."""
+    d = vllm_deployment(zone, 1, capacity_qps=capacity_qps)
+    labels = {**SERVING_LABELS, "llm-d.ai/role": role}
+    d["metadata"]["name"], d["metadata"]["labels"] = f"vllm-{role}-{zone}", labels
+    d["metadata"]["annotations"].update({"llm-serving.io/serving-role": role, "llm-serving.io/kv-transfer-link": link})
+    d["spec"]["selector"]["matchLabels"] = d["spec"]["template"]["metadata"]["labels"] = labels
+    engine = d["spec"]["template"]["spec"]["containers"][0]
+    engine["args"] = ["--kv-transfer-config", json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_both",
+                                                          "kv_connector_extra_config": {"backends": list(backends)}})]
+    if efa:
+        engine["resources"]["limits"]["vpc.amazonaws.com/efa"] = "32"
+    return d
+
+
+def disaggregate(lay: Layout, link: str = "nvlink", backends: tuple[str, ...] = ("UCX",), efa: bool = False,
+                 capacity_qps: str = "12.5", efa_nodes: bool = False) -> None:
+    """The reference layout with one prefill and one decode TP=4 replica per zone instead of the aggregated one."""
+    for zone in ("us-east-1a", "us-east-1b"):
+        lay.remove(f"vllm-{zone}")
+        for role in PD_ROLES:
+            lay.add("kubernetes:apps/v1:Deployment", f"vllm-{role}-{zone}",
+                    pd_deployment(zone, role, link, backends, efa, capacity_qps))
+        if efa_nodes:
+            lay.find(f"lt-{zone}").inputs["networkInterfaces"] = [{"interfaceType": "efa", "networkCardIndex": 0.0}]
+
+
+def speculate(lay: Layout, acceptance: str | None) -> None:
+    d = lay.find("vllm-us-east-1a").inputs
+    d["spec"]["template"]["spec"]["containers"][0]["args"] = [
+        "--speculative-config", json.dumps({"method": "eagle3", "num_speculative_tokens": 3})]
+    if acceptance is not None:
+        d["metadata"]["annotations"]["llm-serving.io/speculative-acceptance-rate"] = acceptance
+
+
+CASES.update({
+    "P/D pairs in each zone over NVLink": (disaggregate, set()),
+    "P/D over EFA with EFA": (lambda lay: disaggregate(lay, "efa", ("LIBFABRIC",), efa=True, efa_nodes=True), set()),
+    "decode without a prefill in its zone": (
+        lambda lay: (disaggregate(lay), lay.remove("vllm-prefill-us-east-1b")),
+        {"pd-pair-in-one-zone", "pool-capacity-after-zone-loss"}),
+    "P/D pool short after a zone loss": (
+        lambda lay: disaggregate(lay, capacity_qps="5"), {"pool-capacity-after-zone-loss"}),
+    "KV planned over EFA, rendered over UCX without EFA": (
+        lambda lay: disaggregate(lay, "efa"), {"kv-transfer-on-planned-fabric"}),
+    "KV planned over NVLink across two nodes": (
+        lambda lay: (disaggregate(lay), lay.find("ng-us-east-1a").inputs["scalingConfig"].update(desiredSize=2.0)),
+        {"kv-transfer-on-planned-fabric"}),
+    "speculation with its acceptance": (lambda lay: speculate(lay, "0.7"), set()),
+    "speculation without its acceptance": (lambda lay: speculate(lay, None), {"speculative-plan-declares-acceptance"}),
+})
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_hand_built_layouts(case):
     mutate, expected = CASES[case]
@@ -483,6 +541,22 @@ def test_every_policy_has_a_failing_and_a_passing_case():
     ("capacity block bought without opt-in", "capacity-block-opt-in",
      "capacity block block would buy offering cbr-0123456789abcdef0, which cannot be refunded, without the "
      "llm-serving.io/purchase-approved: 'true' tag"),
+    ("decode without a prefill in its zone", "pd-pair-in-one-zone",
+     "us-east-1b runs 1 decode replica and no prefill replica: its decode pods would pair with another zone's"),
+    ("P/D pool short after a zone loss", "pool-capacity-after-zone-loss",
+     "losing us-east-1a leaves the decode pool 5 of 10 QPS at the SLOs, short of the 10 QPS target"),
+    ("KV planned over EFA, rendered over UCX without EFA", "kv-transfer-on-planned-fabric",
+     "Deployment vllm-decode-us-east-1a: the plan's KV link is efa but NIXL's backends are ['UCX']; set "
+     "kv_connector_extra_config.backends to [\"LIBFABRIC\"]"),
+    ("KV planned over EFA, rendered over UCX without EFA", "kv-transfer-on-planned-fabric",
+     "Deployment vllm-prefill-us-east-1b: the plan's KV link is efa but it may run on node groups without EFA "
+     "interfaces: ng-us-east-1b"),
+    ("KV planned over NVLink across two nodes", "kv-transfer-on-planned-fabric",
+     "the plan's KV link is nvlink, but the prefill and decode pods of us-east-1a may land on 2 nodes (p5.48xlarge): "
+     "a pair over NVLink needs both on one node; plan the link as efa or give the zone one node"),
+    ("speculation without its acceptance", "speculative-plan-declares-acceptance",
+     "Deployment vllm-us-east-1a speculates but declares no acceptance in (0, 1) "
+     "(llm-serving.io/speculative-acceptance-rate: None); the plan's TPOT gain depends on it"),
 ])
 def test_exact_messages(case, policy, message):
     mutate, _ = CASES[case]
