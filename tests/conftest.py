@@ -148,6 +148,6 @@ def speculative_planner(monkeypatch):
             s = req.speculative
             if s is None:
                 return original(p, req)
-            return speculative(p, s.method, s.draft_tokens or 3, s.acceptance_rate, enabled)
+            return speculative(p, s.method, s.draft_tokens or 3, s.acceptance_rate, enabled, s.draft_model)
         monkeypatch.setattr(sizing.planner, "_with_speculation", hook)
     return use

@@ -46,10 +46,11 @@ def disaggregated(plan, link: str = "nvlink", prefill: dict[str, int] | None = N
                                serving_pools=(pool(plan, "prefill", prefill, margin), pool(plan, "decode", decode, margin)))
 
 
-def speculative(plan, method: str = "eagle3", k: int = 3, acceptance: float = 0.7, enabled: bool = True):
+def speculative(plan, method: str = "eagle3", k: int = 3, acceptance: float = 0.7, enabled: bool = True,
+                draft_model: str | None = None):
     """`plan` with speculation on its decode steps."""
     mean_length = sum(acceptance ** i for i in range(k + 1))
     return dataclasses.replace(plan, speculative=SpeculativePlan(
         method=method, draft_tokens=k if enabled else 0, acceptance_rate=acceptance,
         mean_acceptance_length=mean_length, stops_paying_batch=64.0, expected_batch=8.0, enabled=enabled,
-        tpot_gain=1.5 if enabled else 1.0, draft_memory_gb=2.0, reason="test plan"))
+        tpot_gain=1.5 if enabled else 1.0, draft_memory_gb=2.0, reason="test plan", draft_model=draft_model))

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from settings import SettingsError, read_stack_config, settings_from_config, stack_file
+from sizing.speculative import NGRAM_LOOKUP_MAX
 from tests.stacks import stack_config, with_overrides
 
 DISAGGREGATED = {"serving": {"mode": "disaggregated"}}
@@ -152,7 +153,7 @@ def test_a_setting_the_disaggregated_plan_cannot_deploy_with_names_its_key(disag
 @pytest.mark.parametrize("method, k, drafter, expected", [
     ("eagle3", 3, "yuhuili/EAGLE3-LLaMA3.3-Instruct-70B",
      {"method": "eagle3", "num_speculative_tokens": 3, "model": "yuhuili/EAGLE3-LLaMA3.3-Instruct-70B"}),
-    ("ngram", 4, None, {"method": "ngram", "num_speculative_tokens": 4}),
+    ("ngram", 4, None, {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": NGRAM_LOOKUP_MAX}),
     ("draft", 2, "meta-llama/Llama-3.2-1B-Instruct",
      {"method": "draft_model", "num_speculative_tokens": 2, "model": "meta-llama/Llama-3.2-1B-Instruct"}),
 ])
