@@ -12,6 +12,8 @@ import typer
 
 from . import options
 from .errors import check_output_file, fail, writing
+from .serving_flags import (DECODE_REPLICAS, DECODE_TP, FIELD_FLAGS, PREFILL_REPLICAS, PREFILL_TP, SERVING_MODE,
+                            serving_fields)
 from .size_flags import FLAGS, named, request_body
 from .stack_arg import load
 
@@ -48,11 +50,21 @@ def size(
     as_json: bool = options.JSON,
     plot: Optional[Path] = typer.Option(None, help="Write a PNG: TTFT and TPOT against QPS."),
     sweep: bool = typer.Option(False, help="Rank every (instance, layout, GPUs, weights) by cost per 1M output tokens."),
+    serving_mode: Optional[str] = SERVING_MODE,
+    prefill_replicas: Optional[int] = PREFILL_REPLICAS,
+    prefill_tp: Optional[int] = PREFILL_TP,
+    decode_replicas: Optional[int] = DECODE_REPLICAS,
+    decode_tp: Optional[int] = DECODE_TP,
 ) -> None:
     from offline.collector import paused_gc
 
     if plot is not None:
         check_output_file("--plot", plot, ".png")
+    serving = serving_fields(serving_mode, {"--prefill-replicas": prefill_replicas, "--prefill-tp": prefill_tp,
+                                            "--decode-replicas": decode_replicas, "--decode-tp": decode_tp})
+    if sweep and serving:
+        fail(f"{'--serving-mode' if serving_mode else '--prefill-replicas'}: the sweep ranks aggregated plans; "
+             "drop it or size without --sweep")
     with paused_gc():    # the settings' models, the plan and the report: see paused_gc
         loaded = load(stack, config) if stack is not None or config is not None else None
         source = loaded.source if loaded is not None else None
@@ -61,7 +73,7 @@ def size(
             from .sweep_view import show_sweep
             show_sweep(req.plan_request(), as_json)
             return
-        _show(_plan(req, source), as_json, plot)
+        _show(_plan(req, source, serving), as_json, plot)
 
 
 def _given() -> dict:
@@ -87,14 +99,18 @@ def _request(loaded, given: dict, source: str | None, fit: bool = True):
         fail("; ".join(dict.fromkeys(named(p, given, source) for p in exc.problems)))
 
 
-def _plan(req, source: str | None):
+def _plan(req, source: str | None, serving: dict | None = None):
+    from dataclasses import replace
+
     from settings import sizing_problem
     from sizing.planner import plan
     from sizing.workload import SizingError
 
     try:
-        return plan(req.plan_request())
+        return plan(replace(req.plan_request(), **(serving or {})))
     except SizingError as exc:
+        if exc.field in FIELD_FLAGS:      # the serving-mode flags set no settings key: name the flag
+            fail(f"{FIELD_FLAGS[exc.field]}: {exc}")
         fail(named(sizing_problem(exc), _given(), source))
 
 

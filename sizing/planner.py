@@ -111,6 +111,7 @@ class Plan:
     kv_transfer: KvTransfer | None = None
     speculative: SpeculativePlan | None = None
     autoscale: AutoscalePolicy | None = None
+    serving_mode_reason: str | None = None   # `auto`: which mode it chose and why (sizing.disagg)
 
     @property
     def pools_by_role(self) -> dict[str, ServingPool]:
@@ -192,7 +193,13 @@ class FleetView:
 # -- planning ----------------------------------------------------------------------------------
 def plan(req: PlanRequest) -> Plan:
     """The plan for `req`: the aggregated fleet, then each lever the request names, in order."""
-    p = plan_aggregated(req)
+    try:
+        p = plan_aggregated(req)
+    except SizingError as exc:      # disaggregated pools may serve what one aggregated pool cannot
+        if req.serving_mode == "aggregated" and req.pool_layout is None:
+            raise
+        from .disagg import with_serving_mode
+        return _with_autoscale(with_serving_mode(None, req, exc), req)
     p = _with_speculation(p, req)
     p = _with_serving_mode(p, req)
     return _with_autoscale(p, req)
@@ -209,7 +216,8 @@ def _with_serving_mode(p: Plan, req: PlanRequest) -> Plan:
     """Disaggregated prefill/decode pools, or the choice between them and `p` (sizing.disagg)."""
     if req.serving_mode == "aggregated" and req.pool_layout is None:
         return p
-    raise PlanError("disaggregated serving is not planned by this version", "serving_mode")
+    from .disagg import with_serving_mode
+    return with_serving_mode(p, req)
 
 
 def _with_autoscale(p: Plan, req: PlanRequest) -> Plan:
