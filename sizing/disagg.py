@@ -63,20 +63,21 @@ class Layout:
 
 
 # -- the hook ---------------------------------------------------------------------------------
-def with_serving_mode(p, req, agg_error: Exception | None = None):
-    """The plan for `req.serving_mode` given the aggregated plan `p` (None: it failed with `agg_error`)."""
+def with_serving_mode(p, req, make_plan, agg_error: Exception | None = None):
+    """The plan for `req.serving_mode` given the aggregated plan `p` (None: it failed with `agg_error`);
+    `make_plan` builds the Plan from its fields (planner._disaggregated_plan)."""
     mode = req.serving_mode
     if mode not in ("aggregated", "disaggregated", "auto"):
         raise PlanError(f"unknown serving mode '{mode}'; choose one of: aggregated, disaggregated, auto", "serving_mode")
     if req.pool_layout is not None and mode == "aggregated":
         mode = "disaggregated"                 # an explicit prefill/decode layout is disaggregated
     if mode == "disaggregated":
-        return plan_disaggregated(req)
+        return plan_disaggregated(req, make_plan)
     if p is None:           # aggregated serving cannot serve it: auto has one choice
-        d = plan_disaggregated(req)
+        d = plan_disaggregated(req, make_plan)
         return replace(d, serving_mode_reason=f"disaggregated: aggregated serving cannot serve this ({agg_error})")
     try:
-        d = plan_disaggregated(req)
+        d = plan_disaggregated(req, make_plan)
     except SizingError as exc:
         return replace(p, serving_mode_reason=f"aggregated: disaggregated serving cannot serve this ({exc})")
     return _choose(p, d)
@@ -101,9 +102,8 @@ def _choose(agg, dis):
 
 
 # -- planning ---------------------------------------------------------------------------------
-def plan_disaggregated(req, agg=None):
-    """Prefill and decode pools for `req` (`agg`, the aggregated plan, is not needed: the pools
-    are planned on their own)."""
+def plan_disaggregated(req, make_plan):
+    """Prefill and decode pools for `req`, planned on their own (no aggregated plan needed)."""
     w = req.workload
     if w.is_closed_loop:
         raise PlanError("disaggregated serving is planned for an open-loop load (give workload.qps, not "
@@ -118,7 +118,7 @@ def plan_disaggregated(req, agg=None):
         _check_layout(lay, instance)
         roles = _roles(req, model, instance, profile, lay.prefill_tp, lay.decode_tp)
         layout = _explicit_layout(req, roles, lay)
-        return _build(req, roles, layout, explicit=True)
+        return _build(req, roles, layout, True, make_plan)
     best, failures = None, []
     tps = [req.tp] if req.tp else candidate_tps(model, instance)
     for tp_p in tps:
@@ -136,7 +136,7 @@ def plan_disaggregated(req, agg=None):
     if best is None:
         *_, msg, field = max(failures) if failures else (0, 0, "no tensor-parallel degree fits", "tp")
         raise PlanError(f"no disaggregated layout works; the most capable: {msg}", field)
-    return _build(req, best[1], best[2], explicit=False)
+    return _build(req, best[1], best[2], False, make_plan)
 
 
 def _check_layout(lay: PoolLayout, instance: Instance) -> None:
@@ -198,19 +198,23 @@ def _n_plus_one_layout(req, roles: Roles, instance: Instance) -> Layout:
     layout = _place(req, counts, tp, instance)
     for _ in range(MAX_ADDED):
         left, _lost = _worst_loss(layout, cap)
-        if left >= demand - 1e-9 and (len(zones) > 1 or len(layout.on_node) > 1):
+        if left >= demand - 1e-9:      # one node: no domain to lose, the load alone (the notes say so)
             return layout
-        best = None
-        for role in ROLES:
+        base, best = _loss_profile(layout, cap), None
+        # one replica of a role, or a pair of both, in one zone: where the worst loss gains most per
+        # GPU (then all the loss cases together: a zone short of both roles gains only from a pair)
+        for add in (("prefill",), ("decode",), ROLES):
             for z in zones:
                 trial = {r: dict(c) for r, c in counts.items()}
-                trial[role][z] += 1
+                for role in add:
+                    trial[role][z] += 1
                 _pair_zones(trial)
                 try:
                     placed = _place(req, trial, tp, instance)
                 except PlanError:
                     continue
-                gain = (_worst_loss(placed, cap)[0] - left) / tp[role]
+                gpus = sum(tp[r] * (sum(trial[r].values()) - sum(counts[r].values())) for r in ROLES)
+                gain = tuple((a - b) / gpus for a, b in zip(_loss_profile(placed, cap), base))
                 if best is None or gain > best[0]:
                     best = (gain, trial, placed)
         if best is None:
@@ -281,6 +285,16 @@ def _worst_loss(layout: Layout, cap: dict[str, float]) -> tuple[float, str]:
     return sum(_zone_capacity(a, b, cap) for a, b in worst[1].values()), worst[0]
 
 
+def _loss_profile(layout: Layout, cap: dict[str, float]) -> tuple[float, float]:
+    """(the worst loss's capacity left, the sum over every loss case): the search's objective."""
+    zones = list(layout.counts["prefill"])
+    if len(zones) < 2:
+        return _worst_loss(layout, cap)[0], _fleet_capacity(layout, cap)
+    total = sum(_zone_capacity(layout.counts["prefill"][y], layout.counts["decode"][y], cap)
+                for z in zones for y in zones if y != z)
+    return _worst_loss(layout, cap)[0], total
+
+
 def _fleet_capacity(layout: Layout, cap: dict[str, float]) -> float:
     return sum(_zone_capacity(layout.counts["prefill"][z], layout.counts["decode"][z], cap)
                for z in layout.counts["prefill"])
@@ -307,8 +321,7 @@ ROLE_BINDING = {
 }
 
 
-def _build(req, roles: Roles, layout: Layout, explicit: bool):
-    from .planner import FleetView, Plan, _prices
+def _build(req, roles: Roles, layout: Layout, explicit: bool, make_plan):
     w, demand = req.workload, float(req.workload.qps)
     link = _link(layout)
     if link != roles.transfer.link:        # sized over EFA (the slower); the pairs share a node
@@ -328,7 +341,7 @@ def _build(req, roles: Roles, layout: Layout, explicit: bool):
     fleet = None
     if explicit:
         up = composite_point(pre, dec, transfer, demand / totals["prefill"], demand / totals["decode"])
-        fleet = FleetView(totals["prefill"] + totals["decode"], demand / totals["decode"], up)
+        fleet = (totals["prefill"] + totals["decode"], demand / totals["decode"], up)
     notes = _notes(roles, layout, link, redundancy, lost, left, demand, survives, explicit)
     gpus_used = totals["prefill"] * roles.tp_p + totals["decode"] * roles.tp_d
     by_zone = {z: layout.counts["prefill"][z] + layout.counts["decode"][z] for z in zones}
@@ -336,17 +349,15 @@ def _build(req, roles: Roles, layout: Layout, explicit: bool):
                f"after losing {lost}, the pools left carry {left:.1f} of {demand:g} QPS"
                if redundancy != "none" else "no failure domain to lose")
     instance = dec.model.shape.instance
-    gpu_price, node_price = _prices(req, instance, notes)
-    return Plan(
-        request=req, instance=instance, tp=roles.tp_d, replicas=sum(totals.values()), replicas_by_zone=by_zone,
+    return make_plan(
+        req, instance, notes, fleet, tp=roles.tp_d, replicas=sum(totals.values()), replicas_by_zone=by_zone,
         nodes=layout.nodes, redundancy=redundancy, survives_failure=survives, lost_domain=lost,
         capacity_per_replica=dec.capacity, capacity_per_replica_ideal=dec.capacity,
         capacity_qps=_fleet_capacity(layout, cap), capacity_after_zone_loss_qps=left,
         replicas_after_loss=sum(totals.values()) - sum(lost_by_role.values()),
         load_per_replica_qps=demand / carrying["decode"], ideal=real, real=real, closed_loop=None,
         max_clients_per_replica=None, replica_model=dec.model, gpus_used=gpus_used,
-        gpus_total=sum(p.nodes for p in req.pools) * instance.gpus, gpu_hour_price=gpu_price,
-        node_price_per_hour=node_price, binding_constraint=binding, notes=tuple(notes), fleet=fleet,
+        gpus_total=sum(p.nodes for p in req.pools) * instance.gpus, binding_constraint=binding,
         serving_mode="disaggregated", serving_pools=pools, kv_transfer=transfer)
 
 

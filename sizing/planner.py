@@ -199,7 +199,7 @@ def plan(req: PlanRequest) -> Plan:
         if req.serving_mode == "aggregated" and req.pool_layout is None:
             raise
         from .disagg import with_serving_mode
-        return _with_autoscale(with_serving_mode(None, req, exc), req)
+        return _with_autoscale(with_serving_mode(None, req, _disaggregated_plan, exc), req)
     p = _with_speculation(p, req)
     p = _with_serving_mode(p, req)
     return _with_autoscale(p, req)
@@ -217,7 +217,14 @@ def _with_serving_mode(p: Plan, req: PlanRequest) -> Plan:
     if req.serving_mode == "aggregated" and req.pool_layout is None:
         return p
     from .disagg import with_serving_mode
-    return with_serving_mode(p, req)
+    return with_serving_mode(p, req, _disaggregated_plan)
+
+
+def _disaggregated_plan(req: PlanRequest, instance: Instance, notes: list[str], fleet: tuple | None, **fields) -> Plan:
+    """The Plan sizing.disagg fills (it does not import this module): prices as an aggregated plan's."""
+    gpu_price, node_price = _prices(req, instance, notes)
+    return Plan(request=req, instance=instance, gpu_hour_price=gpu_price, node_price_per_hour=node_price,
+                notes=tuple(notes), fleet=FleetView(*fleet) if fleet else None, **fields)
 
 
 def _with_autoscale(p: Plan, req: PlanRequest) -> Plan:
