@@ -35,7 +35,9 @@ def print_report(d: dict, plot: Path | None) -> None:
                       + (f"group {n['group']}" if "group" in n else f"{n['replicas']} replica(s)")
                       + f", {n['gpus_idle']} GPUs idle"
                       for n in d["nodes"])
-    console.print(f"Plan: {d['replicas']} x {layout_label(d)} replicas {d['replicas_by_zone']}; {nodes}.")
+    what = (" + ".join(f"{p['replicas']} {p['role']} x TP={p['tp']}" for p in d["pools"])
+            if d.get("serving_mode") == "disaggregated" else f"{d['replicas']} x {layout_label(d)}")
+    console.print(f"Plan: {what} replicas {d['replicas_by_zone']}; {nodes}.")
     for line in pool_lines(d):
         console.print(line)
     if d.get("unstable_reason"):

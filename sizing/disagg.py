@@ -244,9 +244,12 @@ def _explicit_layout(req, roles: Roles, lay: PoolLayout) -> Layout:
 
 
 def _place(req, counts: dict[str, dict[str, int]], tp: dict[str, int], instance: Instance) -> Layout:
-    """Each zone's replicas on its nodes, the larger TP first, each on the node with the most free
-    GPUs that holds it (spread: losing one node loses few)."""
+    """Each zone's replicas on its nodes, the larger TP first. One zone: each on the node with the
+    most free GPUs that holds it (spread: losing a node loses few); several zones (a zone is the
+    domain lost): on the fullest node that holds it (packed: fewer nodes, and a zone's pairs may
+    share one node's NVLink)."""
     nodes, on_node = [], []
+    spread_nodes = len(counts["prefill"]) == 1
     for zone in counts["prefill"]:
         slots = [[p, i, instance.gpus, 0, 0] for p in req.pools if p.zone == zone for i in range(p.nodes)]
         for role in sorted(ROLES, key=lambda r: -tp[r]):
@@ -254,7 +257,7 @@ def _place(req, counts: dict[str, dict[str, int]], tp: dict[str, int], instance:
                 fits = [s for s in slots if s[2] >= tp[role]]
                 if not fits:
                     raise PlanError(f"zone {zone} has no room for another {role} replica of TP={tp[role]}", "pools")
-                s = max(fits, key=lambda s: s[2])
+                s = max(fits, key=lambda s: s[2]) if spread_nodes else min(fits, key=lambda s: s[2])
                 s[2] -= tp[role]
                 s[3 if role == "prefill" else 4] += 1
         for p, i, left, n_p, n_d in slots:

@@ -127,13 +127,19 @@ class Plan:
         return self.replica_model.memory.weights_gb
 
     @property
+    def prefill_model(self) -> ReplicaModel:
+        """The replica that runs the prefills: the prefill pool's when disaggregated."""
+        pre = self.pools_by_role.get("prefill")
+        return self.replica_model if pre is None else pre.replica_model
+
+    @property
     def prefill_ms(self) -> float:
         """One prompt's prefill, alone on an idle replica."""
-        return 1e3 * self.replica_model.prefill_alone_s
+        return 1e3 * self.prefill_model.prefill_alone_s
 
     @property
     def prefill_saturation_qps(self) -> float:
-        return self.replica_model.load_ceilings()[1]
+        return self.prefill_model.load_ceilings()[1]
 
     @property
     def replicas_carrying(self) -> int:
