@@ -62,16 +62,15 @@ def size(
         check_output_file("--plot", plot, ".png")
     serving = serving_fields(serving_mode, {"--prefill-replicas": prefill_replicas, "--prefill-tp": prefill_tp,
                                             "--decode-replicas": decode_replicas, "--decode-tp": decode_tp})
-    if sweep and serving:
-        fail(f"{'--serving-mode' if serving_mode else '--prefill-replicas'}: the sweep ranks aggregated plans; "
-             "drop it or size without --sweep")
+    if sweep and "pool_layout" in serving:
+        fail("--prefill-replicas: the sweep plans its own layouts; drop the layout or size without --sweep")
     with paused_gc():    # the settings' models, the plan and the report: see paused_gc
         loaded = load(stack, config) if stack is not None or config is not None else None
         source = loaded.source if loaded is not None else None
         req = _request(loaded, _given(), source, fit=not sweep)
         if sweep:
             from .sweep_view import show_sweep
-            show_sweep(req.plan_request(), as_json)
+            show_sweep(req.plan_request(), as_json, serving.get("serving_mode", "aggregated"))
             return
         _show(_plan(req, source, serving), as_json, plot)
 

@@ -407,3 +407,45 @@ def _notes(roles: Roles, layout: Layout, link: str, redundancy: str, lost: str, 
     elif redundancy == "node":
         notes.append("one zone only: the plan survives losing a node, not a zone")
     return notes
+
+
+# -- the sweep ----------------------------------------------------------------------------------
+def sweep_options(req, plan_fn, aggregated: list) -> list:
+    """Disaggregated options for `size --sweep --serving-mode auto|disaggregated`: per instance and
+    weight precision, the pools `plan_fn` (planner.plan) plans on the fewest nodes per zone the
+    aggregated option of that type took (and one more), as `sizing.sweep.Option` rows whose layout
+    names both pools. Ranked with the aggregated ones by the caller."""
+    from .placement import Pool
+    from .sweep import SWEEP_WEIGHTS, Option
+    zones = _zones(req)
+    out = []
+    for inst in load_catalog().instances.values():
+        for weights in SWEEP_WEIGHTS:
+            took = [o.nodes for o in aggregated if o.feasible and o.instance == inst.id and o.weights == weights]
+            start = max(1, math.ceil(min(took) / len(zones))) if took else 1
+            option, why = None, ""
+            for per_zone in (start, start + 1) if took else (1, 2, 4):
+                trial = replace(req, pools=tuple(Pool(z, inst.id, per_zone) for z in zones), weights=weights,
+                                tp=None, replicas=None, layout=None, nodes_per_replica=None,
+                                serving_mode="disaggregated", pool_layout=None)
+                try:
+                    option = _sweep_option(plan_fn(trial), Option)
+                    break
+                except SizingError as exc:
+                    why = str(exc)
+            out.append(option or Option(instance=inst.id, gpu=inst.gpu.id, tp=0, weights=weights,
+                                        kv_dtype=req.kv_dtype, feasible=False, layout="prefill/decode", reason=why))
+    return out
+
+
+def _sweep_option(p, option_type):
+    pre, dec = p.pools_by_role["prefill"], p.pools_by_role["decode"]
+    nodes = sum(1 for n in p.nodes if n.replicas > 0)
+    node_cost = nodes * p.node_price_per_hour if p.node_price_per_hour is not None else None
+    return option_type(
+        instance=p.instance.id, gpu=p.instance.gpu.id, tp=dec.tp, weights=p.request.weights, kv_dtype=p.request.kv_dtype,
+        feasible=p.survives_failure, layout=f"prefill {pre.replicas} x TP={pre.tp} + decode {dec.replicas} x TP={dec.tp}",
+        reason="" if p.survives_failure else "no layout survives the worst loss",
+        capacity_per_replica_qps=dec.capacity_per_replica_qps, binding=p.capacity_per_replica.binding,
+        replicas=p.replicas, nodes=nodes, gpus=p.gpus_used, cost_per_hour=p.cost_per_hour, node_cost_per_hour=node_cost,
+        cost_per_million=p.per_million(p.cost_per_hour), node_cost_per_million=p.per_million(node_cost))

@@ -219,8 +219,8 @@ def test_a_partial_layout_exits_2_naming_the_missing_option(capsys, given, missi
      "error: --prefill-replicas: must be an integer of at least 1 (got 0)\n"),
     (("--prefill-replicas", "1", "--prefill-tp", "16", "--decode-replicas", "1", "--decode-tp", "4"),
      "error: --prefill-tp: a replica stays on one node: at most 8 GPUs (got 16)\n"),
-    (("--serving-mode", "auto", "--sweep"), "error: --serving-mode: the sweep ranks aggregated plans; drop it or "
-                                             "size without --sweep\n"),
+    (("--sweep", "--prefill-replicas", "2", "--prefill-tp", "1", "--decode-replicas", "1", "--decode-tp", "4"),
+     "error: --prefill-replicas: the sweep plans its own layouts; drop the layout or size without --sweep\n"),
 ])
 def test_bad_serving_flags_exit_2_with_one_line(capsys, args, message):
     code, out, err = run(capsys, *BASE, *args)
@@ -282,3 +282,32 @@ def test_a_disaggregated_plan_reaches_the_deployment_spec_and_the_simulator():
     assert spec.serving is not None
     assert config_from_plan(p, 10.0) is not None
     assert plan_to_dict(p)["serving_mode"] == "disaggregated"
+
+
+# -- the sweep ranks both modes --------------------------------------------------------------------------
+SWEEP = ("size", "--model", "gpt-oss-120b", "--input-tokens", "8000", "--output-tokens", "250", "--qps", "5",
+         "--ttft-slo", "2", "--tpot-slo", "0.02", "--zones", "2", "--sweep", "--json")
+
+
+def sweep_rows(capsys, mode: str | None) -> list[dict]:
+    code, out, err = run(capsys, *SWEEP, *(("--serving-mode", mode) if mode else ()))
+    assert code == 0, err
+    return json.loads(out)["options"]
+
+
+def is_disaggregated(row: dict) -> bool:
+    return row["layout"].startswith("prefill")
+
+
+def test_the_sweep_with_auto_ranks_both_modes_by_cost(capsys):
+    rows = [r for r in sweep_rows(capsys, "auto") if r["feasible"]]
+    assert any(is_disaggregated(r) for r in rows) and any(not is_disaggregated(r) for r in rows)
+    costs = [r["node_cost_per_million"] for r in rows if r["node_cost_per_million"] is not None]
+    assert costs == sorted(costs)
+
+
+def test_the_sweep_without_a_mode_is_unchanged_and_disaggregated_ranks_its_own(capsys):
+    plain = sweep_rows(capsys, None)
+    assert not any(is_disaggregated(r) for r in plain)
+    assert sweep_rows(capsys, "aggregated") == plain
+    assert all(is_disaggregated(r) for r in sweep_rows(capsys, "disaggregated"))
