@@ -150,7 +150,7 @@ def _check_layout(lay: PoolLayout, instance: Instance) -> None:
                             f"(got {getattr(lay, name)})", f"pool_layout.{name}")
 
 
-def _roles(req, model, instance: Instance, profile, tp_p: int, tp_d: int, link: str = "efa") -> Roles:
+def _roles(req, model, instance: Instance, profile, tp_p: int, tp_d: int, link: str = "efa", real: bool = True) -> Roles:
     """Both roles at these TPs. The hand-off is priced over `link` (EFA unless the caller knows
     each zone's pairs share one node: the slower link, so the pools are not sized short)."""
     w = req.workload
@@ -158,11 +158,11 @@ def _roles(req, model, instance: Instance, profile, tp_p: int, tp_d: int, link: 
     shape_d = Shape(model, instance, tp_d, req.weights, req.kv_dtype)
     transfer = _transfer(shape_d, tp_p, link, w, profile)
     try:
-        pre = prefill_role(shape_p, w, profile, transfer)
+        pre = prefill_role(shape_p, w, profile, transfer, real)
     except SizingError as exc:
         raise type(exc)(f"prefill TP={tp_p}: {exc}", exc.field) from None
     try:
-        dec = decode_role(shape_d, w, profile, transfer)
+        dec = decode_role(shape_d, w, profile, transfer, real)
     except SizingError as exc:
         raise type(exc)(f"decode TP={tp_d}: {exc}", exc.field) from None
     if pre.capacity.qps <= 0 or dec.capacity.qps <= 0:
@@ -328,8 +328,8 @@ def _build(req, roles: Roles, layout: Layout, explicit: bool, make_plan):
     w, demand = req.workload, float(req.workload.qps)
     link = _link(layout)
     if link != roles.transfer.link:        # sized over EFA (the slower); the pairs share a node
-        model, instance = roles.decode.model.shape.model, roles.decode.model.shape.instance
-        roles = _roles(req, model, instance, get_profile(req.profile), roles.tp_p, roles.tp_d, link)
+        shape = roles.decode.model.shape
+        roles = _roles(req, shape.model, shape.instance, get_profile(req.profile), roles.tp_p, roles.tp_d, link)
     pre, dec, transfer = roles.prefill, roles.decode, roles.transfer
     cap = {"prefill": pre.capacity.qps, "decode": dec.capacity.qps}
     left, lost = _worst_loss(layout, cap)
@@ -340,6 +340,13 @@ def _build(req, roles: Roles, layout: Layout, explicit: bool, make_plan):
     totals = {r: layout.total(r) for r in ROLES}
     carrying = {r: (totals[r] - lost_by_role[r]) or totals[r] for r in ROLES}
     real = composite_point(pre, dec, transfer, demand / carrying["prefill"], demand / carrying["decode"])
+    model, instance = dec.model.shape.model, dec.model.shape.instance
+    try:                        # the roofline at face value (the profile's factors off), same pools
+        flat = _roles(req, model, instance, get_profile(req.profile), roles.tp_p, roles.tp_d, link, real=False)
+        ideal, ideal_cap = composite_point(flat.prefill, flat.decode, transfer, demand / carrying["prefill"],
+                                           demand / carrying["decode"]), flat.decode.capacity
+    except SizingError:
+        ideal, ideal_cap = real, dec.capacity
     pools = tuple(_pool(r, roles, layout, cap, lost, lost_by_role, demand, w) for r in ROLES)
     fleet = None
     if explicit:
@@ -351,14 +358,13 @@ def _build(req, roles: Roles, layout: Layout, explicit: bool, make_plan):
     binding = (f"prefill: {pools[0].binding_constraint}; decode: {pools[1].binding_constraint}; N+1 by {redundancy}: "
                f"after losing {lost}, the pools left carry {left:.1f} of {demand:g} QPS"
                if redundancy != "none" else "no failure domain to lose")
-    instance = dec.model.shape.instance
     return make_plan(
         req, instance, notes, fleet, tp=roles.tp_d, replicas=sum(totals.values()), replicas_by_zone=by_zone,
         nodes=layout.nodes, redundancy=redundancy, survives_failure=survives, lost_domain=lost,
-        capacity_per_replica=dec.capacity, capacity_per_replica_ideal=dec.capacity,
+        capacity_per_replica=dec.capacity, capacity_per_replica_ideal=ideal_cap,
         capacity_qps=_fleet_capacity(layout, cap), capacity_after_zone_loss_qps=left,
         replicas_after_loss=sum(totals.values()) - sum(lost_by_role.values()),
-        load_per_replica_qps=demand / carrying["decode"], ideal=real, real=real, closed_loop=None,
+        load_per_replica_qps=demand / carrying["decode"], ideal=ideal, real=real, closed_loop=None,
         max_clients_per_replica=None, replica_model=dec.model, gpus_used=gpus_used,
         gpus_total=sum(p.nodes for p in req.pools) * instance.gpus, binding_constraint=binding,
         serving_mode="disaggregated", serving_pools=pools, kv_transfer=transfer)
