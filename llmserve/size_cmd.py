@@ -108,7 +108,7 @@ def _plan(req, source: str | None, serving: dict | None = None):
     try:
         return plan(replace(req.plan_request(), **(serving or {})))
     except SizingError as exc:
-        if exc.field in FIELD_FLAGS:      # the serving-mode flags set no settings key: name the flag
+        if exc.field in FIELD_FLAGS and serving:   # the serving-mode flags set no settings key: name the flag
             fail(f"{FIELD_FLAGS[exc.field]}: {exc}")
         fail(named(sizing_problem(exc), _given(), source))
 

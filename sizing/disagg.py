@@ -157,14 +157,17 @@ def _roles(req, model, instance: Instance, profile, tp_p: int, tp_d: int, link: 
     shape_p = Shape(model, instance, tp_p, req.weights, req.kv_dtype)
     shape_d = Shape(model, instance, tp_d, req.weights, req.kv_dtype)
     transfer = _transfer(shape_d, tp_p, link, w, profile)
+    explicit = req.pool_layout is not None      # a TP the user gave is the layout's field to fix
     try:
         pre = prefill_role(shape_p, w, profile, transfer, real)
     except SizingError as exc:
-        raise type(exc)(f"prefill TP={tp_p}: {exc}", exc.field) from None
+        field = "pool_layout.prefill_tp" if explicit and exc.field == "tp" else exc.field
+        raise type(exc)(f"prefill TP={tp_p}: {exc}", field) from None
     try:
         dec = decode_role(shape_d, w, profile, transfer, real)
     except SizingError as exc:
-        raise type(exc)(f"decode TP={tp_d}: {exc}", exc.field) from None
+        field = "pool_layout.decode_tp" if explicit and exc.field == "tp" else exc.field
+        raise type(exc)(f"decode TP={tp_d}: {exc}", field) from None
     if pre.capacity.qps <= 0 or dec.capacity.qps <= 0:
         which = "prefill" if pre.capacity.qps <= 0 else "decode"
         slo = "workload.ttft_slo_s" if which == "prefill" else "workload.tpot_slo_s"

@@ -219,12 +219,22 @@ def test_a_partial_layout_exits_2_naming_the_missing_option(capsys, given, missi
      "error: --prefill-replicas: must be an integer of at least 1 (got 0)\n"),
     (("--prefill-replicas", "1", "--prefill-tp", "16", "--decode-replicas", "1", "--decode-tp", "4"),
      "error: --prefill-tp: a replica stays on one node: at most 8 GPUs (got 16)\n"),
+    (("--prefill-replicas", "2", "--prefill-tp", "3", "--decode-replicas", "2", "--decode-tp", "4"),
+     "error: --prefill-tp: prefill TP=3: tensor parallel 3 does not divide the 64 attention heads of gpt-oss-120b; "
+     "use one of 1, 2, 4, 8\n"),
     (("--sweep", "--prefill-replicas", "2", "--prefill-tp", "1", "--decode-replicas", "1", "--decode-tp", "4"),
      "error: --prefill-replicas: the sweep plans its own layouts; drop the layout or size without --sweep\n"),
 ])
 def test_bad_serving_flags_exit_2_with_one_line(capsys, args, message):
     code, out, err = run(capsys, *BASE, *args)
     assert (code, out, err) == (2, "", message)
+
+
+def test_a_closed_loop_exits_2_naming_the_serving_mode(capsys):
+    code, out, err = run(capsys, "size", "--concurrency", "4", "--serving-mode", "disaggregated")
+    assert (code, out) == (2, "")
+    assert err == ("error: --serving-mode: disaggregated serving is planned for an open-loop load (give workload.qps, "
+                   "not workload.concurrency)\n")
 
 
 def test_disaggregated_zones_2_json(capsys):
