@@ -12,6 +12,8 @@ import typer
 
 from . import options
 from .errors import check_output_file, fail, writing
+from .serving_flags import (DECODE_REPLICAS, DECODE_TP, FIELD_FLAGS, PREFILL_REPLICAS, PREFILL_TP, SERVING_MODE,
+                            serving_fields)
 from .size_flags import FLAGS, named, request_body
 from .stack_arg import load
 
@@ -52,11 +54,20 @@ def size(
     draft_tokens: Optional[int] = typer.Option(None, "--draft-tokens", help="Drafts per step, k (default: the plan picks k for its batch)."),
     acceptance_rate: Optional[float] = typer.Option(None, "--acceptance-rate", help="Per-token acceptance measured on this workload, 0 < a < 1 (docs/speculative.md)."),
     draft_model: Optional[str] = typer.Option(None, "--draft-model", help="The drafter: a catalog model (draft) or the EAGLE-3 head's checkpoint (eagle3)."),
+    serving_mode: Optional[str] = SERVING_MODE,
+    prefill_replicas: Optional[int] = PREFILL_REPLICAS,
+    prefill_tp: Optional[int] = PREFILL_TP,
+    decode_replicas: Optional[int] = DECODE_REPLICAS,
+    decode_tp: Optional[int] = DECODE_TP,
 ) -> None:
     from offline.collector import paused_gc
 
     if plot is not None:
         check_output_file("--plot", plot, ".png")
+    serving = serving_fields(serving_mode, {"--prefill-replicas": prefill_replicas, "--prefill-tp": prefill_tp,
+                                            "--decode-replicas": decode_replicas, "--decode-tp": decode_tp})
+    if sweep and "pool_layout" in serving:
+        fail("--prefill-replicas: the sweep plans its own layouts; drop the layout or size without --sweep")
     with paused_gc():    # the settings' models, the plan and the report: see paused_gc
         loaded = load(stack, config) if stack is not None or config is not None else None
         source = loaded.source if loaded is not None else None
@@ -64,9 +75,9 @@ def size(
         spec = _speculative_request(speculative, draft_tokens, acceptance_rate, draft_model, sweep)
         if sweep:
             from .sweep_view import show_sweep
-            show_sweep(req.plan_request(), as_json)
+            show_sweep(req.plan_request(), as_json, serving.get("serving_mode", "aggregated"))
             return
-        _show(_plan(req, source, spec), as_json, plot)
+        _show(_plan(req, source, spec, serving), as_json, plot)
 
 
 def _given() -> dict:
@@ -92,7 +103,7 @@ def _request(loaded, given: dict, source: str | None, fit: bool = True):
         fail("; ".join(dict.fromkeys(named(p, given, source) for p in exc.problems)))
 
 
-def _plan(req, source: str | None, spec=None):
+def _plan(req, source: str | None, spec=None, serving: dict | None = None):
     import dataclasses
 
     from settings import sizing_problem
@@ -103,10 +114,12 @@ def _plan(req, source: str | None, spec=None):
     if spec is not None:
         request = dataclasses.replace(request, speculative=spec)
     try:
-        return plan(request)
+        return plan(dataclasses.replace(request, **(serving or {})))
     except SizingError as exc:
         if exc.field in SPECULATIVE_OPTIONS:
             fail(f"{SPECULATIVE_OPTIONS[exc.field]}: {exc}")
+        if exc.field in FIELD_FLAGS and serving:   # the serving-mode flags set no settings key: name the flag
+            fail(f"{FIELD_FLAGS[exc.field]}: {exc}")
         fail(named(sizing_problem(exc), _given(), source))
 
 

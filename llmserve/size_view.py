@@ -35,7 +35,11 @@ def print_report(d: dict, plot: Path | None) -> None:
                       + (f"group {n['group']}" if "group" in n else f"{n['replicas']} replica(s)")
                       + f", {n['gpus_idle']} GPUs idle"
                       for n in d["nodes"])
-    console.print(f"Plan: {d['replicas']} x {layout_label(d)} replicas {d['replicas_by_zone']}; {nodes}.")
+    what = (" + ".join(f"{p['replicas']} {p['role']} x TP={p['tp']}" for p in d["pools"])
+            if d.get("serving_mode") == "disaggregated" else f"{d['replicas']} x {layout_label(d)}")
+    console.print(f"Plan: {what} replicas {d['replicas_by_zone']}; {nodes}.")
+    for line in pool_lines(d):
+        console.print(line)
     if d.get("unstable_reason"):
         console.print(f"Unstable at {d['load_per_replica_qps']:.3g} QPS per replica: {d['unstable_reason']}.")
     if "fleet" in d:
@@ -60,3 +64,19 @@ def fleet_line(d: dict) -> str:
     return (f"Fleet of {f['replicas']} replicas, all up: {share}, {100 * (f['utilization'] or 0):.0f}% of capacity; "
             f"TTFT {stat} {f['ttft_ms']['at_statistic']:,.0f} ms, TPOT {stat} {f['tpot_ms']['at_statistic']:.1f} ms "
             f"(means {f['ttft_ms']['mean']:,.0f} / {f['tpot_ms']['mean']:.1f} ms).")
+
+
+def pool_lines(d: dict) -> list[str]:
+    """A disaggregated plan's pools and KV hand-off; `auto`'s choice (nothing for a plain aggregated plan)."""
+    lines = [f"Serving mode: {d['serving_mode_reason']}."] if d.get("serving_mode_reason") else []
+    if d.get("serving_mode") != "disaggregated":
+        return lines
+    for p in d["pools"]:
+        lines.append(f"Pool {p['role']}: {p['replicas']} x TP={p['tp']} {p['replicas_by_zone']}, "
+                     f"{p['capacity_per_replica_qps']:.2f} QPS each, {p['capacity_qps']:.1f} QPS in all, "
+                     f"{p['capacity_after_zone_loss_qps']:.1f} after losing {p['lost_domain']}"
+                     f"{'' if p['survives_failure'] else ' (does not carry the load)'}; {p['binding_constraint']}.")
+    t = d["kv_transfer"]
+    lines.append(f"KV hand-off over {t['link'].upper()}: {t['bytes_per_request'] / 1e6:,.1f} MB per mean prompt, "
+                 f"{t['transfer_ms']:.1f} ms ({t['transfer_ms_at_statistic']:.1f} ms at the SLO statistic), in TTFT.")
+    return lines

@@ -8,9 +8,11 @@ from sizing.planner import PlanRequest
 from sizing.sweep import sweep
 
 
-def show_sweep(req: PlanRequest, as_json: bool) -> None:
+def show_sweep(req: PlanRequest, as_json: bool, serving_mode: str = "aggregated") -> None:
     zones = len({p.zone for p in req.pools})
     options = sweep(req.workload, req.model, req.kv_dtype, zones, req.profile, req.gpu_hour_price, req.model_config)
+    if serving_mode != "aggregated":      # auto ranks both; disaggregated ranks its own options only
+        options = ranked_with_disaggregated(req, options, keep_aggregated=serving_mode == "auto")
     if as_json:
         print(json.dumps({"zones": zones, "options": [asdict(o) for o in options]}, indent=2))
         return
@@ -47,3 +49,17 @@ def show_sweep(req: PlanRequest, as_json: bool) -> None:
         console.print(f"{len(infeasible)} options refused:")
         for o in infeasible:
             console.print(f"  {o.instance} {o.layout} over {o.tp} GPUs, {o.weights}: {o.reason}")
+
+
+def ranked_with_disaggregated(req: PlanRequest, options: list, keep_aggregated: bool) -> list:
+    """The disaggregated options (sizing.disagg.sweep_options) ranked with the aggregated ones, as
+    sizing.sweep ranks: feasible first, then whole-node cost, then GPU cost per 1M output tokens."""
+    import math
+
+    from sizing.disagg import sweep_options
+    from sizing.planner import plan
+    both = (options if keep_aggregated else []) + sweep_options(req, plan, options)
+    inf = math.inf
+    return sorted(both, key=lambda o: (not o.feasible,
+                                       o.node_cost_per_million if o.node_cost_per_million is not None else inf,
+                                       o.cost_per_million if o.cost_per_million is not None else inf))

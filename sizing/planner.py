@@ -111,6 +111,7 @@ class Plan:
     kv_transfer: KvTransfer | None = None
     speculative: SpeculativePlan | None = None
     autoscale: AutoscalePolicy | None = None
+    serving_mode_reason: str | None = None   # `auto`: which mode it chose and why (sizing.disagg)
 
     @property
     def pools_by_role(self) -> dict[str, ServingPool]:
@@ -126,13 +127,19 @@ class Plan:
         return self.replica_model.memory.weights_gb
 
     @property
+    def prefill_model(self) -> ReplicaModel:
+        """The replica that runs the prefills: the prefill pool's when disaggregated."""
+        pre = self.pools_by_role.get("prefill")
+        return self.replica_model if pre is None else pre.replica_model
+
+    @property
     def prefill_ms(self) -> float:
         """One prompt's prefill, alone on an idle replica."""
-        return 1e3 * self.replica_model.prefill_alone_s
+        return 1e3 * self.prefill_model.prefill_alone_s
 
     @property
     def prefill_saturation_qps(self) -> float:
-        return self.replica_model.load_ceilings()[1]
+        return self.prefill_model.load_ceilings()[1]
 
     @property
     def replicas_carrying(self) -> int:
@@ -192,7 +199,13 @@ class FleetView:
 # -- planning ----------------------------------------------------------------------------------
 def plan(req: PlanRequest) -> Plan:
     """The plan for `req`: the aggregated fleet, then each lever the request names, in order."""
-    p = plan_aggregated(req)
+    try:
+        p = plan_aggregated(req)
+    except SizingError as exc:      # disaggregated pools may serve what one aggregated pool cannot
+        if req.serving_mode == "aggregated" and req.pool_layout is None:
+            raise
+        from .disagg import with_serving_mode
+        return _with_autoscale(with_serving_mode(None, req, _disaggregated_plan, exc), req)
     p = _with_speculation(p, req)
     p = _with_serving_mode(p, req)
     return _with_autoscale(p, req)
@@ -212,7 +225,15 @@ def _with_serving_mode(p: Plan, req: PlanRequest) -> Plan:
     """Disaggregated prefill/decode pools, or the choice between them and `p` (sizing.disagg)."""
     if req.serving_mode == "aggregated" and req.pool_layout is None:
         return p
-    raise PlanError("disaggregated serving is not planned by this version", "serving_mode")
+    from .disagg import with_serving_mode
+    return with_serving_mode(p, req, _disaggregated_plan)
+
+
+def _disaggregated_plan(req: PlanRequest, instance: Instance, notes: list[str], fleet: tuple | None, **fields) -> Plan:
+    """The Plan sizing.disagg fills (it does not import this module): prices as an aggregated plan's."""
+    gpu_price, node_price = _prices(req, instance, notes)
+    return Plan(request=req, instance=instance, gpu_hour_price=gpu_price, node_price_per_hour=node_price,
+                notes=tuple(notes), fleet=FleetView(*fleet) if fleet else None, **fields)
 
 
 def _with_autoscale(p: Plan, req: PlanRequest) -> Plan:

@@ -134,7 +134,31 @@ def plan_to_dict(plan: Plan) -> dict:
     if plan.speculative is not None:       # absent without speculation: the default JSON is unchanged
         from .speculative import to_dict
         out["speculative"] = to_dict(plan.speculative)
+    out.update(serving_to_dict(plan))
     return out
+
+
+def serving_to_dict(plan: Plan) -> dict:
+    """The serving mode, its pools (aggregated: the one pool) and, disaggregated, the KV hand-off."""
+    out = {"serving_mode": plan.serving_mode, "pools": [_pool_dict(p) for p in plan.pools_by_role.values()]}
+    if plan.serving_mode_reason is not None:
+        out["serving_mode_reason"] = plan.serving_mode_reason
+    t = plan.kv_transfer
+    if t is not None:
+        out["kv_transfer"] = {"link": t.link, "bytes_per_request": round(t.bytes_per_request),
+                              "bandwidth_gbps": _num(t.bandwidth_gbps, 1), "efficiency": _num(t.efficiency),
+                              "fixed_ms": _num(t.fixed_ms), "transfer_ms": _num(t.transfer_ms),
+                              "transfer_ms_at_statistic": _num(t.transfer_ms_at_statistic), "kv_lease_s": t.kv_lease_s}
+    return out
+
+
+def _pool_dict(p) -> dict:
+    return {"role": p.role, "replicas": p.replicas, "tp": p.tp, "gpus_per_replica": p.gpus_per_replica,
+            "replicas_by_zone": dict(p.replicas_by_zone), "capacity_per_replica_qps": _num(p.capacity_per_replica_qps),
+            "capacity_qps": _num(p.capacity_qps), "capacity_after_zone_loss_qps": _num(p.capacity_after_zone_loss_qps),
+            "lost_domain": p.lost_domain, "survives_failure": p.survives_failure,
+            "binding_constraint": p.binding_constraint, "max_num_batched_tokens": p.max_num_batched_tokens,
+            "max_num_seqs": p.max_num_seqs}
 
 
 def fleet_to_dict(plan: Plan) -> dict:

@@ -346,10 +346,11 @@ def test_every_size_option_fills_the_request_or_is_declared_not_to():
     """An option without a FLAGS row would be silently ignored."""
     import typer.main
     from llmserve.cli import app
+    from llmserve.serving_flags import FIELD_FLAGS
     from llmserve.size_flags import FLAGS
     from llmserve.size_cmd import SPECULATIVE_OPTIONS       # size_cmd reads these into PlanRequest.speculative
     options = {p.opts[0] for p in typer.main.get_command(app).commands["size"].params}
-    assert options - NOT_REQUEST_OPTIONS - set(SPECULATIVE_OPTIONS.values()) == set(FLAGS)
+    assert options - NOT_REQUEST_OPTIONS - set(SPECULATIVE_OPTIONS.values()) - set(FIELD_FLAGS.values()) == set(FLAGS)
     assert not NOT_REQUEST_OPTIONS & set(FLAGS)
 
 
