@@ -276,8 +276,8 @@ def test_the_report_shows_the_pools(capsys):
 
 # -- consumers read a disaggregated plan without failing --------------------------------------------
 def test_a_disaggregated_plan_reaches_the_deployment_spec_and_the_simulator():
-    """Until the P/D components and the two-stage simulator read the pools, a disaggregated plan
-    still builds a spec and a simulator configuration (the decode pool's replica, the whole fleet)."""
+    """The planner's disaggregated plan builds the deployment's prefill and decode pools and a
+    simulator configuration, and its JSON says the mode."""
     from dataclasses import replace
 
     from deployment.spec import deployment_spec
@@ -285,11 +285,11 @@ def test_a_disaggregated_plan_reaches_the_deployment_spec_and_the_simulator():
     from sizing.report import plan_to_dict
     from tests.stacks import plan_for
 
-    settings, _ = plan_for("dev")
+    settings, _ = plan_for("prod")
     p = plan(replace(settings.plan_request(), serving_mode="disaggregated"))
     assert p.serving_mode == "disaggregated"
     spec = deployment_spec(p, settings)
-    assert spec.serving is not None
+    assert {pool.role for pool in spec.serving.pools} == {"prefill", "decode"}
     assert config_from_plan(p, 10.0) is not None
     assert plan_to_dict(p)["serving_mode"] == "disaggregated"
 

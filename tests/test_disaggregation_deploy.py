@@ -309,14 +309,12 @@ def test_a_pool_too_small_for_a_zone_loss_is_refused(disaggregated_planner, buil
 
 
 # -- the offline preview of a disaggregated stack --------------------------------------------------
-def test_a_disaggregated_stack_previews_offline_and_validates(disaggregated_planner, capsys, tmp_path):
+def test_a_disaggregated_stack_previews_offline_and_validates(capsys, tmp_path):
     """`llmserve preview` and `llmserve render` of a stack with serving.mode: disaggregated (the suite's prod
-    stack with the key), its manifests valid for Kubernetes and the upstream CRDs. On the stand-in planner
-    hook until sizing/disagg.py is merged: then drop `disaggregated_planner` here."""
+    stack with the key), planned by sizing.disagg, its manifests valid for Kubernetes and the upstream CRDs."""
     from llmserve.cli import main
     from tests.k8s_schema import CrdMissing, validate
     from tests.test_render import kinds_of_optional_crds_not_fetched
-    disaggregated_planner()
     path = tmp_path / "Pulumi.pd.yaml"
     path.write_text(yaml.safe_dump({"config": with_overrides(stack_config("prod"), DISAGGREGATED)}))
     assert main(["preview", "--stack", "pd", "--config", str(path), "--json"]) == 0
