@@ -42,6 +42,9 @@ def print_report(d: dict, plot: Path | None) -> None:
         console.print(fleet_line(d))
     for note in d["notes"]:
         console.print(f"Note: {note}.")
+    from sizing.autoscale import autoscale_line
+    if autoscale_line(d):
+        console.print(autoscale_line(d))
     if plot is not None:
         console.print(f"Plot written to {plot}.")
 

@@ -126,3 +126,41 @@ def policy_for(p, trough, curve: LoadCurve) -> AutoscalePolicy:
         nodes_ceiling_by_zone={z: hi for z, (_, hi) in nodes.items()},
         scales="groups" if p.nodes_per_replica > 1 else "replicas",
         polling_interval_s=KEDA_POLLING_INTERVAL_S, node_scale_down_s=NODE_SCALE_DOWN_S)
+
+
+def autoscale_to_dict(plan) -> dict:
+    """The plan's `autoscale` JSON: the peak's and the trough's fleets, the policy, the cold start."""
+    a = plan.autoscale
+    gpus = plan.gpus_per_replica
+    cold = a.cold_start
+    return {
+        "peak": {"qps": a.peak_qps, "at_s": a.peak_at_s, "replicas": sum(a.ceiling_by_zone.values()),
+                 "replicas_by_zone": dict(a.ceiling_by_zone), "gpus": gpus * sum(a.ceiling_by_zone.values()),
+                 "nodes_by_zone": dict(a.nodes_ceiling_by_zone)},
+        "trough": {"qps": a.trough_qps, "at_s": a.trough_at_s, "replicas": a.trough_replicas,
+                   "replicas_by_zone": dict(a.floor_by_zone), "gpus": gpus * a.trough_replicas,
+                   "nodes_by_zone": dict(a.nodes_floor_by_zone)},
+        "metric": a.metric, "query": a.query, "lead_query": a.lead_query,
+        "target_per_replica": a.target_per_replica, "zone_threshold": a.zone_threshold,
+        "floor_by_zone": dict(a.floor_by_zone), "ceiling_by_zone": dict(a.ceiling_by_zone), "scales": a.scales,
+        "lead_s": a.lead_s, "scale_down_stabilization_s": a.scale_down_stabilization_s,
+        "polling_interval_s": a.polling_interval_s, "node_scale_down_s": a.node_scale_down_s,
+        "cold_start": None if cold is None else {
+            "replica_on_new_node_s": round(cold.replica_on_new_node_s, 1),
+            "replica_on_warm_node_s": round(cold.replica_on_warm_node_s, 1),
+            "terms": [{"name": t.name, "seconds": t.seconds, "source": t.source} for t in cold.terms]},
+        "notes": list(a.notes),
+    }
+
+
+def autoscale_line(d: dict) -> str | None:
+    """`size`'s one line on the policy, from the plan's JSON (None without traffic)."""
+    a = d.get("autoscale")
+    if a is None:
+        return None
+    peak, trough = a["peak"], a["trough"]
+    return (f"Autoscaling: trough {trough['qps']:g} QPS -> {trough['replicas']} replicas {trough['replicas_by_zone']} "
+            f"(the floor, N+1 by zone); peak {peak['qps']:g} QPS -> {peak['replicas']} {peak['replicas_by_zone']} "
+            f"(the ceiling); a replica starts in {a['cold_start']['replica_on_warm_node_s']:g} s on a warm node, "
+            f"{a['cold_start']['replica_on_new_node_s']:g} s on a new one; scale-ups lead by {a['lead_s']:g} s, "
+            f"scale-downs wait {a['scale_down_stabilization_s']:g} s.")

@@ -131,6 +131,9 @@ def plan_to_dict(plan: Plan) -> dict:
         out["max_clients_per_replica"] = plan.max_clients_per_replica
     if plan.fleet is not None:
         out["fleet"] = fleet_to_dict(plan)
+    if plan.autoscale is not None:
+        from .autoscale import autoscale_to_dict
+        out["autoscale"] = autoscale_to_dict(plan)
     return out
 
 
