@@ -20,7 +20,8 @@ from .stack_arg import load, requested_failure
 
 def simulate(
     stack: Optional[str] = options.STACK_OR_REFERENCE,
-    duration: float = typer.Option(600.0, help="Seconds of arrivals to simulate (all of them are then served)."),
+    duration: Optional[float] = typer.Option(None, help="Seconds of arrivals to simulate (all of them are then served); "
+                                             "default 600 (with --traffic: the curve's span, not this)."),
     qps: Optional[float] = typer.Option(None, help="Arrival rate, requests per second (default: the stack's)."),
     concurrency: Optional[int] = typer.Option(None, help="A closed loop: N clients all send at t = 0, each its next "
                                               "request as its last completes (default for a closed-loop stack: "
@@ -40,11 +41,19 @@ def simulate(
     seed: int = typer.Option(0, help="Random seed; the same seed gives the same result."),
     as_json: bool = options.JSON,
     plot: Optional[Path] = typer.Option(None, help="Write a PNG: latency percentiles over time."),
+    traffic: Optional[Path] = typer.Option(None, help="A load over time: a CSV of t_s,qps (the run lasts its span) "
+                                           "through the fleet planned for its peak (default: the stack's "
+                                           "workload.traffic with --autoscale)."),
+    autoscale: bool = typer.Option(False, "--autoscale", help="With a load over time: the plan's autoscaling policy "
+                                   "in the loop (cold starts, drains, the floor and ceiling by zone)."),
 ) -> None:
     from simulator import ARRIVALS, LENGTHS, ROUTERS, config_from_plan, simulate as run, to_dict
 
     if plot is not None:
         check_output_file("--plot", plot, ".png")
+    if traffic is not None or autoscale:
+        return _with_traffic(locals())
+    duration = 600.0 if duration is None else duration
     _check_options({"--duration": duration, "--qps": qps, "--burstiness": burstiness, "--length-cv": length_cv,
                     "--max-num-batched-tokens": max_num_batched_tokens, "--max-num-seqs": max_num_seqs},
                    {"--router": (router, ROUTERS), "--arrivals": (arrivals, ARRIVALS), "--lengths": (lengths, LENGTHS)})
@@ -75,6 +84,24 @@ def simulate(
         _print(data, cfg, stack, plot)
     if data["requests_lost"]:
         raise typer.Exit(1)
+
+
+def _with_traffic(o: dict) -> None:
+    """`--traffic` / `--autoscale`: the options that shape a constant load do not apply."""
+    from simulator import LENGTHS, ROUTERS
+    from .simulate_traffic import simulate_traffic
+    for option, key in (("--qps", "qps"), ("--concurrency", "concurrency"), ("--burst", "burst"),
+                        ("--duration", "duration"), ("--max-num-batched-tokens", "max_num_batched_tokens"),
+                        ("--max-num-seqs", "max_num_seqs")):
+        if o[key] is not None:
+            fail(f"{option}: not with --traffic/--autoscale (the curve sets the rate and the run's length; "
+                 "the plan sets the engine)")
+    if o["arrivals"] != "poisson":
+        fail("--arrivals: with --traffic the arrivals are Poisson at the curve's rate")
+    _check_options({"--length-cv": o["length_cv"]}, {"--router": (o["router"], ROUTERS), "--lengths": (o["lengths"], LENGTHS)})
+    p = load(o["stack"], plan=True).plan
+    simulate_traffic(o["stack"], p, o["traffic"], o["autoscale"], o["fail_zone"], o["fail_node"], o["router"],
+                     o["lengths"], o["length_cv"], o["seed"], o["as_json"], o["plot"])
 
 
 def _check_work(w, qps, concurrency, burst, duration, burstiness, length_cv) -> None:
