@@ -18,10 +18,17 @@ from .errors import check_output_file, check_positive, fail, writing
 from .stack_arg import load, requested_failure
 
 
+DURATION = typer.Option(None, help="Seconds of arrivals to simulate (all of them are then served); default 600 "
+                                   "(with --traffic: the curve's span).")
+TRAFFIC = typer.Option(None, help="A load over time: a CSV of t_s,qps (the run lasts its span) through the fleet "
+                                  "planned for its peak (default with --autoscale: the stack's workload.traffic).")
+AUTOSCALE = typer.Option(False, "--autoscale", help="With a load over time: the plan's autoscaling policy in the loop "
+                                                    "(cold starts, drains, the floor and ceiling by zone).")
+
+
 def simulate(
     stack: Optional[str] = options.STACK_OR_REFERENCE,
-    duration: Optional[float] = typer.Option(None, help="Seconds of arrivals to simulate (all of them are then served); "
-                                             "default 600 (with --traffic: the curve's span, not this)."),
+    duration: Optional[float] = DURATION,
     qps: Optional[float] = typer.Option(None, help="Arrival rate, requests per second (default: the stack's)."),
     concurrency: Optional[int] = typer.Option(None, help="A closed loop: N clients all send at t = 0, each its next "
                                               "request as its last completes (default for a closed-loop stack: "
@@ -41,11 +48,8 @@ def simulate(
     seed: int = typer.Option(0, help="Random seed; the same seed gives the same result."),
     as_json: bool = options.JSON,
     plot: Optional[Path] = typer.Option(None, help="Write a PNG: latency percentiles over time."),
-    traffic: Optional[Path] = typer.Option(None, help="A load over time: a CSV of t_s,qps (the run lasts its span) "
-                                           "through the fleet planned for its peak (default: the stack's "
-                                           "workload.traffic with --autoscale)."),
-    autoscale: bool = typer.Option(False, "--autoscale", help="With a load over time: the plan's autoscaling policy "
-                                   "in the loop (cold starts, drains, the floor and ceiling by zone)."),
+    traffic: Optional[Path] = TRAFFIC,
+    autoscale: bool = AUTOSCALE,
 ) -> None:
     from simulator import ARRIVALS, LENGTHS, ROUTERS, config_from_plan, simulate as run, to_dict
 
@@ -73,7 +77,11 @@ def simulate(
         result = run(cfg)
     except ValueError as exc:
         fail(str(exc))
-    data = {"stack": stack, **to_dict(result), "analytic": _analytic(p, cfg)}
+    _report({"stack": stack, **to_dict(result), "analytic": _analytic(p, cfg)}, result, cfg, stack, plot, as_json)
+
+
+def _report(data: dict, result, cfg, stack, plot, as_json: bool) -> None:
+    """The plot, the JSON or the tables, and exit 1 when a request was lost."""
     if plot is not None:
         from simulator.plot import plot_timeline
         with writing("--plot", plot):

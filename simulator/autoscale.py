@@ -35,7 +35,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from heapq import heappop, heappush
 
-from sizing.autoscale import nodes_for
+from sizing.autoscale import HPA_TOLERANCE, nodes_for
 from sizing.load_curve import LoadCurve
 
 from .loop import ReplicaSpec, SimConfig, ZoneFailure
@@ -44,7 +44,6 @@ from .report import summarize
 from .router import Router
 from .workload import MAX_REQUESTS, Request, WorkLimitError, length_draw
 
-HPA_TOLERANCE = 0.1          # kube-controller-manager --horizontal-pod-autoscaler-tolerance default
 RATE_WINDOW_S = 120.0        # the policy's rate(...[2m])
 PREDICT_WINDOW_S, PREDICT_STEP_S = 600.0, 30.0   # predict_linear((...)[10m:30s], lead)
 
@@ -164,6 +163,8 @@ class _Run:
         self.router = Router(config.router, self.serving)
         self.slots: list[_Slot] = self.result.slots
         self.nodes_up = {z: 0 for z in self.zones}
+        # per zone, when each node's first replica serves (0: up at the start), oldest first
+        self.node_ready: dict[str, list[float]] = {z: [] for z in self.zones}
         self.empty_since: dict[str, float | None] = {z: None for z in self.zones}
         self.lost = False
         self.back_s: float | None = None
@@ -198,13 +199,17 @@ class _Run:
         """One more replica in `zone`: on a node with free GPUs, else on a new node (within the pools)."""
         sc = self.sc
         held = len(self._in_zone(zone, "starting", "serving", "draining"))
-        new_node = sc.nodes(held + 1) > self.nodes_up[zone]
-        if new_node:
-            if sc.nodes(held + 1) > sc.max_nodes_by_zone.get(zone, 0):
+        need = sc.nodes(held + 1)
+        if need > self.nodes_up[zone]:
+            if need > sc.max_nodes_by_zone.get(zone, 0):
                 return False
             self._account_nodes(t)
-            self.nodes_up[zone] = sc.nodes(held + 1)
-        slot = self._new_slot(zone, t, t + (sc.new_node_start_s if new_node else sc.warm_start_s), new_node)
+            self.node_ready[zone] += [t + sc.new_node_start_s] * (need - self.nodes_up[zone])
+            self.nodes_up[zone] = need
+        # on the node it lands on: a node still coming up serves its first replica then, no sooner
+        node_ready = self.node_ready[zone][need - 1]
+        new_node = node_ready > t
+        slot = self._new_slot(zone, t, max(node_ready, t + sc.warm_start_s), new_node)
         self.result.cold_starts += 1
         self.result.cold_starts_on_new_nodes += int(new_node)
         self._push(slot.ready_s, "ready", len(self.slots) - 1)
@@ -309,6 +314,7 @@ class _Run:
             elif t - self.empty_since[zone] >= self.sc.node_scale_down_s:
                 self._account_nodes(t)
                 self.nodes_up[zone] = need
+                del self.node_ready[zone][need:]
                 self.empty_since[zone] = None
 
     def _check_floor(self, t: float) -> None:
@@ -340,6 +346,7 @@ class _Run:
         self.router.refresh()
         self._account_nodes(t)
         self.nodes_up[zone] = 0
+        self.node_ready[zone] = []
         for r in sorted(held, key=lambda q: q.arrival):
             if r.attempts >= 2:
                 r.lost = True
@@ -364,6 +371,7 @@ class _Run:
             lo, hi = sc.floor_by_zone.get(zone, 0), sc.ceiling_by_zone.get(zone, 0)
             n = hi if not sc.autoscale else max(lo, min(hi, math.ceil(rate / sc.zone_threshold - 1e-9)))
             self.nodes_up[zone] = sc.nodes(n)
+            self.node_ready[zone] = [0.0] * sc.nodes(n)
             for _ in range(n):
                 slot = self._new_slot(zone, 0.0, 0.0, False)
                 slot.state = "serving"

@@ -6,7 +6,8 @@ The metric is the one the plan sizes replicas on: requests per second, against t
 one replica at the SLO statistic (`capacity_per_replica.qps`, the figure the N+1 count divides
 the load by). Each zone's Deployment has its own KEDA 2.20.2 ScaledObject (components/serving.py
 makes one Deployment per zone) whose trigger reads the FLEET's request rate with an
-`AverageValue` threshold of (zones - 1) x the capacity per replica: the HPA sets each zone to
+`AverageValue` threshold of (zones - 1) x the capacity per replica (less the HPA's 10% tolerance,
+below): the HPA sets each zone to
 ceil(fleet rate / threshold) replicas, so the zones left after losing any one carry the whole
 load (N+1 by zone at every load, not only at the floor). With one zone the threshold is the
 capacity itself and only the floor is N+1 by node.
@@ -42,6 +43,10 @@ KEDA_POLLING_INTERVAL_S = 30           # ScaledObject spec.pollingInterval defau
 RATE_WINDOW = "2m"                     # the rate() window: 4 scrapes at the 30 s interval
 PREDICT_WINDOW, PREDICT_STEP = "10m", "30s"
 NODE_SCALE_DOWN_S = 600                # cluster-autoscaler --scale-down-unneeded-time default (10m)
+# The HPA acts only when the metric is more than 10% off its target (kube-controller-manager
+# --horizontal-pod-autoscaler-tolerance, default 0.1): the threshold is set that much below the
+# capacity, so a zone scales up by the time its replicas would carry their capacity, not 10% past it.
+HPA_TOLERANCE = 0.1
 METRIC = "requests per second over the fleet (vllm:request_success_total), per replica of the zone"
 
 
@@ -93,7 +98,7 @@ def policy_for(p, trough, curve: LoadCurve) -> AutoscalePolicy:
     zones = sorted(p.replicas_by_zone)
     gpus = p.instance.gpus
     cap = p.capacity_per_replica.qps
-    threshold = cap * (len(zones) - 1) if len(zones) > 1 else cap
+    threshold = (cap * (len(zones) - 1) if len(zones) > 1 else cap) / (1 + HPA_TOLERANCE)
     slots = zone_slots(p.request.pools, gpus // p.tp, p.nodes_per_replica)
     floor = {z: trough.replicas_by_zone.get(z, 0) for z in zones}
     peak_need = math.ceil(curve.peak_qps / threshold - 1e-9)

@@ -97,3 +97,16 @@ def test_options_a_load_curve_cannot_take_exit_2_with_one_line(day, args, messag
     result = day(*args)
     assert result.exit_code == 2
     assert result.output.strip() == message
+
+
+def test_a_zone_back_from_a_loss_serves_again_after_a_new_node_cold_start(day, tmp_path):
+    """An hour at 8 QPS, us-east-1b lost from 600 s to 900 s: its replicas come back on new nodes,
+    serving one new-node cold start after the first poll that sees it back, not sooner."""
+    curve = tmp_path / "hour.csv"
+    curve.write_text("t_s,qps\n0,8\n3600,8\n")
+    result = day("--traffic", str(curve), "--autoscale", "--fail-zone", "us-east-1b@600:900", "--json")
+    assert result.exit_code == 0, result.output
+    d = json.loads(result.stdout)
+    back = [row["t_s"] for row in d["timeline"] if row["t_s"] >= 900 and row["serving"]["us-east-1b"] > 0]
+    assert back and back[0] >= 900 + d["cold_start_s"]["new_node"]
+    assert d["cold_starts_on_new_nodes"] >= 1 and d["requests_lost"] == 0 and d["floor_held"]
