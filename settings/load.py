@@ -263,7 +263,7 @@ def semantic_problems(s: StackSettings) -> list[str]:
                         "weights to serve; set model.checkpoint to the hub id or the /models/<folder> path of "
                         "the checkpoint that config.json belongs to")
     problems += _preview_role_problems(s)
-    if s.loadTest.enabled and s.workload.qps is None:
+    if s.loadTest.enabled and s.workload.concurrency is not None:
         problems.append(f"{PROJECT}:loadTest.enabled: the workload is closed-loop (concurrency); the rate "
                         "sweep needs workload.qps, or set loadTest.enabled: false")
     return problems

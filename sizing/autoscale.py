@@ -117,8 +117,9 @@ def policy_for(p, trough, curve: LoadCurve) -> AutoscalePolicy:
     if any(ceiling[z] < peak_need for z in zones):
         notes.append(f"the pools hold fewer than the {peak_need} replicas per zone that keep N+1 by zone at the peak")
     if p.nodes_per_replica > 1:
-        notes.append(f"each replica is a group of {p.nodes_per_replica} nodes (a LeaderWorkerSet): KEDA scales the "
-                     "LeaderWorkerSet's groups, whole, through its scale subresource")
+        notes.append(f"each replica is a group of {p.nodes_per_replica} nodes: KEDA scales LeaderWorkerSet groups "
+                     "whole through its scale subresource, which needs one LeaderWorkerSet per zone counting its "
+                     "groups (the deployment makes one per replica)")
     return AutoscalePolicy(
         metric=METRIC, query=request_rate_query(), target_per_replica=round(cap, 4),
         floor_by_zone=floor, ceiling_by_zone=ceiling, lead_s=lead,
