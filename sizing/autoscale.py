@@ -38,8 +38,11 @@ from .load_curve import LoadCurve
 from .placement import PlanError, zone_slots
 from .roles import AutoscalePolicy
 
-HPA_SCALE_DOWN_STABILIZATION_S = 300   # the HPA's default scaleDown stabilization window
-KEDA_POLLING_INTERVAL_S = 30           # ScaledObject spec.pollingInterval default (KEDA 2.20 docs)
+# The HPA's default scale-down stabilization window ("For scale down: 300", the behavior schema KEDA
+# 2.20.2's ScaledObject CRD embeds: kedacore/keda config/crd/bases/keda.sh_scaledobjects.yaml, lines 135-142).
+HPA_SCALE_DOWN_STABILIZATION_S = 300
+# "pollingInterval: 30 # Optional. Default: 30 seconds" (https://keda.sh/docs/latest/reference/scaledobject-spec/)
+KEDA_POLLING_INTERVAL_S = 30
 RATE_WINDOW = "2m"                     # the rate() window: 4 scrapes at the 30 s interval
 PREDICT_WINDOW, PREDICT_STEP = "10m", "30s"
 NODE_SCALE_DOWN_S = 600                # cluster-autoscaler --scale-down-unneeded-time default (10m)
