@@ -110,3 +110,21 @@ def test_a_zone_back_from_a_loss_serves_again_after_a_new_node_cold_start(day, t
     back = [row["t_s"] for row in d["timeline"] if row["t_s"] >= 900 and row["serving"]["us-east-1b"] > 0]
     assert back and back[0] >= 900 + d["cold_start_s"]["new_node"]
     assert d["cold_starts_on_new_nodes"] >= 1 and d["requests_lost"] == 0 and d["floor_held"]
+
+
+def test_a_zone_lost_during_a_scale_up_loses_its_starting_replicas_and_the_rest_carry(day, tmp_path):
+    """2 -> 14 QPS in an hour, us-east-1a lost at 960 s while its second replica is still starting
+    (the ramp passes 1.1 x the zone threshold, 5.15 QPS, at 930 s): that start is lost with the
+    zone and us-east-1b alone scales to the peak, the SLOs holding at the plan's statistic (prod's
+    is the mean) while the zone is down."""
+    curve = tmp_path / "ramp.csv"
+    curve.write_text("t_s,qps\n0,2\n3600,14\n")
+    result = day("--traffic", str(curve), "--autoscale", "--fail-zone", "us-east-1a@960", "--json")
+    assert result.exit_code == 0, result.output
+    d = json.loads(result.stdout)
+    before = [row for row in d["timeline"] if row["t_s"] < 960]
+    assert before[-1]["replicas"]["us-east-1a"] > before[-1]["serving"]["us-east-1a"]    # one still starting
+    assert d["requests_lost"] == 0 and d["floor_held"]
+    assert d["timeline"][-1]["serving"] == {"us-east-1a": 0, "us-east-1b": d["ceiling_by_zone"]["us-east-1b"]}
+    during = d["failure"]["during"]
+    assert during["ttft_ms"]["mean"] <= d["slo"]["ttft_ms"] and during["tpot_ms"]["mean"] <= d["slo"]["tpot_ms"]
