@@ -50,6 +50,7 @@ NODE_SCALE_DOWN_S = 600                # cluster-autoscaler --scale-down-unneede
 # --horizontal-pod-autoscaler-tolerance, default 0.1): the threshold is set that much below the
 # capacity, so a zone scales up by the time its replicas would carry their capacity, not 10% past it.
 HPA_TOLERANCE = 0.1
+REDUNDANCY = {"zone": "N+1 by zone", "node": "N+1 by node", "none": "no redundancy"}
 METRIC = "requests per second over the fleet (vllm:request_success_total), per replica of the zone"
 
 
@@ -111,7 +112,7 @@ def policy_for(p, trough, curve: LoadCurve) -> AutoscalePolicy:
     cold = plan_cold_start(p)
     adds_nodes = any(hi > lo for lo, hi in nodes.values())
     lead = cold.replica_on_new_node_s if adds_nodes else cold.replica_on_warm_node_s
-    notes = [f"floor: the N+1-by-zone plan for the trough, {curve.trough_qps:g} QPS "
+    notes = [f"floor: the plan for the trough ({REDUNDANCY[trough.redundancy]}), {curve.trough_qps:g} QPS "
              f"({trough.replicas} replicas {dict(sorted(trough.replicas_by_zone.items()))})",
              f"ceiling: the peak's plan, {curve.peak_qps:g} QPS ({dict(sorted(ceiling.items()))}), within the pools' "
              f"{dict(sorted(slots.items()))} replica slots",
@@ -130,7 +131,7 @@ def policy_for(p, trough, curve: LoadCurve) -> AutoscalePolicy:
         cold_start=cold, notes=tuple(notes),
         lead_query=lead_query(lead), zone_threshold=round(threshold, 4),
         peak_qps=curve.peak_qps, peak_at_s=curve.peak_at_s, trough_qps=curve.trough_qps,
-        trough_at_s=curve.trough_at_s, trough_replicas=trough.replicas,
+        trough_at_s=curve.trough_at_s, trough_replicas=trough.replicas, floor_redundancy=trough.redundancy,
         nodes_floor_by_zone={z: lo for z, (lo, _) in nodes.items()},
         nodes_ceiling_by_zone={z: hi for z, (_, hi) in nodes.items()},
         scales="groups" if p.nodes_per_replica > 1 else "replicas",
@@ -147,6 +148,7 @@ def autoscale_to_dict(plan) -> dict:
                  "replicas_by_zone": dict(a.ceiling_by_zone), "gpus": gpus * sum(a.ceiling_by_zone.values()),
                  "nodes_by_zone": dict(a.nodes_ceiling_by_zone)},
         "trough": {"qps": a.trough_qps, "at_s": a.trough_at_s, "replicas": a.trough_replicas,
+                   "redundancy": a.floor_redundancy,
                    "replicas_by_zone": dict(a.floor_by_zone), "gpus": gpus * a.trough_replicas,
                    "nodes_by_zone": dict(a.nodes_floor_by_zone)},
         "metric": a.metric, "query": a.query, "lead_query": a.lead_query,
@@ -169,7 +171,7 @@ def autoscale_line(d: dict) -> str | None:
         return None
     peak, trough = a["peak"], a["trough"]
     return (f"Autoscaling: trough {trough['qps']:g} QPS -> {trough['replicas']} replicas {trough['replicas_by_zone']} "
-            f"(the floor, N+1 by zone); peak {peak['qps']:g} QPS -> {peak['replicas']} {peak['replicas_by_zone']} "
+            f"(the floor, {REDUNDANCY[trough['redundancy']]}); peak {peak['qps']:g} QPS -> {peak['replicas']} {peak['replicas_by_zone']} "
             f"(the ceiling); a replica starts in {a['cold_start']['replica_on_warm_node_s']:g} s on a warm node, "
             f"{a['cold_start']['replica_on_new_node_s']:g} s on a new one; scale-ups lead by {a['lead_s']:g} s, "
             f"scale-downs wait {a['scale_down_stabilization_s']:g} s.")

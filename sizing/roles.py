@@ -135,6 +135,7 @@ class AutoscalePolicy:
     trough_qps: float = 0.0
     trough_at_s: float = 0.0
     trough_replicas: int = 0             # the fleet the trough's N+1 plan needs (sum of floor_by_zone)
+    floor_redundancy: str = "zone"       # the trough plan's: zone (N+1 by zone) | node (one zone) | none
     nodes_floor_by_zone: dict[str, int] = field(default_factory=dict)    # GPU nodes the floor keeps up
     nodes_ceiling_by_zone: dict[str, int] = field(default_factory=dict)  # GPU nodes the ceiling needs
     scales: str = "replicas"             # replicas (Deployments) | groups (LeaderWorkerSet groups, whole)
