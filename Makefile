@@ -12,7 +12,7 @@ test:
 # Each benchmark prints its target and PASS or FAIL (docs/benchmarks.md); all run, then make
 # fails if any target failed.
 BENCHES = bench/bench_sizing.py bench/bench_simulate.py bench/bench_preview.py bench/bench_accuracy.py \
-          bench/bench_agreement.py bench/bench_emulate.py bench/bench_loadtest_report.py
+          bench/bench_agreement.py bench/bench_emulate.py bench/bench_loadtest_report.py bench/bench_autoscale.py
 bench: setup
 	@status=0; for b in $(BENCHES); do echo "== $$b"; .venv/bin/python $$b || status=1; done; exit $$status
 # The GPU microbenchmarks (docs/benchmarks.md): where a GPU and PyTorch are (torch is not a project

@@ -18,9 +18,17 @@ from .errors import check_output_file, check_positive, fail, writing
 from .stack_arg import load, requested_failure
 
 
+DURATION = typer.Option(None, help="Seconds of arrivals to simulate (all of them are then served); default 600 "
+                                   "(with --traffic: the curve's span).")
+TRAFFIC = typer.Option(None, help="A load over time: a CSV of t_s,qps (the run lasts its span) through the fleet "
+                                  "planned for its peak (default with --autoscale: the stack's workload.traffic).")
+AUTOSCALE = typer.Option(False, "--autoscale", help="With a load over time: the plan's autoscaling policy in the loop "
+                                                    "(cold starts, drains, the floor and ceiling by zone).")
+
+
 def simulate(
     stack: Optional[str] = options.STACK_OR_REFERENCE,
-    duration: float = typer.Option(600.0, help="Seconds of arrivals to simulate (all of them are then served)."),
+    duration: Optional[float] = DURATION,
     qps: Optional[float] = typer.Option(None, help="Arrival rate, requests per second (default: the stack's)."),
     concurrency: Optional[int] = typer.Option(None, help="A closed loop: N clients all send at t = 0, each its next "
                                               "request as its last completes (default for a closed-loop stack: "
@@ -40,11 +48,16 @@ def simulate(
     seed: int = typer.Option(0, help="Random seed; the same seed gives the same result."),
     as_json: bool = options.JSON,
     plot: Optional[Path] = typer.Option(None, help="Write a PNG: latency percentiles over time."),
+    traffic: Optional[Path] = TRAFFIC,
+    autoscale: bool = AUTOSCALE,
 ) -> None:
     from simulator import ARRIVALS, LENGTHS, ROUTERS, config_from_plan, simulate as run, to_dict
 
     if plot is not None:
         check_output_file("--plot", plot, ".png")
+    if traffic is not None or autoscale:
+        return _with_traffic(locals())
+    duration = 600.0 if duration is None else duration
     _check_options({"--duration": duration, "--qps": qps, "--burstiness": burstiness, "--length-cv": length_cv,
                     "--max-num-batched-tokens": max_num_batched_tokens, "--max-num-seqs": max_num_seqs},
                    {"--router": (router, ROUTERS), "--arrivals": (arrivals, ARRIVALS), "--lengths": (lengths, LENGTHS)})
@@ -64,7 +77,11 @@ def simulate(
         result = run(cfg)
     except ValueError as exc:
         fail(str(exc))
-    data = {"stack": stack, **to_dict(result), "analytic": _analytic(p, cfg)}
+    _report({"stack": stack, **to_dict(result), "analytic": _analytic(p, cfg)}, result, cfg, stack, plot, as_json)
+
+
+def _report(data: dict, result, cfg, stack, plot, as_json: bool) -> None:
+    """The plot, the JSON or the tables, and exit 1 when a request was lost."""
     if plot is not None:
         from simulator.plot import plot_timeline
         with writing("--plot", plot):
@@ -75,6 +92,24 @@ def simulate(
         _print(data, cfg, stack, plot)
     if data["requests_lost"]:
         raise typer.Exit(1)
+
+
+def _with_traffic(o: dict) -> None:
+    """`--traffic` / `--autoscale`: the options that shape a constant load do not apply."""
+    from simulator import LENGTHS, ROUTERS
+    from .simulate_traffic import simulate_traffic
+    for option, key in (("--qps", "qps"), ("--concurrency", "concurrency"), ("--burst", "burst"),
+                        ("--duration", "duration"), ("--max-num-batched-tokens", "max_num_batched_tokens"),
+                        ("--max-num-seqs", "max_num_seqs")):
+        if o[key] is not None:
+            fail(f"{option}: not with --traffic/--autoscale (the curve sets the rate and the run's length; "
+                 "the plan sets the engine)")
+    if o["arrivals"] != "poisson":
+        fail("--arrivals: with --traffic the arrivals are Poisson at the curve's rate")
+    _check_options({"--length-cv": o["length_cv"]}, {"--router": (o["router"], ROUTERS), "--lengths": (o["lengths"], LENGTHS)})
+    p = load(o["stack"], plan=True).plan
+    simulate_traffic(o["stack"], p, o["traffic"], o["autoscale"], o["fail_zone"], o["fail_node"], o["router"],
+                     o["lengths"], o["length_cv"], o["seed"], o["as_json"], o["plot"])
 
 
 def _check_work(w, qps, concurrency, burst, duration, burstiness, length_cv) -> None:

@@ -126,18 +126,34 @@ def settings_from_config(stack: str, config: dict, folder: Path | None = None) -
 
 
 def files_resolved(config: dict, folder: Path) -> tuple[dict, list[str]]:
-    """The config with the lengths file it names made absolute from the stack file's folder (and
-    kept in it), and the problem if it is not; the caller's map is left as it was."""
+    """The config with the lengths file (and the traffic file) it names made absolute from the stack
+    file's folder (and kept in it), and the problems if not; the caller's map is left as it was."""
+    config, problems = _traffic_file_resolved(config, folder)
     key = f"{PROJECT}:workload"
     workload = config.get(key)
     name = workload.get("lengthsFile") if isinstance(workload, dict) else None
     if not isinstance(name, str) or not name:
-        return config, []
+        return config, problems
     rest = {k: v for k, v in workload.items() if k != "lengthsFile"}
     try:
-        return {**config, key: {**rest, "lengthsFile": file_in_folder(name, folder)}}, []
+        return {**config, key: {**rest, "lengthsFile": file_in_folder(name, folder)}}, problems
     except InputError as exc:
-        return {**config, key: rest}, [f"{key}.lengthsFile: {exc}"]
+        return {**config, key: rest}, problems + [f"{key}.lengthsFile: {exc}"]
+
+
+def _traffic_file_resolved(config: dict, folder: Path) -> tuple[dict, list[str]]:
+    """`workload.traffic: {file: NAME}` made absolute from the stack file's folder (and kept in it)."""
+    key = f"{PROJECT}:workload"
+    workload = config.get(key)
+    traffic = workload.get("traffic") if isinstance(workload, dict) else None
+    name = traffic.get("file") if isinstance(traffic, dict) else None
+    if not isinstance(name, str) or not name:
+        return config, []
+    try:
+        return {**config, key: {**workload, "traffic": {**traffic, "file": file_in_folder(name, folder)}}}, []
+    except InputError as exc:
+        rest = {k: v for k, v in workload.items() if k != "traffic"}
+        return {**config, key: rest}, [f"{key}.traffic.file: {exc}"]
 
 
 def request_from_body(body: dict, fit: bool = True) -> PlanRequestSettings:
@@ -247,7 +263,7 @@ def semantic_problems(s: StackSettings) -> list[str]:
                         "weights to serve; set model.checkpoint to the hub id or the /models/<folder> path of "
                         "the checkpoint that config.json belongs to")
     problems += _preview_role_problems(s)
-    if s.loadTest.enabled and s.workload.qps is None:
+    if s.loadTest.enabled and s.workload.concurrency is not None:
         problems.append(f"{PROJECT}:loadTest.enabled: the workload is closed-loop (concurrency); the rate "
                         "sweep needs workload.qps, or set loadTest.enabled: false")
     return problems

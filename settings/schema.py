@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pathlib import Path
 
@@ -22,6 +22,7 @@ from sizing.roles import SERVING_MODES, SPECULATIVE_METHODS, SpeculativeRequest
 from sizing.profiles import load_profiles, unknown_profile
 from sizing.traffic import LengthDistribution, LengthsError, Percentiles, from_percentiles, parse_lengths_text
 from sizing.workload import Workload
+from sizing.load_curve import LoadCurve, LoadCurveError, from_setting as curve_from_setting, parse_curve_csv
 
 from inputs import InputError
 from inputs.files import read_text
@@ -117,10 +118,19 @@ class WorkloadSettings(_Strict):
     ttftSeconds: float = Field(1.0, gt=0, le=3600)
     tpotSeconds: float = Field(0.040, gt=0, le=60)
     sloStatistic: Literal["mean", "p50", "p90", "p95", "p99"] = "p95"   # the SLOs hold at this statistic
+    # Load over time (sizing/load_curve.py): 24 hourly rates, {hour: rate}, or {file: a CSV of t_s,qps}.
+    # qps is then the plan's (the peak's) rate: left unset, the curve's peak; set, at least the peak.
+    traffic: Any = None
     _lengths: LengthDistribution | None = PrivateAttr(None)
+    _curve: LoadCurve | None = PrivateAttr(None)
 
     @model_validator(mode="after")
     def _one_load(self):
+        if self.traffic is not None:
+            self._curve = read_traffic(self.traffic)
+            _check_peak(self.qps, self.concurrency, self._curve)
+            if self.qps is None and self.concurrency is None:
+                return self
         if (self.qps is None) == (self.concurrency is None):
             raise ValueError("give exactly one of qps (open loop) or concurrency (closed loop)")
         return self
@@ -187,7 +197,8 @@ class WorkloadSettings(_Strict):
         return self._lengths
 
     def sizing_workload(self) -> Workload:
-        common = dict(ttft_slo_s=self.ttftSeconds, tpot_slo_s=self.tpotSeconds, qps=self.qps,
+        qps = self.qps if self.qps is not None or self._curve is None else self._curve.peak_qps
+        common = dict(ttft_slo_s=self.ttftSeconds, tpot_slo_s=self.tpotSeconds, qps=qps,
                       concurrency=self.concurrency, slo_statistic=self.sloStatistic, stated_max_model_len=self.maxModelLen,
                       shared_prefix_tokens=self.sharedPrefixTokens, prefix_hit_fraction=self.prefixHitFraction)
         if self._lengths is not None:
@@ -229,6 +240,33 @@ def read_lengths_file(path: str) -> LengthDistribution:
 
 
 _PARSED: dict[tuple, LengthDistribution] = {}
+MAX_TRAFFIC_FILE_BYTES = 8 * 2**20      # 8 MiB: sizing.load_curve.MAX_POINTS lines of t_s,qps
+
+
+def read_traffic(value) -> LoadCurve:
+    """`workload.traffic`: 24 hourly rates, {hour: rate}, or {file: PATH} of a CSV of t_s,qps (made
+    absolute from the stack file's folder by the loader, settings.load.files_resolved)."""
+    if isinstance(value, dict) and "file" in value:
+        path = value["file"]
+        if set(value) != {"file"} or not isinstance(path, str) or not path:
+            raise ValueError("traffic.file: give {file: PATH} alone, PATH a CSV of t_s,qps")
+        full = Path(path) if Path(path).is_absolute() else PROJECT_ROOT / path
+        try:
+            return parse_curve_csv(read_text(full, MAX_TRAFFIC_FILE_BYTES, "CSV traffic file"), path)
+        except (InputError, LoadCurveError) as exc:
+            raise ValueError(f"traffic.file: {exc}") from None
+    try:
+        return curve_from_setting(value, "traffic")
+    except LoadCurveError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _check_peak(qps: float | None, concurrency: int | None, curve: LoadCurve) -> None:
+    if concurrency is not None:
+        raise ValueError("traffic: a load over time is a request rate; give it with qps (or alone), not concurrency")
+    if qps is not None and qps < curve.peak_qps:
+        raise ValueError(f"qps: {qps:g} is below the traffic's peak of {curve.peak_qps:g}; the plan is the fleet for "
+                         "the peak: raise qps or leave it unset (then it is the peak)")
 
 
 class ModelSettings(_Strict):
@@ -520,6 +558,7 @@ class PlanRequestSettings(_Strict):
             "pools": tuple(Pool(p.zone, p.instanceType, p.nodes, p.name or "") for p in self.gpuPools),
             "replicas": None if self.replicas == "auto" else self.replicas,
             "speculative": self.serving.speculative.request() if self.serving.speculative else None,
+            "traffic": self.workload._curve,
         }
         fields = {row.field: converted[row.field] if row.field in converted else self._setting(row.key)
                   for row in REQUEST_TABLE if not row.field.startswith("workload.")}
@@ -572,6 +611,7 @@ REQUEST_TABLE: tuple[RequestKey, ...] = (
     RequestKey("pools", "gpuPools"),      # the CLI's pool flags (--zones, --gpu, ...) lay out pools
     RequestKey("serving_mode", "serving.mode"),
     RequestKey("speculative", "serving.speculative"),   # converted: sizing.roles.SpeculativeRequest
+    RequestKey("traffic", "workload.traffic"),   # a load over time (sizing.load_curve, sizing.autoscale)
 )
 # The settings key (under llm-serving:) each `PlanRequest` field comes from, as plan_request()
 # fills it: a `SizingError(field=...)` names the key the user can change.

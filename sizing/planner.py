@@ -240,7 +240,8 @@ def _with_autoscale(p: Plan, req: PlanRequest) -> Plan:
     """The fleet for the traffic's trough and the autoscaling policy between it and `p` (sizing.autoscale)."""
     if req.traffic is None:
         return p
-    raise PlanError("a load over time is not planned by this version", "traffic")
+    from .autoscale import with_autoscale
+    return with_autoscale(p, req, plan_aggregated)
 
 
 def plan_aggregated(req: PlanRequest) -> Plan:

@@ -135,6 +135,9 @@ def plan_to_dict(plan: Plan) -> dict:
         from .speculative import to_dict
         out["speculative"] = to_dict(plan.speculative)
     out.update(serving_to_dict(plan))
+    if plan.autoscale is not None:
+        from .autoscale import autoscale_to_dict
+        out["autoscale"] = autoscale_to_dict(plan)
     return out
 
 

@@ -98,7 +98,7 @@ class SpeculativePlan:
 
 @dataclass(frozen=True)
 class ColdStartTerm:
-    name: str                    # node_provision | image_pull | model_load | engine_start
+    name: str                    # node_provision | image_pull | model_download | compile | model_load | engine_start
     seconds: float
     source: str                  # the citation or the figure it comes from
 
@@ -128,6 +128,20 @@ class AutoscalePolicy:
     scale_down_stabilization_s: float    # the drain story: no scale-down within this window
     cold_start: ColdStart | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # Added by sizing.autoscale (issue 34); defaults keep the fields above the whole contract.
+    lead_query: str = ""                 # the second trigger: the rate lead_s ahead (predict_linear)
+    zone_threshold: float = 0.0          # each zone's ScaledObject AverageValue on the fleet-wide metric
+    peak_qps: float = 0.0                # the traffic's peak and trough, and when (s from the curve's start)
+    peak_at_s: float = 0.0
+    trough_qps: float = 0.0
+    trough_at_s: float = 0.0
+    trough_replicas: int = 0             # the fleet the trough's N+1 plan needs (sum of floor_by_zone)
+    floor_redundancy: str = "zone"       # the trough plan's: zone (N+1 by zone) | node (one zone) | none
+    nodes_floor_by_zone: dict[str, int] = field(default_factory=dict)    # GPU nodes the floor keeps up
+    nodes_ceiling_by_zone: dict[str, int] = field(default_factory=dict)  # GPU nodes the ceiling needs
+    scales: str = "replicas"             # replicas (Deployments) | groups (LeaderWorkerSet groups, whole)
+    polling_interval_s: float = 30.0     # KEDA's pollingInterval
+    node_scale_down_s: float = 600.0     # an empty node is removed after this (cluster-autoscaler default)
 
 
 def aggregated_pool(plan) -> ServingPool:

@@ -479,6 +479,7 @@ ENVIRON_MARK = "LLM_SERVING_TEST_SECRET"
 @pytest.mark.parametrize("argv", [
     ["size", "--lengths", "{p}"], ["size", "--config", "{p}"], ["size", "--model-config", "{p}"],
     ["loadtest-report", "{p}", "--stack", "dev"], ["calibrate", "--prometheus", "http://127.0.0.1:1", "--profiles-file", "{p}"],
+    ["simulate", "--traffic", "{p}", "--autoscale"],
 ])
 def test_a_kernel_pseudo_file_is_refused_for_every_path_option(monkeypatch, argv):
     """/proc/self/environ is a regular file by stat: the device it lives on refuses it (inputs.files)."""
@@ -490,7 +491,8 @@ def test_a_kernel_pseudo_file_is_refused_for_every_path_option(monkeypatch, argv
     assert "sk-live" not in result.stderr + result.stdout
 
 
-@pytest.mark.parametrize("argv", [["size", "--lengths", "{p}"], ["size", "--model-config", "{p}"]])
+@pytest.mark.parametrize("argv", [["size", "--lengths", "{p}"], ["size", "--model-config", "{p}"],
+                                  ["simulate", "--traffic", "{p}", "--autoscale"]])
 @pytest.mark.parametrize("text", ["API_KEY=sk-live-abcdef0123456789\n", "input_tokens,output_tokens\n1,sk-live-abcdef\n",
                                   '{"input_tokens": "sk-live-abcdef", "output_tokens": 1}\n',
                                   '{"model_type": "llama", "hidden_size": "sk-live-abcdef"}'])
