@@ -363,7 +363,8 @@ def test_the_flags_the_request_keys_and_plan_request_come_from_one_table():
     assert REQUEST_KEYS == {row.field: row.key for row in REQUEST_TABLE}
     assert {f: FLAGS[f].key for f in FLAGS if f not in POOL_FLAGS} == {r.flag: r.key for r in REQUEST_TABLE if r.flag}
     assert all(flag.key.startswith(f"{REQUEST_KEYS['pools']}.") for flag in POOL_FLAGS.values())
-    request_fields = {f.name for f in dataclasses.fields(PlanRequest)} - {"workload", "nodes_per_replica"}
+    # pool_layout: an explicit prefill/decode layout is a what-if of `size` (llmserve/serving_flags.py), no stack key
+    request_fields = {f.name for f in dataclasses.fields(PlanRequest)} - {"workload", "nodes_per_replica", "pool_layout"}
     assert {r.field for r in REQUEST_TABLE if not r.field.startswith("workload.")} == request_fields
     workload_fields = {f.name for f in dataclasses.fields(Workload)}
     assert {r.field.removeprefix("workload.") for r in REQUEST_TABLE if r.field.startswith("workload.")} <= workload_fields
