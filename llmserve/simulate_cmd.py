@@ -40,6 +40,13 @@ def simulate(
     seed: int = typer.Option(0, help="Random seed; the same seed gives the same result."),
     as_json: bool = options.JSON,
     plot: Optional[Path] = typer.Option(None, help="Write a PNG: latency percentiles over time."),
+    fail_pool: Optional[str] = typer.Option(None, "--fail-pool", help="Disaggregated plans: the pool --fail-zone "
+                                            "takes down, prefill or decode (default: both)."),
+    kill_prefill_at: Optional[float] = typer.Option(None, "--kill-prefill-at", help="Disaggregated plans: lose the "
+                                                    "prefill replica with the most KV transfers in flight at S s."),
+    kv_load_failure_policy: Optional[str] = typer.Option(None, "--kv-load-failure-policy", help="Disaggregated "
+                                                         "plans: recompute (vLLM's default) or fail, for a KV "
+                                                         "load that fails."),
 ) -> None:
     from simulator import ARRIVALS, LENGTHS, ROUTERS, config_from_plan, simulate as run, to_dict
 
@@ -50,6 +57,19 @@ def simulate(
                    {"--router": (router, ROUTERS), "--arrivals": (arrivals, ARRIVALS), "--lengths": (lengths, LENGTHS)})
     _check_mode(qps, concurrency, burst)
     p = load(stack, plan=True).plan
+    from . import simulate_disagg
+
+    disagg = {"--fail-pool": fail_pool, "--kill-prefill-at": kill_prefill_at,
+              "--kv-load-failure-policy": kv_load_failure_policy}
+    if simulate_disagg.is_disaggregated(p):
+        simulate_disagg.run(p, stack, duration=duration, qps=qps, concurrency=concurrency, burst=burst, router=router,
+                            arrivals=arrivals, burstiness=burstiness, lengths=lengths, length_cv=length_cv, seed=seed,
+                            fail_zone=fail_zone, fail_node=fail_node, as_json=as_json, plot=plot,
+                            overrides={"--max-num-batched-tokens": max_num_batched_tokens,
+                                       "--max-num-seqs": max_num_seqs}, fail_pool=fail_pool,
+                            kill_prefill_at=kill_prefill_at, kv_load_failure_policy=kv_load_failure_policy)
+        return
+    simulate_disagg.refuse_on_aggregated(disagg)
     _check_work(p.request.workload, qps, concurrency, burst, duration, burstiness, length_cv)
     failure = requested_failure(fail_zone, fail_node, duration, p)
     batched = max_num_batched_tokens or p.engine_args.max_num_batched_tokens
