@@ -81,6 +81,7 @@ class DisaggConfig:
     ttft_slo_s: float
     tpot_slo_s: float
     planned_transfer_ms: float = 0.0            # the plan's, at the mean prompt (the report compares)
+    kv_bytes_per_token: float = 0.0             # what one prompt token's KV weighs (NIXL's bytes histogram)
     router: str = "least-outstanding"
     failure: ZoneFailure | None = None
     failure_pools: tuple[str, ...] = POOLS      # the pools the zone (or node) loss takes down
@@ -101,11 +102,9 @@ class DisaggResult:
     retried: int = 0
     lost: list[Request] = field(default_factory=list)       # no pair to go to, or lost twice
     failed: list[Request] = field(default_factory=list)     # failed by kv_load_failure_policy "fail"
-    transfer_s: list[float] = field(default_factory=list)   # each completed transfer
-    transfer_bytes_tokens: list[int] = field(default_factory=list)   # each completed transfer's tokens
-    transfers_by_replica: dict[str, list[float]] = field(default_factory=dict)   # decode replica -> seconds
-    failed_transfers: int = 0
-    failed_by_replica: dict[str, int] = field(default_factory=dict)
+    # each completed transfer: (when it ended, its decode replica, seconds, prompt tokens)
+    transfers: list[tuple[float, str, float, int]] = field(default_factory=list)
+    failures: list[tuple[float, str]] = field(default_factory=list)   # each failed KV load: (when, decode replica)
     recomputed_prefills: int = 0
     kv_expired: int = 0
     prefill_lost: str | None = None
@@ -113,6 +112,14 @@ class DisaggResult:
     @property
     def replicas(self) -> list[Replica]:
         return self.prefill + self.decode
+
+    @property
+    def transfer_s(self) -> list[float]:
+        return [x[2] for x in self.transfers]
+
+    @property
+    def failed_transfers(self) -> int:
+        return len(self.failures)
 
 
 def check(config: DisaggConfig) -> None:
@@ -142,14 +149,16 @@ def _pools(config: DisaggConfig, roles) -> list[PoolSpec]:
     return [p for p in (config.prefill, config.decode) if p.role in roles]
 
 
-def simulate_disaggregated(config: DisaggConfig) -> DisaggResult:
+def simulate_disaggregated(config: DisaggConfig, on_arrival=None) -> DisaggResult:
+    """Run it. `on_arrival(t, prefill replicas, decode replicas)`, if given, sees the replicas at
+    every arrival, brought up to that instant (the twin samples its gauges there)."""
     check(config)
-    return _Run(config).run()
+    return _Run(config, on_arrival).run()
 
 
 class _Run:
-    def __init__(self, config: DisaggConfig):
-        self.config = config
+    def __init__(self, config: DisaggConfig, on_arrival=None):
+        self.config, self.on_arrival = config, on_arrival
         w = config.workload
         self.requests = generate(w)
         self.by_id = {r.id: r for r in self.requests}
@@ -295,9 +304,7 @@ class _Run:
         self.loading[d] -= 1
         self.pre[p].release(r.prompt, t)
         self.dec[d].release(r.prompt, t)
-        self.result.transfer_s.append(t - start)
-        self.result.transfer_bytes_tokens.append(r.prompt)
-        self.result.transfers_by_replica.setdefault(self.dec[d].name, []).append(t - start)
+        self.result.transfers.append((t, self.dec[d].name, t - start, r.prompt))
         self._enter(r, d, r.prompt - 1, t)
 
     def _enter(self, r: Request, d: int, remote: int, t: float) -> None:
@@ -313,9 +320,7 @@ class _Run:
     def load_failed(self, r: Request, d: int, t: float) -> None:
         """Its KV could not be pulled: vLLM's kv_load_failure_policy."""
         res = self.result
-        res.failed_transfers += 1
-        name = self.dec[d].name
-        res.failed_by_replica[name] = res.failed_by_replica.get(name, 0) + 1
+        res.failures.append((t, self.dec[d].name))
         if self.config.kv_load_failure_policy == "recompute":
             res.recomputed_prefills += 1
             self._enter(r, d, 0, t)
@@ -444,6 +449,8 @@ class _Run:
             _, _, kind, rid, epoch = heappop(heap)
             r = self.by_id[rid]
             if kind == ARRIVE:
+                if self.on_arrival is not None:
+                    self.on_arrival(t, self.pre, self.dec)
                 self.route(r, t)
             elif epoch != r.epoch or r.lost:
                 continue

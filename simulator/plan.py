@@ -151,6 +151,12 @@ def transfer_terms(plan: Plan) -> tuple[float, float]:
     return kv.fixed_ms / 1e3, variable_s / tokens if tokens > 0 else 0.0
 
 
+def _kv_bytes_per_token(plan: Plan) -> float:
+    pre = plan.pools_by_role["prefill"]
+    model = pre.replica_model if pre.replica_model is not None else plan.replica_model
+    return model.memory.kv_bytes_per_token
+
+
 def disagg_config_from_plan(plan: Plan, duration_s: float, qps: float | None = None, *,
                             router: str = "least-outstanding", arrivals: str = "poisson", burstiness_cv: float = 2.0,
                             lengths: str = "fixed", length_cv: float = 0.5, seed: int = 0,
@@ -175,7 +181,8 @@ def disagg_config_from_plan(plan: Plan, duration_s: float, qps: float | None = N
                               length_cv=length_cv, seed=seed, distribution=w.lengths),
         prefill=pre, decode=dec, transfer_fixed_s=fixed_s, transfer_s_per_token=per_token_s,
         kv_lease_s=plan.kv_transfer.kv_lease_s, ttft_slo_s=w.ttft_slo_s, tpot_slo_s=w.tpot_slo_s,
-        planned_transfer_ms=plan.kv_transfer.transfer_ms, router=router, failure=failure,
+        planned_transfer_ms=plan.kv_transfer.transfer_ms, kv_bytes_per_token=float(_kv_bytes_per_token(plan)),
+        router=router, failure=failure,
         failure_pools=failure_pools, prefill_loss=prefill_loss, kv_load_failure_policy=kv_load_failure_policy,
         **speculation_args(plan, dec_model))
 
