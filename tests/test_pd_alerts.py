@@ -180,3 +180,32 @@ def test_promtool_lints_nothing_in_the_pd_families(lost_prefill, metrics_lints, 
     def kinds(lints: set[str]) -> set[str]:      # what promtool finds, whichever family it is
         return {line.split(" ", 1)[1] if line.startswith("vllm:") else line for line in lints}
     assert kinds(metrics_lints(text)) <= kinds(baseline)
+
+
+def test_the_twins_exporters_serve_the_disaggregated_replicas(lost_prefill):
+    """Each prefill and decode replica gets its /metrics (the NIXL families on both pools, the
+    spec-decode ones on the speculative decode pool); the lost prefill replica answers 503."""
+    import urllib.error
+    import urllib.request
+
+    from twin.exporters import Clock, Exporters
+
+    class At45(Clock):                   # 45 simulated seconds in: after the prefill replica's loss
+        def now(self) -> float:
+            return 45.0
+
+    with Exporters(lost_prefill, At45(1.0), NAMESPACE, "m") as exporters:
+        bodies = {}
+        for target in exporters.targets:
+            if target.job != "vllm":
+                continue
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{target.port}/metrics", timeout=10) as answer:
+                    bodies[target.labels["pod"]] = answer.read().decode()
+            except urllib.error.HTTPError as exc:
+                bodies[target.labels["pod"]] = exc.code
+    lost = f"vllm-{lost_prefill.result.prefill_lost}-twin"
+    assert bodies.pop(lost) == 503
+    assert all("# TYPE vllm:nixl_xfer_time_seconds histogram" in body for body in bodies.values())
+    assert {pod for pod, body in bodies.items() if "vllm:spec_decode_num_drafts_total{" in body} == {
+        pod for pod in bodies if pod.startswith("vllm-decode-")}

@@ -27,6 +27,9 @@ class DisaggTimeline:
     result: DisaggResult
     end_s: float
     replicas: list[ReplicaTimeline]          # prefill replicas, then decode replicas
+    offered: list[float]                     # cumulative requests reaching the gateway (as `Timeline`'s)
+    answered_5xx: list[float]                # lost, or failed by kv_load_failure_policy fail
+    answered_2xx: list[float]
 
     def index(self, t: float) -> int:
         points = len(self.replicas[0].up)
@@ -52,7 +55,16 @@ def build_disaggregated(config: DisaggConfig) -> DisaggTimeline:
     if config.spec_draft_tokens > 0:
         fill_speculative(decode, result.requests, config.spec_draft_tokens, points)
     _fill_nixl(reps, result, config, points)
-    return DisaggTimeline(config, result, (points - 1) * GRID_S, reps)
+    offered, fivexx, twoxx = ([0.0] * points for _ in range(3))
+    for r in result.requests:
+        _add(offered, r.arrival, 1.0)
+        if r.lost:
+            _add(fivexx, r.arrival if r.t_done is None else r.t_done, 1.0)
+        elif r.t_done is not None:
+            _add(twoxx, r.t_done, 1.0)
+    for series in (offered, fivexx, twoxx):
+        _accumulate(series)
+    return DisaggTimeline(config, result, (points - 1) * GRID_S, reps, offered, fivexx, twoxx)
 
 
 def _down_windows(config: DisaggConfig, result: DisaggResult) -> dict[str, tuple[float, float]]:
