@@ -13,7 +13,7 @@ from typing import Optional
 
 import typer
 
-from . import options
+from . import options, simulate_disagg
 from .errors import check_output_file, check_positive, fail, writing
 from .stack_arg import load, requested_failure
 
@@ -40,36 +40,19 @@ def simulate(
     seed: int = typer.Option(0, help="Random seed; the same seed gives the same result."),
     as_json: bool = options.JSON,
     plot: Optional[Path] = typer.Option(None, help="Write a PNG: latency percentiles over time."),
-    fail_pool: Optional[str] = typer.Option(None, "--fail-pool", help="Disaggregated plans: the pool --fail-zone "
-                                            "takes down, prefill or decode (default: both)."),
-    kill_prefill_at: Optional[float] = typer.Option(None, "--kill-prefill-at", help="Disaggregated plans: lose the "
-                                                    "prefill replica with the most KV transfers in flight at S s."),
-    kv_load_failure_policy: Optional[str] = typer.Option(None, "--kv-load-failure-policy", help="Disaggregated "
-                                                         "plans: recompute (vLLM's default) or fail, for a KV "
-                                                         "load that fails."),
+    fail_pool: Optional[str] = simulate_disagg.FAIL_POOL,
+    kill_prefill_at: Optional[float] = simulate_disagg.KILL_PREFILL_AT,
+    kv_load_failure_policy: Optional[str] = simulate_disagg.KV_LOAD_FAILURE_POLICY,
 ) -> None:
     from simulator import ARRIVALS, LENGTHS, ROUTERS, config_from_plan, simulate as run, to_dict
 
-    if plot is not None:
-        check_output_file("--plot", plot, ".png")
-    _check_options({"--duration": duration, "--qps": qps, "--burstiness": burstiness, "--length-cv": length_cv,
+    _check_options(plot, {"--duration": duration, "--qps": qps, "--burstiness": burstiness, "--length-cv": length_cv,
                     "--max-num-batched-tokens": max_num_batched_tokens, "--max-num-seqs": max_num_seqs},
                    {"--router": (router, ROUTERS), "--arrivals": (arrivals, ARRIVALS), "--lengths": (lengths, LENGTHS)})
     _check_mode(qps, concurrency, burst)
     p = load(stack, plan=True).plan
-    from . import simulate_disagg
-
-    disagg = {"--fail-pool": fail_pool, "--kill-prefill-at": kill_prefill_at,
-              "--kv-load-failure-policy": kv_load_failure_policy}
-    if simulate_disagg.is_disaggregated(p):
-        simulate_disagg.run(p, stack, duration=duration, qps=qps, concurrency=concurrency, burst=burst, router=router,
-                            arrivals=arrivals, burstiness=burstiness, lengths=lengths, length_cv=length_cv, seed=seed,
-                            fail_zone=fail_zone, fail_node=fail_node, as_json=as_json, plot=plot,
-                            overrides={"--max-num-batched-tokens": max_num_batched_tokens,
-                                       "--max-num-seqs": max_num_seqs}, fail_pool=fail_pool,
-                            kill_prefill_at=kill_prefill_at, kv_load_failure_policy=kv_load_failure_policy)
+    if simulate_disagg.dispatch(p):     # a disaggregated plan's own run (llmserve/simulate_disagg.py)
         return
-    simulate_disagg.refuse_on_aggregated(disagg)
     _check_work(p.request.workload, qps, concurrency, burst, duration, burstiness, length_cv)
     failure = requested_failure(fail_zone, fail_node, duration, p)
     batched = max_num_batched_tokens or p.engine_args.max_num_batched_tokens
@@ -126,7 +109,10 @@ def _check_mode(qps: float | None, concurrency: int | None, burst: int | None) -
         fail("--burst: give either --concurrency (a closed loop) or --burst (N prompts at t = 0), not both")
 
 
-def _check_options(positive: dict[str, float | None], choices: dict[str, tuple[str, tuple[str, ...]]]) -> None:
+def _check_options(plot: Path | None, positive: dict[str, float | None],
+                   choices: dict[str, tuple[str, tuple[str, ...]]]) -> None:
+    if plot is not None:
+        check_output_file("--plot", plot, ".png")
     check_positive(positive)
     for name, (value, allowed) in choices.items():
         if value not in allowed:

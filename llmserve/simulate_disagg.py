@@ -12,6 +12,36 @@ import typer
 from .errors import fail
 
 FAIL_POOLS = ("prefill", "decode")
+# `simulate`'s options for a disaggregated plan (an aggregated plan refuses them)
+FAIL_POOL = typer.Option(None, "--fail-pool", help="Disaggregated plans: the pool --fail-zone takes down, prefill "
+                         "or decode (default: both).")
+KILL_PREFILL_AT = typer.Option(None, "--kill-prefill-at", help="Disaggregated plans: lose the prefill replica with "
+                               "the most KV transfers in flight at S s.")
+KV_LOAD_FAILURE_POLICY = typer.Option(None, "--kv-load-failure-policy", help="Disaggregated plans: recompute "
+                                      "(vLLM's default) or fail, for a KV load that fails.")
+OPTION_NAMES = {"fail_pool": "--fail-pool", "kill_prefill_at": "--kill-prefill-at",
+                "kv_load_failure_policy": "--kv-load-failure-policy"}
+
+
+def dispatch(plan) -> bool:
+    """Run `simulate` on a disaggregated plan (True: done), with the command's own parameters
+    (click's current context); on an aggregated one refuse the disaggregated options and return
+    False (the aggregated run goes on, unchanged)."""
+    import click
+
+    params = click.get_current_context().params
+    if not is_disaggregated(plan):
+        refuse_on_aggregated({OPTION_NAMES[k]: params.get(k) for k in OPTION_NAMES})
+        return False
+    p = params
+    run(plan, p["stack"], duration=p["duration"], qps=p["qps"], concurrency=p["concurrency"], burst=p["burst"],
+        router=p["router"], arrivals=p["arrivals"], burstiness=p["burstiness"], lengths=p["lengths"],
+        length_cv=p["length_cv"], seed=p["seed"], fail_zone=p["fail_zone"], fail_node=p["fail_node"],
+        as_json=p["as_json"], plot=p["plot"],
+        overrides={"--max-num-batched-tokens": p["max_num_batched_tokens"], "--max-num-seqs": p["max_num_seqs"]},
+        fail_pool=p["fail_pool"], kill_prefill_at=p["kill_prefill_at"],
+        kv_load_failure_policy=p["kv_load_failure_policy"])
+    return True
 
 
 def is_disaggregated(plan) -> bool:
