@@ -10,8 +10,10 @@ one-token stages are not the client's requests).
 """
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 from simulator.disagg import DisaggConfig, DisaggResult, simulate_disaggregated
 
@@ -50,8 +52,7 @@ def build_disaggregated(config: DisaggConfig) -> DisaggTimeline:
     _fill_gauges(reps, samples, _down_windows(config, result), points)
     decode = reps[len(config.prefill.replicas):]
     _fill_requests(decode, result, points)
-    for rep in reps[:len(config.prefill.replicas)]:
-        _fill_requests([rep], type("NoRequests", (), {"requests": []}), points)
+    _fill_requests(reps[:len(config.prefill.replicas)], SimpleNamespace(requests=[]), points)   # all at zero
     if config.spec_draft_tokens > 0:
         fill_speculative(decode, result.requests, config.spec_draft_tokens, points)
     _fill_nixl(reps, result, config, points)
@@ -83,8 +84,6 @@ def _down_windows(config: DisaggConfig, result: DisaggResult) -> dict[str, tuple
 
 
 def _fill_gauges(reps: list[ReplicaTimeline], samples, down: dict, points: int) -> None:
-    import bisect
-
     times = [t for t, _ in samples]
     for ri, rep in enumerate(reps):
         running, waiting, kv = [0.0] * points, [0.0] * points, [0.0] * points
