@@ -56,8 +56,8 @@ def refuse_on_aggregated(options: dict) -> None:
             fail(f"{name}: the plan is aggregated (one pool); this option needs serving.mode: disaggregated")
 
 
-def _check(plan, *, duration, qps, concurrency, burst, fail_node, plot, overrides, fail_pool, kill_prefill_at,
-           kv_load_failure_policy) -> None:
+def _check(plan, *, duration, qps, concurrency, burst, fail_zone, fail_node, plot, overrides, fail_pool,
+           kill_prefill_at, kv_load_failure_policy) -> None:
     from simulator.disagg import KV_LOAD_FAILURE_POLICIES
 
     for name, value in (("--concurrency", concurrency), ("--burst", burst), ("--fail-node", fail_node),
@@ -69,6 +69,8 @@ def _check(plan, *, duration, qps, concurrency, burst, fail_node, plot, override
         fail("--qps: a disaggregated plan is simulated as an open loop; give --qps")
     if fail_pool is not None and fail_pool not in FAIL_POOLS:
         fail(f"--fail-pool: unknown value '{fail_pool}'; choose one of: {', '.join(FAIL_POOLS)}")
+    if fail_pool is not None and fail_zone is None:
+        fail("--fail-pool: it names the pool --fail-zone takes down; give --fail-zone ZONE@T[:T2] too")
     if kv_load_failure_policy is not None and kv_load_failure_policy not in KV_LOAD_FAILURE_POLICIES:
         fail(f"--kv-load-failure-policy: unknown value '{kv_load_failure_policy}'; choose one of: "
              f"{', '.join(KV_LOAD_FAILURE_POLICIES)}")
@@ -98,8 +100,8 @@ def run(plan, stack, *, duration: float, qps, concurrency, burst, router: str, a
     from simulator.plan import disagg_config_from_plan
     from simulator.report import disagg_to_dict
 
-    _check(plan, duration=duration, qps=qps, concurrency=concurrency, burst=burst, fail_node=fail_node, plot=plot,
-           overrides=overrides, fail_pool=fail_pool, kill_prefill_at=kill_prefill_at,
+    _check(plan, duration=duration, qps=qps, concurrency=concurrency, burst=burst, fail_zone=fail_zone,
+           fail_node=fail_node, plot=plot, overrides=overrides, fail_pool=fail_pool, kill_prefill_at=kill_prefill_at,
            kv_load_failure_policy=kv_load_failure_policy)
     failure = _zone_failure(fail_zone, duration, plan)
     try:

@@ -89,6 +89,9 @@ def test_the_text_report_names_the_pools_and_the_transfer(disaggregated):
 
 @pytest.mark.parametrize("args, message", [
     (["--fail-pool", "both"], "error: --fail-pool: unknown value 'both'; choose one of: prefill, decode"),
+    (["--fail-pool", "decode"],
+     "error: --fail-pool: it names the pool --fail-zone takes down; give --fail-zone ZONE@T[:T2] too"),
+    (["--kill-prefill-at", "nan"], "error: --kill-prefill-at: nan s is outside the 60 s run"),
     (["--kv-load-failure-policy", "retry"],
      "error: --kv-load-failure-policy: unknown value 'retry'; choose one of: recompute, fail"),
     (["--kill-prefill-at", "90"], "error: --kill-prefill-at: 90 s is outside the 60 s run"),
