@@ -209,3 +209,17 @@ def test_the_twins_exporters_serve_the_disaggregated_replicas(lost_prefill):
     assert all("# TYPE vllm:nixl_xfer_time_seconds histogram" in body for body in bodies.values())
     assert {pod for pod, body in bodies.items() if "vllm:spec_decode_num_drafts_total{" in body} == {
         pod for pod in bodies if pod.startswith("vllm-decode-")}
+
+
+def test_the_twin_emulates_a_disaggregated_plan_with_its_two_pools(prod):
+    from simulator.disagg import DisaggConfig
+    from twin.scenario import Twin
+    from twin.servers import TwinError
+
+    plan = pd_plans.disaggregated(prod)
+    twin = Twin(plan, NAMESPACE, duration_s=60.0)
+    assert isinstance(twin.config, DisaggConfig)
+    assert [s.name for s in twin.config.decode.replicas] == ["decode-us-east-1a-0", "decode-us-east-1b-0"]
+    with pytest.raises(TwinError, match=r"^--slowdown: not emulated for a disaggregated plan; leave it at 1$"):
+        Twin(plan, NAMESPACE, duration_s=60.0, slowdown=1.2)
+    assert not isinstance(Twin(prod, NAMESPACE, duration_s=60.0).config, DisaggConfig)
