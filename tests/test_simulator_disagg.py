@@ -192,3 +192,17 @@ def test_while_a_pools_zone_is_down_its_requests_pair_in_the_other_zone(pd):
 
 def test_the_same_seed_gives_the_same_report(pd):
     assert json.dumps(run(pd, 20.0, seed=4)[1]) == json.dumps(run(pd, 20.0, seed=4)[1])
+
+
+def test_a_replica_model_that_prices_its_verify_step_is_used_as_it_is(prod):
+    """sizing.speculative's replica: `step` prices the verify step, `base_step` the plain one; the
+    simulator takes the plain step for its engine and the replica's own verify step for speculation."""
+    from types import SimpleNamespace
+
+    from simulator.cost import VerifyStep, step_cost, verify_cost
+
+    base = prod.replica_model.step
+    verify = SimpleNamespace(decode_s=lambda n: 2 * base.decode_s(n), step_s=lambda n, c: 2 * base.step_s(n, c))
+    speculative_model = SimpleNamespace(step=verify, base_step=base)
+    assert step_cost(speculative_model) is base and verify_cost(speculative_model, 3) is verify
+    assert step_cost(prod.replica_model) is base and isinstance(verify_cost(prod.replica_model, 3), VerifyStep)
