@@ -13,7 +13,7 @@ from typing import Optional
 
 import typer
 
-from . import options
+from . import options, simulate_disagg
 from .errors import check_output_file, check_positive, fail, writing
 from .stack_arg import load, requested_failure
 
@@ -50,6 +50,9 @@ def simulate(
     plot: Optional[Path] = typer.Option(None, help="Write a PNG: latency percentiles over time."),
     traffic: Optional[Path] = TRAFFIC,
     autoscale: bool = AUTOSCALE,
+    fail_pool: Optional[str] = simulate_disagg.FAIL_POOL,
+    kill_prefill_at: Optional[float] = simulate_disagg.KILL_PREFILL_AT,
+    kv_load_failure_policy: Optional[str] = simulate_disagg.KV_LOAD_FAILURE_POLICY,
 ) -> None:
     from simulator import ARRIVALS, LENGTHS, ROUTERS, config_from_plan, simulate as run, to_dict
 
@@ -63,6 +66,8 @@ def simulate(
                    {"--router": (router, ROUTERS), "--arrivals": (arrivals, ARRIVALS), "--lengths": (lengths, LENGTHS)})
     _check_mode(qps, concurrency, burst)
     p = load(stack, plan=True).plan
+    if simulate_disagg.dispatch(p, duration):     # a disaggregated plan's own run (llmserve/simulate_disagg.py)
+        return
     _check_work(p.request.workload, qps, concurrency, burst, duration, burstiness, length_cv)
     failure = requested_failure(fail_zone, fail_node, duration, p)
     batched = max_num_batched_tokens or p.engine_args.max_num_batched_tokens
@@ -104,6 +109,10 @@ def _with_traffic(o: dict) -> None:
         if o[key] is not None:
             fail(f"{option}: not with --traffic/--autoscale (the curve sets the rate and the run's length; "
                  "the plan sets the engine)")
+    for option, key in (("--fail-pool", "fail_pool"), ("--kill-prefill-at", "kill_prefill_at"),
+                        ("--kv-load-failure-policy", "kv_load_failure_policy")):
+        if o[key] is not None:      # the autoscaled run is aggregated only (sizing.autoscale refuses P/D)
+            fail(f"{option}: not with --traffic/--autoscale (a load over time runs an aggregated plan)")
     if o["arrivals"] != "poisson":
         fail("--arrivals: with --traffic the arrivals are Poisson at the curve's rate")
     _check_options({"--length-cv": o["length_cv"]}, {"--router": (o["router"], ROUTERS), "--lengths": (o["lengths"], LENGTHS)})

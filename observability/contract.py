@@ -91,6 +91,33 @@ SERIES: tuple[Series, ...] = (
            "pod labels (label_app_kubernetes_io_name, label_llm_serving_io_role, label_llm_serving_io_zone)"),
 )
 
+# vLLM series only a speculative or disaggregated plan's replicas expose, so only those plans'
+# rules read them (observability/pd_alerts.py); not in the aggregated capture, so checked against
+# vLLM's sources (stored copies of vllm-project/vllm, not at the v0.29.0 tag):
+# - vllm/v1/spec_decode/metrics.py `SpecDecodingProm`: counters vllm:spec_decode_num_drafts,
+#   vllm:spec_decode_num_draft_tokens, vllm:spec_decode_num_accepted_tokens (prometheus_client
+#   exposes counters with `_total`), registered only when a speculative config is set;
+# - vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py `NixlPromMetrics`: histograms
+#   vllm:nixl_xfer_time_seconds (per-transfer RDMA copy), vllm:nixl_bytes_transferred, counters
+#   vllm:nixl_num_failed_transfers, vllm:nixl_num_failed_notifications; recorded by the reader, the
+#   decode replica (`NixlConnectorWorker`: `xfer_stats.record_transfer`, `record_failed_transfer`).
+PD_SERIES: tuple[Series, ...] = (
+    Series("vllm:spec_decode_num_drafts_total", "counter", "vllm", "drafts",
+           "speculative steps, per sequence", VLLM_LABELS),
+    Series("vllm:spec_decode_num_draft_tokens_total", "counter", "vllm", "tokens", "draft tokens proposed",
+           VLLM_LABELS),
+    Series("vllm:spec_decode_num_accepted_tokens_total", "counter", "vllm", "tokens", "draft tokens accepted",
+           VLLM_LABELS),
+    Series("vllm:nixl_xfer_time_seconds", "histogram", "vllm", "s", "one KV transfer's RDMA copy (NIXL)",
+           VLLM_LABELS),
+    Series("vllm:nixl_bytes_transferred", "histogram", "vllm", "bytes", "one KV transfer's bytes (NIXL)",
+           VLLM_LABELS),
+    Series("vllm:nixl_num_failed_transfers_total", "counter", "vllm", "transfers", "failed NIXL KV transfers",
+           VLLM_LABELS),
+    Series("vllm:nixl_num_failed_notifications_total", "counter", "vllm", "notifications",
+           "failed NIXL notifications", VLLM_LABELS),
+)
+
 # Renamed or removed vLLM series, with what replaced them (None: removed, no replacement).
 DEPRECATED: dict[str, str | None] = {
     "vllm:gpu_cache_usage_perc": "vllm:kv_cache_usage_perc",
@@ -107,7 +134,7 @@ HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
 def exposed_names() -> set[str]:
     """Every name a query may select: histogram families expand to their three series."""
     out = set()
-    for s in SERIES:
+    for s in SERIES + PD_SERIES:
         if s.kind == "histogram":
             out.update(s.name + suffix for suffix in HISTOGRAM_SUFFIXES)
         else:
@@ -196,7 +223,7 @@ def check_labels(expr: str, legend: str = "", where: str = "expression") -> None
 
 
 def _series_by_name() -> dict[str, Series]:
-    return {s.name: s for s in SERIES}
+    return {s.name: s for s in SERIES + PD_SERIES}
 
 
 def _family(name: str) -> str:

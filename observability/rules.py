@@ -21,6 +21,7 @@ from sizing import queueing
 
 from . import contract
 from .alerts import Alert, Behaviour, Expected
+from .pd_alerts import pd_alerts, pd_group
 
 RATE_WINDOW = "5m"
 LEVELS: tuple[tuple[str, tuple[str, ...]], ...] = (("pod", ("zone", "pod")), ("zone", ("zone",)), ("service", ()))
@@ -346,7 +347,8 @@ def slo_alerts(plan: Plan, policy: AlertPolicy = AlertPolicy()) -> list[Alert]:
 def plan_alerts(plan: Plan, policy: AlertPolicy = AlertPolicy(), endpoint_picker_replicas: int = 0) -> list[Alert]:
     """Every alert the rule file holds for this plan, in its order."""
     alerts = alert_rules(Thresholds.from_plan(plan), policy)
-    return alerts + (endpoint_picker_alerts(endpoint_picker_replicas) if endpoint_picker_replicas else [])
+    return (alerts + (endpoint_picker_alerts(endpoint_picker_replicas) if endpoint_picker_replicas else [])
+            + pd_alerts(plan))
 
 
 def rule_groups(plan: Plan, serving_namespace: str, policy: AlertPolicy = AlertPolicy(),
@@ -360,6 +362,7 @@ def rule_groups(plan: Plan, serving_namespace: str, policy: AlertPolicy = AlertP
         groups.append({"name": "llm-serving.endpoint-picker",
                        "rules": [endpoint_picker_ready_rule(serving_namespace)]
                        + [a.rule() for a in endpoint_picker_alerts(endpoint_picker_replicas)]})
+    groups += pd_group(plan)          # a disaggregated or speculative plan's alerts (none otherwise)
     check_groups(groups)
     return groups
 

@@ -29,9 +29,10 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 from heapq import heappop, heappush
+from typing import Any
 
 from .cost import StepCost
-from .replica import Replica
+from .replica import Replica, Speculation
 from .router import Router
 from .workload import MAX_REQUESTS, Request, WorkLimitError, WorkloadSpec, client_requests, generate
 
@@ -73,6 +74,10 @@ class SimConfig:
     failure: ZoneFailure | None = None
     request_overhead_s: float = 0.0     # each replica's API server, per request (a FIFO single server)
     long_prefill_token_threshold: int = 0   # vLLM's per-request chunk cap (0: none, vLLM's default)
+    # speculative decoding on every replica (0 drafts: off): k, per-token acceptance, the verify step
+    spec_draft_tokens: int = 0
+    spec_acceptance_rate: float = 0.0
+    spec_verify: Any = None
 
 
 @dataclass
@@ -98,6 +103,14 @@ def _check(config: SimConfig) -> None:
     if fail is not None and fail.zone not in {r.zone for r in config.replicas}:
         zones = ", ".join(sorted({r.zone for r in config.replicas}))
         raise ValueError(f"zone {fail.zone} holds no replica (zones: {zones})")
+
+
+def speculation(config: SimConfig, name: str) -> Speculation | None:
+    """A replica's speculative decoding (its own seeded draws), or None when the config has none."""
+    if config.spec_draft_tokens <= 0:
+        return None
+    return Speculation(config.spec_draft_tokens, config.spec_acceptance_rate, config.spec_verify,
+                       f"{config.workload.seed}-spec-{name}")
 
 
 def _failure_events(fail) -> list[tuple[float, str]]:
@@ -157,7 +170,8 @@ def _simulate(config: SimConfig, on_route) -> SimResult:
     requests = generate(config.workload)
     done: list[Request] = []
     replicas = [Replica(r.name, r.zone, config.cost, config.max_num_batched_tokens, config.max_num_seqs,
-                        config.kv_capacity_tokens, done.append, config.long_prefill_token_threshold)
+                        config.kv_capacity_tokens, done.append, config.long_prefill_token_threshold,
+                        speculation(config, r.name))
                 for r in config.replicas]
     router = Router(config.router, replicas)
     result = SimResult(config, requests, replicas, 0.0)
@@ -241,7 +255,8 @@ class _EventRun:
             requests, self.draw = generate(w), None
         self.done: list[Request] = []
         self.replicas = [Replica(r.name, r.zone, config.cost, config.max_num_batched_tokens, config.max_num_seqs,
-                                 config.kv_capacity_tokens, self.completed, config.long_prefill_token_threshold)
+                                 config.kv_capacity_tokens, self.completed, config.long_prefill_token_threshold,
+                                 speculation(config, r.name))
                          for r in config.replicas]
         self.index = {id(rep): i for i, rep in enumerate(self.replicas)}
         self.router = Router(config.router, self.replicas)

@@ -8,7 +8,8 @@ from deployment.serving import replica_placements
 from sizing.model import ReplicaModel
 from sizing.planner import Plan
 
-from .cost import kv_capacity_tokens, step_cost
+from .cost import kv_capacity_tokens, step_cost, verify_cost
+from .disagg import POOLS, DisaggConfig, PoolSpec, PrefillLoss
 from .loop import ReplicaSpec, SimConfig, ZoneFailure, simulate
 from .report import summarize
 from .workload import WorkloadSpec
@@ -105,7 +106,85 @@ def config_from_plan(plan: Plan, duration_s: float, qps: float | None = None, *,
         kv_capacity_tokens=kv_capacity_tokens(model),
         ttft_slo_s=w.ttft_slo_s, tpot_slo_s=w.tpot_slo_s, router=router, failure=failure,
         request_overhead_s=model.profile.request_overhead_ms / 1e3,
+        **speculation_args(plan, model),
     )
+
+
+def speculation_args(plan: Plan, model: ReplicaModel) -> dict:
+    """The simulator's speculative decoding from the plan's (none when it is off or absent)."""
+    sp = plan.speculative
+    if sp is None or not sp.enabled or sp.draft_tokens <= 0:
+        return {}
+    return {"spec_draft_tokens": sp.draft_tokens, "spec_acceptance_rate": sp.acceptance_rate,
+            "spec_verify": verify_cost(model, sp.draft_tokens)}
+
+
+def is_disaggregated(plan: Plan) -> bool:
+    return plan.serving_mode == "disaggregated" and {"prefill", "decode"} <= set(plan.pools_by_role)
+
+
+def pool_specs(pool) -> tuple[ReplicaSpec, ...]:
+    """A pool's replicas by zone, named `<role>-<zone>-<j>` (the pools' nodes are the deployment's)."""
+    return tuple(ReplicaSpec(f"{pool.role}-{zone}-{j}", zone) for zone, count in sorted(pool.replicas_by_zone.items())
+                 for j in range(count))
+
+
+def _pool(plan: Plan, pool) -> PoolSpec:
+    model = pool.replica_model if pool.replica_model is not None else plan.replica_model
+    args = plan.engine_args
+    return PoolSpec(pool.role, pool_specs(pool), step_cost(model), pool.max_num_batched_tokens or args.max_num_batched_tokens,
+                    pool.max_num_seqs or args.max_num_seqs, kv_capacity_tokens(model))
+
+
+def transfer_terms(plan: Plan) -> tuple[float, float]:
+    """(fixed seconds, seconds per prompt token) of the plan's KV transfer: its fixed cost, and
+    its bytes / (bandwidth x efficiency) at the mean prompt spread over that prompt's tokens, so
+    the mean prompt's transfer is exactly the plan's `transfer_ms`."""
+    kv = plan.kv_transfer
+    if kv is None:
+        raise ValueError("the disaggregated plan has no KV transfer (plan.kv_transfer)")
+    pre = plan.pools_by_role["prefill"]
+    model = pre.replica_model if pre.replica_model is not None else plan.replica_model
+    per_token_bytes = model.memory.kv_bytes_per_token
+    tokens = kv.bytes_per_request / per_token_bytes if per_token_bytes else plan.request.workload.input_tokens
+    variable_s = max(0.0, kv.transfer_ms - kv.fixed_ms) / 1e3
+    return kv.fixed_ms / 1e3, variable_s / tokens if tokens > 0 else 0.0
+
+
+def _kv_bytes_per_token(plan: Plan) -> float:
+    pre = plan.pools_by_role["prefill"]
+    model = pre.replica_model if pre.replica_model is not None else plan.replica_model
+    return model.memory.kv_bytes_per_token
+
+
+def disagg_config_from_plan(plan: Plan, duration_s: float, qps: float | None = None, *,
+                            router: str = "least-outstanding", arrivals: str = "poisson", burstiness_cv: float = 2.0,
+                            lengths: str = "fixed", length_cv: float = 0.5, seed: int = 0,
+                            failure: ZoneFailure | None = None, failure_pools: tuple[str, ...] = POOLS,
+                            prefill_loss: PrefillLoss | None = None,
+                            kv_load_failure_policy: str = "recompute") -> DisaggConfig:
+    """The disaggregated plan's two pools, its KV transfer and workload (an open loop at `qps`,
+    default the workload's rate); speculative decoding, when the plan runs it, on the decode pool."""
+    w = plan.request.workload
+    pools = plan.pools_by_role
+    pre, dec = _pool(plan, pools["prefill"]), _pool(plan, pools["decode"])
+    fixed_s, per_token_s = transfer_terms(plan)
+    dec_model = pools["decode"].replica_model if pools["decode"].replica_model is not None else plan.replica_model
+    rate = qps if qps is not None else w.qps
+    if rate is None:
+        raise ValueError("--qps: a disaggregated plan is simulated as an open loop; give --qps")
+    return DisaggConfig(
+        workload=WorkloadSpec(qps=rate, duration_s=duration_s, input_tokens=w.input_tokens,
+                              output_tokens=w.output_tokens, max_model_len=plan.engine_args.max_model_len,
+                              arrivals=arrivals, burstiness_cv=burstiness_cv,
+                              lengths="distribution" if w.lengths is not None and lengths == "fixed" else lengths,
+                              length_cv=length_cv, seed=seed, distribution=w.lengths),
+        prefill=pre, decode=dec, transfer_fixed_s=fixed_s, transfer_s_per_token=per_token_s,
+        kv_lease_s=plan.kv_transfer.kv_lease_s, ttft_slo_s=w.ttft_slo_s, tpot_slo_s=w.tpot_slo_s,
+        planned_transfer_ms=plan.kv_transfer.transfer_ms, kv_bytes_per_token=float(_kv_bytes_per_token(plan)),
+        router=router, failure=failure,
+        failure_pools=failure_pools, prefill_loss=prefill_loss, kv_load_failure_policy=kv_load_failure_policy,
+        **speculation_args(plan, dec_model))
 
 
 def meets_slos(plan: Plan, qps: float, duration_s: float, seed: int = 0) -> tuple[bool, dict]:

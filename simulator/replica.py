@@ -13,20 +13,71 @@ Speed (the simulator's point): a decoding sequence is never touched per step. It
 known when its decode starts (`finish`), so a step only costs O(1) plus its prefill chunks, and a
 run of pure-decode steps (no prefill, nothing admissible) is one event up to the next finish,
 the next arrival, or the KV limit. Completions come off a heap keyed by finish step.
+
+Speculative decoding (`Speculation`): each decode step verifies k drafts per sequence; a
+sequence's accepted drafts are drawn per step (each accepted with probability a given the ones
+before it, so truncated-geometric at k) and the step emits them plus the bonus token. The draws of
+a sequence's whole decode are made when its decode starts, so its last step is still known then
+(the O(1) step above holds). The step is the verify step's cost (`Speculation.verify`), it takes
+k + 1 tokens of the step's budget per sequence, and each sequence's KV grows by the mean
+acceptance length (rounded) per step.
+
+Disaggregated serving (`simulator.disagg`) uses two more inputs: a request's `pf_remote` prompt
+tokens whose KV arrived from a prefill replica (resident from admission, never computed here),
+and `kv_held`, KV the loop holds on the replica outside its running requests (a finished
+prefill's KV until the decode has pulled it; a decode's blocks allocated for a transfer in
+flight).
 """
 from __future__ import annotations
 
 import math
+import random
 from collections import deque
 from heapq import heappop, heappush
+from typing import Any
 
 from .cost import StepCost
 from .workload import Request
 
 
+class Speculation:
+    """k drafts per sequence and decode step, each accepted with probability `acceptance_rate`
+    given the ones before it (Leviathan, Kalman and Matias, arXiv 2211.17192, section 3.1): a
+    step emits (1 - a^(k+1)) / (1 - a) tokens on average, the bonus token included. `verify`
+    prices a step (`decode_s(n)`, `step_s(n, c)`, in seconds: the verify over n x (k + 1) tokens
+    and the drafter's passes)."""
+
+    def __init__(self, draft_tokens: int, acceptance_rate: float, verify: Any, seed: str):
+        if draft_tokens < 1:
+            raise ValueError(f"speculation needs at least one draft token (got {draft_tokens})")
+        if not 0.0 <= acceptance_rate < 1.0:
+            raise ValueError(f"acceptance rate {acceptance_rate!r}: must be in [0, 1)")
+        self.draft_tokens = draft_tokens
+        self.acceptance_rate = acceptance_rate
+        self.verify: Any = verify
+        self.rng = random.Random(seed)
+        a = acceptance_rate
+        self.mean_acceptance_length = (1.0 - a ** (draft_tokens + 1)) / (1.0 - a)
+        self.kv_tokens_per_step = max(1, round(self.mean_acceptance_length))
+
+    def steps_for(self, tokens: int) -> tuple[int, int]:
+        """(verify steps, drafts accepted in them) to emit `tokens` tokens, drawn step by step."""
+        rnd, a, k = self.rng.random, self.acceptance_rate, self.draft_tokens
+        steps = accepted = emitted = 0
+        while emitted < tokens:
+            j = 0
+            while j < k and rnd() < a:
+                j += 1
+            steps += 1
+            accepted += j
+            emitted += j + 1
+        return steps, accepted
+
+
 class Replica:
     def __init__(self, name: str, zone: str, cost: StepCost, max_num_batched_tokens: int,
-                 max_num_seqs: int, kv_capacity_tokens: int, on_done, long_prefill_token_threshold: int = 0):
+                 max_num_seqs: int, kv_capacity_tokens: int, on_done, long_prefill_token_threshold: int = 0,
+                 speculation: Speculation | None = None):
         if max_num_batched_tokens < max_num_seqs:
             # vLLM refuses this too: the decodes alone could exceed the step's budget.
             raise ValueError(f"max_num_batched_tokens ({max_num_batched_tokens}) must be at least "
@@ -36,7 +87,17 @@ class Replica:
         # nothing: one list lookup a step instead of its arithmetic
         self._dec = [0.0] + [cost.decode_s(n) for n in range(1, max_num_seqs + 1)]
         # a per-operation step (`sizing.ops`) prices a prefill step with StepModel.step_s itself
-        self._ops = cost if cost.terms or cost.moe else None
+        self._ops: Any = cost if cost.terms or cost.moe else None
+        self._spec = speculation
+        self.kv_step = 1                 # KV tokens a decoding sequence adds per step
+        self.dec_tokens = 1              # budget tokens a decoding sequence takes per step
+        self.spec_drafts = self.spec_draft_tokens = self.spec_accepted = 0   # vLLM's spec_decode counters
+        if speculation is not None:
+            verify = speculation.verify
+            self._dec = [0.0] + [verify.decode_s(n) for n in range(1, max_num_seqs + 1)]
+            self._ops = verify           # a step with prefill chunks verifies its decodes too
+            self.kv_step = speculation.kv_tokens_per_step
+            self.dec_tokens = speculation.draft_tokens + 1
         # StepModel.step_s(n, c) = max(a1 + b1 n + g1 c, a2 + b2 n + g2 c) + k n + e c, its terms
         # in n by n: a prefill step adds the c terms inline (the same operations in the same order
         # as step_s, so the same floats)
@@ -56,10 +117,12 @@ class Replica:
         # router counts them with the engine's
         self.admitting = 0
         self.admitting_tokens = 0
+        self.kv_held = 0
         self._reset(0.0)
 
     def _reset(self, t: float) -> None:
         self.clock = t
+        self.kv_held = 0                 # KV held for the disaggregated loop (module docstring)
         self.k = 0                       # steps completed
         self.waiting: deque[Request] = deque()
         self.running: dict[int, Request] = {}   # admission order; popitem() gives the newest
@@ -111,12 +174,32 @@ class Replica:
         """A request arrives at t (after run_until(t)); it joins the next step."""
         r.replica = self.name
         self.waiting.append(r)
-        self.pend += r.pf_total + r.out - r.gen
+        self.pend += r.pf_total - r.pf_remote + r.out - r.gen
         if self.busy:
             self._cut(t)
         else:
             self.clock = t
             self._start()
+
+    def hold(self, tokens: int, t: float) -> None:
+        """Hold `tokens` of KV outside the running requests from t (after run_until(t)): a pure-decode
+        run in progress ends at its current step, so the next step sees the smaller cache."""
+        self.kv_held += tokens
+        if self.busy:
+            self._cut(t)
+
+    def release(self, tokens: int, t: float) -> None:
+        """Give back held KV at t (after run_until(t)); an idle replica with waiting requests starts."""
+        self.kv_held -= tokens
+        if self.busy:
+            self._cut(t)
+        elif self.up and self.waiting:
+            self.clock = t
+            self._start()
+
+    def kv_free(self) -> int:
+        """KV tokens neither running requests nor holds use (at the last step's end)."""
+        return self.kv_cap - self.kv_used()
 
     def _cut(self, t: float) -> None:
         """End a pure-decode run at the step in progress at t, so that t's arrival joins the next."""
@@ -136,16 +219,18 @@ class Replica:
         """Schedule the next step at self.clock, or go idle. (The hottest code of a run, with
         `_apply`: attributes read once into locals, StepModel.step_s inline.)"""
         cap = self.kv_cap
+        g = self.kv_step
         preempted = False                   # vLLM admits no waiting request in a step that preempted
         while True:
             n = self.n
-            used = self.kv_pf + self.kv_dec + n * self.k
-            if used + n > cap and self.running:
+            used = self.kv_pf + self.kv_dec + n * self.k * g + self.kv_held
+            if used + n * g > cap and self.running:
                 self._preempt()
                 preempted = True
                 continue
             if self.prefilling or self.waiting:
-                chunks, c_total = self._prefill_chunks(self.budget - n, cap - used - n, not preempted)
+                chunks, c_total = self._prefill_chunks(self.budget - n * self.dec_tokens, cap - used - n * g,
+                                                       not preempted)
             else:                           # nothing to prefill: skip the call
                 chunks, c_total = None, 0
             if n == 0 and c_total == 0:
@@ -184,7 +269,7 @@ class Replica:
             heappop(heap)
             top = heap[0]
         steps = top[0] - self.k
-        room = (cap - used) // n
+        room = (cap - used) // (n * g)
         count = steps if steps < room else room
         self.s_dur, self.s_count, self.s_chunks = dec, count, None
         self.next_end = clock + count * dec
@@ -243,11 +328,16 @@ class Replica:
             pf = r.pf_total
             if pf > free:                   # its whole sequence must fit (scheduler_reserve_full_isl)
                 break
-            c = cap if 0 < cap < pf else pf
+            remote = r.pf_remote            # KV already here (disaggregated): resident, not computed
+            todo = pf - remote
+            c = cap if 0 < cap < todo else todo
             if c > budget:
                 c = budget
             waiting.popleft()
-            r.pf_left = pf
+            r.pf_left = todo
+            if remote:
+                self.kv_pf += remote
+                free -= remote
             running[r.id] = r
             self.prefilling.append(r)
             if r.t_sched is None:
@@ -295,8 +385,13 @@ class Replica:
                 continue
             r.decoding = True
             r.k0 = k
-            r.finish = fin = k + out - gen
-            self.kv_dec += r.pf_total - k
+            spec = self._spec
+            if spec is None:
+                r.finish = fin = k + out - gen
+            else:
+                steps, r.spec_accepted = spec.steps_for(out - gen)
+                r.finish = fin = k + steps
+            self.kv_dec += r.pf_total - k * self.kv_step
             self.fin_sum += fin
             self.n += 1
             self._seq = seq = self._seq + 1
@@ -312,8 +407,13 @@ class Replica:
                 continue
             r.gen = r.out
             r.decoding = False
-            self.kv_dec -= r.pf_total - r.k0
+            self.kv_dec -= r.pf_total - r.k0 * self.kv_step
             self.fin_sum -= r.finish
+            if self._spec is not None:
+                steps = r.finish - r.k0
+                self.spec_drafts += steps
+                self.spec_draft_tokens += steps * self._spec.draft_tokens
+                self.spec_accepted += r.spec_accepted
             self.n -= 1
             del running[r.id]
             r.t_done = end
@@ -326,8 +426,12 @@ class Replica:
         self.preemptions += 1
         r.preemptions += 1
         if r.decoding:
-            r.gen += self.k - r.k0
-            self.kv_dec -= r.pf_total - r.k0
+            done = self.k - r.k0
+            if self._spec is not None and r.finish > r.k0:   # its tokens so far, in proportion
+                done = (r.out - r.gen) * done // (r.finish - r.k0)
+            r.gen += done
+            r.spec_accepted = 0
+            self.kv_dec -= r.pf_total - r.k0 * self.kv_step
             self.fin_sum -= r.finish
             self.n -= 1
             r.decoding = False
@@ -337,6 +441,7 @@ class Replica:
             self.kv_pf -= r.pf_total - r.pf_left
             self.pend += r.pf_total - r.pf_left      # its computed tokens are lost
             self.pend -= r.pf_total + r.out - r.gen  # re-added below with the new prefill size
+        r.pf_remote = 0                              # its cache is freed: recomputed here
         r.pf_total = r.pf_left = r.prompt + r.gen
         self.pend += r.pf_total + r.out - r.gen
         self.waiting.appendleft(r)
@@ -367,11 +472,11 @@ class Replica:
 
     # -- checks (tests) --------------------------------------------------------------------------------
     def kv_used(self) -> int:
-        return self.kv_pf + self.kv_dec + self.n * self.k
+        return self.kv_pf + self.kv_dec + self.n * self.k * self.kv_step + self.kv_held
 
     def pending_tokens_slow(self) -> int:
         """pending_tokens recomputed from every request: the incremental sums must agree."""
-        total = sum(r.pf_total + r.out - r.gen for r in self.waiting)
+        total = sum(r.pf_total - r.pf_remote + r.out - r.gen for r in self.waiting)
         for r in self.running.values():
             total += r.finish - self.k if r.decoding else r.pf_left + r.out - r.gen
         return total

@@ -79,8 +79,12 @@ def windows(result: SimResult) -> dict | None:
 
 
 def replica_usage(result: SimResult) -> list[dict]:
+    return replicas_usage(result.replicas)
+
+
+def replicas_usage(replicas) -> list[dict]:
     rows = []
-    for rep in result.replicas:
+    for rep in replicas:
         rows.append({
             "name": rep.name, "zone": rep.zone,
             # busy: share of its up time spent stepping (continuous batching steps whenever any
@@ -135,4 +139,72 @@ def to_dict(result: SimResult) -> dict:
                           **({"node": f.node} if f.node is not None else {}),
                           "replicas_lost": [r.name for r in cfg.replicas if f.hits(r)]}
         out["windows"] = windows(result)
+    if cfg.spec_draft_tokens > 0:
+        out["speculative"] = speculative_usage(result.replicas, cfg.spec_draft_tokens, cfg.spec_acceptance_rate)
     return out
+
+
+def speculative_usage(replicas, draft_tokens: int, acceptance_rate: float) -> dict:
+    """vLLM's spec-decode counters summed over the replicas, and what they give: the acceptance
+    (accepted / draft tokens, as vLLM's docs compute it) and the mean acceptance length
+    (1 + accepted / drafts), beside the formula's (1 - a^(k+1)) / (1 - a)."""
+    drafts = sum(r.spec_drafts for r in replicas)
+    draft_tokens_total = sum(r.spec_draft_tokens for r in replicas)
+    accepted = sum(r.spec_accepted for r in replicas)
+    a, k = acceptance_rate, draft_tokens
+    return {"draft_tokens": k, "acceptance_rate": a, "num_drafts": drafts, "num_draft_tokens": draft_tokens_total,
+            "num_accepted_tokens": accepted,
+            "acceptance": round(accepted / draft_tokens_total, 4) if draft_tokens_total else None,
+            "mean_acceptance_length": round(1 + accepted / drafts, 4) if drafts else None,
+            "mean_acceptance_length_planned": round((1 - a ** (k + 1)) / (1 - a), 4)}
+
+
+def disagg_to_dict(result) -> dict:
+    """A disaggregated run (simulator.disagg): the request figures as `to_dict`'s, then each pool
+    (its replicas, engine arguments and goodput on the SLO it owns: TTFT for prefill, TPOT for
+    decode) and the KV transfer (completed and failed, what the failure policy did)."""
+    cfg, w = result.config, result.config.workload
+    requests = result.requests
+    out = {
+        "qps": w.qps, "duration_s": w.duration_s, "router": cfg.router, "arrivals": w.arrivals,
+        "lengths": w.lengths, "seed": w.seed, "serving_mode": "disaggregated",
+        "slo": {"ttft_ms": 1e3 * cfg.ttft_slo_s, "tpot_ms": 1e3 * cfg.tpot_slo_s},
+        **summarize(requests, cfg.ttft_slo_s, cfg.tpot_slo_s),
+        "requests_failed": len(result.failed),
+        "requests_retried": result.retried,
+        "pools": {pool.role: _pool_dict(pool, reps, requests, cfg)
+                  for pool, reps in ((cfg.prefill, result.prefill), (cfg.decode, result.decode))},
+        "kv_transfer": {
+            "transfers": len(result.transfer_s),
+            "transfer_ms": distribution([1e3 * x for x in result.transfer_s]),
+            "planned_transfer_ms": round(cfg.planned_transfer_ms, 3),
+            "kv_lease_s": cfg.kv_lease_s,
+            "kv_load_failure_policy": cfg.kv_load_failure_policy,
+            "failed_transfers": result.failed_transfers,
+            "recomputed_prefills": result.recomputed_prefills,
+            "kv_expired": result.kv_expired,
+        },
+        "simulated_until_s": round(result.end_s, 3),
+    }
+    if cfg.prefill_loss is not None:
+        out["prefill_lost"] = {"replica": result.prefill_lost, "start_s": cfg.prefill_loss.start_s}
+    if cfg.failure is not None:
+        f = cfg.failure
+        out["failure"] = {"zone": f.zone, "start_s": f.start_s, "end_s": f.end_s, "pools": list(cfg.failure_pools),
+                          "replicas_lost": [r.name for pool in (cfg.prefill, cfg.decode) if pool.role in cfg.failure_pools
+                                            for r in pool.replicas if f.hits(r)]}
+    if cfg.spec_draft_tokens > 0:
+        out["speculative"] = speculative_usage(result.decode, cfg.spec_draft_tokens, cfg.spec_acceptance_rate)
+    return out
+
+
+def _pool_dict(pool, reps, requests, cfg) -> dict:
+    served = [r for r in requests if not r.lost and r.t_done is not None]
+    if pool.role == "prefill":
+        good = sum(1 for r in served if r.t_first - r.arrival <= cfg.ttft_slo_s)
+    else:
+        good = sum(1 for r in served if r.out <= 1 or (r.t_done - r.t_first) / (r.out - 1) <= cfg.tpot_slo_s)
+    return {"replicas": replicas_usage(reps), "max_num_batched_tokens": pool.max_num_batched_tokens,
+            "max_num_seqs": pool.max_num_seqs, "kv_capacity_tokens": pool.kv_capacity_tokens,
+            "slo": "ttft" if pool.role == "prefill" else "tpot",
+            "goodput": round(good / len(requests), 4) if requests else None}

@@ -31,6 +31,9 @@ class Request:
         "id", "arrival", "prompt", "out",
         # state on the replica that holds it
         "gen", "pf_total", "pf_left", "k0", "finish", "epoch", "decoding",
+        # disaggregated serving: prompt tokens whose KV arrived from a prefill replica (the decode
+        # computes only the rest); speculative decoding: drafts accepted on this attempt
+        "pf_remote", "spec_accepted",
         # outcome
         "t_sched", "t_first", "t_done", "attempts", "preemptions", "lost", "replica",
     )
@@ -44,6 +47,8 @@ class Request:
         self.finish = 0              # step index of its last token while decoding
         self.epoch = 0               # bumps on preemption or replica loss: stale heap entries
         self.decoding = False
+        self.pf_remote = 0
+        self.spec_accepted = 0
         self.t_sched: float | None = None   # first scheduled on the replica that served it
         self.t_first: float | None = None
         self.t_done: float | None = None
@@ -56,6 +61,7 @@ class Request:
         """Back to the start: a retry on another replica recomputes everything."""
         self.gen = 0
         self.pf_total = self.pf_left = self.prompt
+        self.pf_remote = self.spec_accepted = 0
         self.decoding = False
         self.t_sched = self.t_first = None
         self.epoch += 1

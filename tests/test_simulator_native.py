@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # decision recorded, bursty arrivals with drawn lengths under least-pending-tokens, a KV cache
 # small enough to preempt thousands of times, round-robin under a small max_num_seqs, a
 # multi-node replica losing one node, a closed loop with an API-server cost through a zone loss,
-# a burst; each run's report, and every request's and replica's record.
+# a burst, speculative decoding, a disaggregated plan losing a prefill replica mid-transfer and a
+# decode zone; each run's report, and every request's and replica's record.
 RUNS = r"""
 import hashlib, json, sys
 from dataclasses import replace
@@ -27,6 +28,10 @@ from simulator import ZoneFailure, config_from_plan, native, simulate, to_dict
 from sizing.planner import plan
 sys.path.insert(0, "tests")
 from test_simulator import tight_cache_config
+import pd_plans
+from simulator.disagg import PrefillLoss, simulate_disaggregated
+from simulator.plan import disagg_config_from_plan
+from simulator.report import disagg_to_dict
 
 def record(name, cfg):
     routes = []
@@ -38,6 +43,17 @@ def record(name, cfg):
     for rep in result.replicas:
         digest.update(repr((rep.name, rep.busy_s, rep.prefill_s, rep.batch_s, rep.up_s, rep.served)).encode())
     return name, {"report": to_dict(result), "records": digest.hexdigest(), "requests": len(result.requests)}
+
+def record_disaggregated(name, cfg):
+    result = simulate_disaggregated(cfg)
+    digest = hashlib.sha256()
+    for r in result.requests:
+        digest.update(repr((r.id, r.gen, r.t_sched, r.t_first, r.t_done, r.attempts, r.preemptions, r.lost,
+                            r.replica)).encode())
+    for rep in result.replicas:
+        digest.update(repr((rep.name, rep.busy_s, rep.prefill_s, rep.batch_s, rep.up_s, rep.served,
+                            rep.spec_accepted)).encode())
+    return name, {"report": disagg_to_dict(result), "records": digest.hexdigest(), "requests": len(result.requests)}
 
 prod = plan(stack_settings("prod").plan_request())
 zone = prod.nodes[0].zone
@@ -58,6 +74,11 @@ runs = dict([
         prod, 120.0, concurrency=48, lengths="lognormal", failure=ZoneFailure(zone, 40.0, 80.0)),
         request_overhead_s=0.004)),
     record("burst", config_from_plan(prod, 60.0, burst=300, router="least-pending-tokens")),
+    record("speculative", config_from_plan(replace(prod, speculative=pd_plans.speculative()), 120.0)),
+    record_disaggregated("disaggregated, speculative, a prefill lost mid-transfer", disagg_config_from_plan(
+        replace(pd_plans.disaggregated(prod, transfer=pd_plans.kv_transfer(prod, fixed_ms=300.0)),
+                speculative=pd_plans.speculative()), 90.0, prefill_loss=PrefillLoss(30.0),
+        failure=ZoneFailure(zone, 50.0, 70.0), failure_pools=("decode",))),
 ])
 json.dump({"compiled": native.in_use(), "runs": runs}, sys.stdout)
 """

@@ -118,7 +118,8 @@ class Exporters(Started):
             return 404, "not found\n"
         if not rep.up[k]:
             return 503, "replica lost with its zone\n"
-        return 200, vm.render(self.model_name, values_at(rep, k, self.clock.scale), self.clock.wall_start or 0.0)
+        return 200, vm.render(self.model_name, values_at(rep, k, self.clock.scale), self.clock.wall_start or 0.0,
+                              rep.families)
 
     def _kube_state(self, path: str) -> tuple[int, str]:
         k = self._k()

@@ -29,12 +29,14 @@ from pathlib import Path
 from observability.alerts import Alert, Behaviour
 from observability.rules import AlertPolicy, plan_alerts, rule_groups
 from simulator import ZoneFailure, config_from_plan, replica_specs
+from simulator.plan import disagg_config_from_plan, is_disaggregated
 from sizing.planner import Plan
 
 from .exporters import Clock, Exporters
 from .health import PROBE_INTERVAL_S
 from .lifecycle import Started
 from .servers import GROUP_INTERVAL_S, WHILE_STARTING, Servers, TwinError, seconds
+from .pd_timeline import build_disaggregated
 from .timeline import build
 
 DETECTION_LAG_S = 120.0     # simulated: rate windows filling, scrape and evaluation, AM grouping
@@ -80,7 +82,13 @@ class Twin(Started):
                  failure: ZoneFailure | None = None, scale: float = 60.0, slowdown: float = 1.0, seed: int = 0,
                  policy: AlertPolicy = AlertPolicy()):
         self.plan, self.namespace, self.scale, self.policy = plan, namespace, scale, policy
-        self.config = config_from_plan(plan, duration_s, qps, failure=failure, seed=seed)
+        self.disaggregated = is_disaggregated(plan)
+        if self.disaggregated:           # its two pools and the KV transfer (twin/pd_timeline.py)
+            if slowdown != 1.0:
+                raise TwinError("--slowdown: not emulated for a disaggregated plan; leave it at 1")
+            self.config = disagg_config_from_plan(plan, duration_s, qps, failure=failure, seed=seed)
+        else:
+            self.config = config_from_plan(plan, duration_s, qps, failure=failure, seed=seed)
         self.slowdown = slowdown
         self.clock = Clock(scale)
         self._tmp: tempfile.TemporaryDirectory | None = None
@@ -96,7 +104,8 @@ class Twin(Started):
         return self._servers.alertmanager_url
 
     def start(self) -> None:
-        self.timeline = build(self.config, self.slowdown)
+        self.timeline = (build_disaggregated(self.config) if self.disaggregated
+                         else build(self.config, self.slowdown))
         self._tmp = tempfile.TemporaryDirectory(prefix="llmserve-twin-")
         self._exporters = Exporters(self.timeline, self.clock, self.namespace, self.plan.request.model).__enter__()
         groups = rule_groups(self.plan, self.namespace, self.policy)

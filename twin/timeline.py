@@ -39,6 +39,7 @@ class ReplicaTimeline:
     counters: dict[str, list[float]]                    # family (or family|label) -> cumulative
     histograms: dict[str, tuple[list[int], list]] = field(default_factory=dict)   # see _cumulative
     workers: int = 0              # a multi-node replica's worker pods (ready exactly while its leader is)
+    families: tuple = ()          # families it serves beyond vLLM's own (speculative, NIXL: vllm_metrics)
 
 
 @dataclass
@@ -94,6 +95,8 @@ def build(config: SimConfig, slowdown: float = 1.0) -> Timeline:
                                     {}, {}, workers=max(0, len(spec.nodes) - 1)))
     _fill_gauges(reps, samples, config, points)
     _fill_requests(reps, result, points)
+    if config.spec_draft_tokens > 0:
+        fill_speculative(reps, result.requests, config.spec_draft_tokens, points)
     offered, fivexx, twoxx = ([0.0] * points for _ in range(3))
     for r in result.requests:
         _add(offered, r.arrival, 1.0)
@@ -196,6 +199,29 @@ def _fill_requests(reps: list[ReplicaTimeline], result: SimResult, points: int) 
         rep.histograms = {fam: _cumulative(rows) for fam, rows in hist[name].items()}
 
 
+SPEC_DRAFTS, SPEC_DRAFT_TOKENS, SPEC_ACCEPTED = (f.name for f in vm.SPEC_DECODE_FAMILIES)
+
+
+def fill_speculative(reps: list[ReplicaTimeline], requests, draft_tokens: int, points: int) -> None:
+    """vLLM's spec-decode counters, each request's when it finishes: one draft per sequence and
+    verify step, k draft tokens in each, and the drafts its steps accepted (`Request.spec_accepted`)."""
+    index = {rep.name: rep for rep in reps}
+    inc = {rep.name: {c: [0.0] * points for c in (SPEC_DRAFTS, SPEC_DRAFT_TOKENS, SPEC_ACCEPTED)} for rep in reps}
+    for r in requests:
+        if r.lost or r.t_done is None or r.replica not in inc or r.out <= 1:
+            continue
+        steps = float(r.finish - r.k0)
+        c = inc[r.replica]
+        _add(c[SPEC_DRAFTS], r.t_done, steps)
+        _add(c[SPEC_DRAFT_TOKENS], r.t_done, steps * draft_tokens)
+        _add(c[SPEC_ACCEPTED], r.t_done, float(r.spec_accepted))
+    for name, rep in index.items():
+        for key, series in inc[name].items():
+            _accumulate(series)
+            rep.counters[key] = series
+        rep.families = tuple(rep.families) + vm.SPEC_DECODE_FAMILIES
+
+
 def _spread(series: list[float], t0: float, t1: float, amount: float) -> None:
     """One token at t0, the rest evenly over (t0, t1]."""
     _add(series, t0, 1.0)
@@ -274,7 +300,7 @@ def values_at(rep: ReplicaTimeline, k: int, per: float = 1.0) -> dict:
             out[name] = series[k] / per
     prompt = out.get("vllm:prompt_tokens_total", 0.0)
     out["vllm:prompt_tokens_by_source_total"] = {"local_compute": prompt}
-    for fam in vm.FAMILIES:
+    for fam in vm.FAMILIES + tuple(rep.families):
         if fam.kind == "histogram":
             out[fam.name] = histogram_at(rep, fam, k, per)
     return out

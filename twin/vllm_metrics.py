@@ -90,8 +90,35 @@ FAMILIES: tuple[Family, ...] = (
 )
 
 
+# The families a speculative replica and a disaggregated (NixlConnector) replica add, served only by
+# those replicas (`render(..., extra=...)`); the aggregated capture has none of them, so their
+# names, types, HELP texts and buckets are vLLM's sources' (stored copies of vllm-project/vllm, not
+# checked at the v0.29.0 tag): vllm/v1/spec_decode/metrics.py `SpecDecodingProm` (its
+# `vllm:spec_decode_num_accepted_tokens_per_pos` is not served: the simulator keeps no
+# per-position count) and vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py
+# `NixlPromMetrics` (the reader, a decode replica, records the transfers).
+SPEC_DECODE_FAMILIES: tuple[Family, ...] = (
+    Family("vllm:spec_decode_num_drafts_total", "counter", "Number of spec decoding drafts."),
+    Family("vllm:spec_decode_num_draft_tokens_total", "counter", "Number of draft tokens."),
+    Family("vllm:spec_decode_num_accepted_tokens_total", "counter", "Number of accepted tokens."),
+)
+_NIXL_TIME_S = (0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 5.0)
+NIXL_FAMILIES: tuple[Family, ...] = (
+    Family("vllm:nixl_xfer_time_seconds", "histogram", "Histogram of transfer duration for NIXL KV Cache transfers.",
+           _NIXL_TIME_S[1:]),
+    Family("vllm:nixl_post_time_seconds", "histogram", "Histogram of transfer post time for NIXL KV Cache transfers.",
+           _NIXL_TIME_S),
+    Family("vllm:nixl_bytes_transferred", "histogram", "Histogram of bytes transferred per NIXL KV Cache transfers.",
+           tuple(float(2 ** (10 + i)) for i in range(1, 25, 2))),
+    Family("vllm:nixl_num_descriptors", "histogram", "Histogram of number of descriptors per NIXL  KV Cache transfers.",
+           (10.0, 20.0, 30.0, 50.0, 75.0, 100.0, 200.0, 400.0, 1000.0, 2000.0, 4000.0, 10000.0, 20000.0, 50000.0)),
+    Family("vllm:nixl_num_failed_transfers_total", "counter", "Number of failed NIXL KV Cache transfers."),
+    Family("vllm:nixl_num_failed_notifications_total", "counter", "Number of failed NIXL KV Cache notifications."),
+)
+
+
 def by_name() -> dict[str, Family]:
-    return {f.name: f for f in FAMILIES}
+    return {f.name: f for f in FAMILIES + SPEC_DECODE_FAMILIES + NIXL_FAMILIES}
 
 
 def _created_name(f: Family) -> str:
@@ -119,19 +146,20 @@ class Histogram:
     count: float
 
 
-def render(model_name: str, values: dict, created_s: float) -> str:
+def render(model_name: str, values: dict, created_s: float, extra: tuple[Family, ...] = ()) -> str:
     """The text exposition of one engine (`engine="0"`). `values` maps a family name to a number
     (plain families), to {label value: number} (families with a label), or to a Histogram.
-    Missing families are 0."""
-    return render_engines(model_name, [("0", values, created_s)])
+    Missing families are 0. `extra`: families served after vLLM's own (a speculative or a
+    disaggregated replica's)."""
+    return render_engines(model_name, [("0", values, created_s)], extra)
 
 
-def render_engines(model_name: str, engines: list[tuple[str, dict, float]]) -> str:
+def render_engines(model_name: str, engines: list[tuple[str, dict, float]], extra: tuple[Family, ...] = ()) -> str:
     """The exposition of several engines behind one server, as vLLM serves its data-parallel
     ranks: each family's HELP and TYPE once, then every engine's series, told apart by the
     `engine` label. `engines` holds (engine label, values as in `render`, created time)."""
     lines: list[str] = []
-    for f in FAMILIES:
+    for f in FAMILIES + tuple(extra):
         lines += [f"# HELP {f.name} {f.help}", f"# TYPE {f.name} {f.kind}"]
         for engine, values, _ in engines:
             lines += _samples(f, {"engine": engine, "model_name": model_name}, values.get(f.name))
