@@ -49,6 +49,7 @@ ANNOTATION_EXTERNAL_DNS_HOSTNAME = "external-dns.alpha.kubernetes.io/hostname"
 # Launch templates: a pod (one hop more, through its veth) cannot reach the node role's credentials.
 IMDS_HOP_LIMIT = 1
 TAG_GPUS_PER_NODE = "llm-serving.io/gpus-per-node"                  # on GPU node groups
+ANNOTATION_FLOOR_QPS = "llm-serving.io/floor-qps"    # on an autoscaling ScaledObject: the load its floor carries
 ANNOTATION_NODES_PER_REPLICA = "llm-serving.io/nodes-per-replica"   # on serving workloads: the group size
 ROLE_SERVING_WORKER = "serving-worker"   # a multi-node replica's worker pods: no API, not behind the Service
 # Rules about replicas that span nodes: the planner's refusal and the policy pack name them alike.
@@ -105,3 +106,7 @@ PYTHON_IMAGE = "python:3.12.8-slim-bookworm"     # the accuracy gate's lm-eval r
 AWS_LOAD_BALANCER_CONTROLLER_CHART_VERSION = "3.5.0"   # aws/eks-charts; app v3.5.0 (its IAM policy: components/data)
 CERT_MANAGER_CHART_VERSION = "v1.21.1"                 # jetstack, with its CRDs
 EXTERNAL_DNS_CHART_VERSION = "1.21.1"                  # kubernetes-sigs; app 0.21.0
+# The GPU node autoscaler (serving.autoscaling): kubernetes/autoscaler chart cluster-autoscaler 9.59.0
+# (tag cluster-autoscaler-chart-9.59.0, appVersion 1.35.0), its image at the cluster's minor version.
+CLUSTER_AUTOSCALER_CHART_VERSION = "9.59.0"
+CLUSTER_AUTOSCALER_IMAGE_TAGS = {"1.34": "v1.34.2", "1.35": "v1.35.0"}   # git tags cluster-autoscaler-1.34.2, -1.35.0

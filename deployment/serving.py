@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from conventions import (
     ANNOTATION_ENVIRONMENT, ANNOTATION_GPUS_PER_NODE, ANNOTATION_NODES_PER_REPLICA, ANNOTATION_REPLICA_CAPACITY_QPS,
-    ANNOTATION_TARGET_QPS, ANNOTATION_TENSOR_PARALLEL, ANNOTATION_ZONE, LABEL_APP_NAME, LABEL_ROLE,
+    ANNOTATION_TARGET_QPS, ANNOTATION_TENSOR_PARALLEL, ANNOTATION_ZONE, GPU_RESOURCE, LABEL_APP_NAME, LABEL_ROLE,
 )
 from settings import StackSettings
 from sizing.planner import Plan
@@ -90,6 +90,14 @@ def burst_queue_target(plan: Plan) -> int:
     if not math.isfinite(slack_ms):
         return 1
     return max(1, math.floor(slack_ms / plan.prefill_ms))
+
+
+def mig_resource(plan: Plan) -> str:
+    """What a replica's pod requests: whole GPUs, or its MIG slice (the device plugin's mixed strategy
+    advertises each profile as `nvidia.com/mig-<profile>`: components/gpu_plugin.py)."""
+    from sizing.mig import split_slice_id
+    sliced = split_slice_id(plan.instance.gpu.id)
+    return sliced[1].resource if sliced else GPU_RESOURCE
 
 
 def served_checkpoint(plan: Plan, settings: StackSettings) -> str:
@@ -194,11 +202,15 @@ class ServingSpec:
     burst_queue_target: int
     disruption_budget: dict
     annotations: dict[str, dict[str, str]]    # zone -> the policy annotations of its workloads
+    autoscaling: tuple = ()                   # deployment.autoscaling.ZoneScaling per zone (serving.autoscaling)
+    gpu_resource: str = GPU_RESOURCE          # nvidia.com/gpu, or nvidia.com/mig-<profile> on MIG slices
 
 
 def serving_spec(plan: Plan, settings: StackSettings) -> ServingSpec:
+    from .autoscaling import floor_disruption_budget, zone_scalings
     gpus = plan.tp
     drain = drain_timing(longest_request_s(plan))
+    scaling = zone_scalings(plan, settings, drain)
     zones = tuple(ZoneReplicas(z, n, zone_node_slots(plan, z)[1]) for z, n in plan.replicas_by_zone.items() if n)
     launch = VllmLaunch(plan.engine_args, model=served_checkpoint(plan, settings),
                         served_model_name=served_model_name(plan, settings),
@@ -212,5 +224,6 @@ def serving_spec(plan: Plan, settings: StackSettings) -> ServingSpec:
         drain=drain, startup_s=startup_budget_s(plan.weights_gb), zones=zones,
         groups=tuple(p for p in replica_placements(plan) if p.group is not None),
         burst_queue_target=burst_queue_target(plan),
-        disruption_budget=disruption_budget(plan, max(n.replicas for n in plan.nodes)),
-        annotations={z: policy_annotations(plan, settings.environment, z) for z in plan.replicas_by_zone})
+        disruption_budget=(floor_disruption_budget if scaling else disruption_budget)(plan, max(n.replicas for n in plan.nodes)),
+        annotations={z: policy_annotations(plan, settings.environment, z) for z in plan.replicas_by_zone},
+        autoscaling=scaling, gpu_resource=mig_resource(plan))

@@ -8,6 +8,7 @@ from conventions import PROJECT
 from settings import SettingsError, StackSettings
 from sizing.planner import Plan
 
+from .autoscaling import autoscaling_problems
 from .exports import plan_exports
 from .gateway import GatewaySpec, gateway_spec
 from .jobs import GateSpec, LoadTestSpec, gate_job_spec, load_test_spec
@@ -58,7 +59,7 @@ def layout_problems(plan: Plan, settings: StackSettings) -> list[str]:
 def deployment_spec(plan: Plan, settings: StackSettings) -> DeploymentSpec:
     """The spec every component builds from; a setting the plan's layout would ignore is a
     SettingsError (`layout_problems`), as the settings' own problems are."""
-    problems = layout_problems(plan, settings)
+    problems = layout_problems(plan, settings) + autoscaling_problems(plan, settings)
     if problems:
         raise SettingsError(problems)
     return DeploymentSpec(

@@ -18,7 +18,7 @@ from pulumi_policy import EnforcementLevel, Policy, ResourceValidationPolicy, St
 
 from conventions import ENVIRONMENT_CONFIG_KEY
 
-from . import controllers, cost, failure_domains, security
+from . import autoscaling, controllers, cost, failure_domains, security
 from .rules import Rule
 
 PACK_NAME = "llm-serving-guards"
@@ -26,7 +26,8 @@ CONFIG_DIR = Path(__file__).resolve().parent / "config"
 # Without a config file for the environment every policy blocks: an unknown one is treated like prod.
 DEFAULT_LEVEL = EnforcementLevel.MANDATORY
 
-RULES: tuple[Rule, ...] = tuple(failure_domains.RULES + security.RULES + cost.RULES + controllers.RULES)
+RULES: tuple[Rule, ...] = tuple(failure_domains.RULES + security.RULES + cost.RULES + controllers.RULES
+                                + autoscaling.RULES)
 
 
 def to_policy(rule: Rule) -> Policy:

@@ -374,8 +374,18 @@ class GatewaySettings(_Strict):
         return self.hostedZoneId is not None
 
 
-class ServingSettings(_Strict):
+class ServingPlanSettings(_Strict):
+    """The serving keys a plan reads (`PlanRequestSettings.serving`): a stack's `serving` extends it."""
+    mig: str | None = Field(None, max_length=20)   # a MIG profile per replica, e.g. 3g.40gb (sizing.mig)
+
+
+class AutoscalingSettings(_Strict):
+    enabled: bool = False                    # KEDA ScaledObjects and the cluster autoscaler from plan.autoscale
+
+
+class ServingSettings(ServingPlanSettings):
     burstScaling: bool = False               # KEDA into the nodes' idle GPUs
+    autoscaling: AutoscalingSettings = AutoscalingSettings()   # docs/autoscaling-deploy.md
     namespace: K8sLabelName = SERVING_NAMESPACE
 
     @field_validator("namespace")
@@ -444,6 +454,7 @@ class PlanRequestSettings(_Strict):
     gpuPools: tuple[GpuPoolSettings, ...] = Field(min_length=1)
     replicas: int | Literal["auto"] = "auto"
     sizing: SizingSettings = SizingSettings()
+    serving: ServingPlanSettings = ServingPlanSettings()
 
     @field_validator("replicas")
     @classmethod
@@ -460,7 +471,9 @@ class PlanRequestSettings(_Strict):
         """This request as settings keys again (what `llmserve size` applies its flags to)."""
         # exclude_unset: a key the stack left to its default stays unset (lengthsFile refuses an
         # inputTokens given beside it, and a dump would otherwise give every default).
-        return self.model_dump(include=set(PlanRequestSettings.model_fields), exclude_unset=True)
+        # `serving`: only the keys a plan reads (ServingPlanSettings), not the stack's deployment keys.
+        include = {**{f: True for f in PlanRequestSettings.model_fields}, "serving": set(ServingPlanSettings.model_fields)}
+        return self.model_dump(include=include, exclude_unset=True)
 
     def plan_request(self) -> PlanRequest:
         """The sizing request, every field read through REQUEST_TABLE (pools and replicas converted)."""
@@ -517,6 +530,7 @@ REQUEST_TABLE: tuple[RequestKey, ...] = (
     RequestKey("gpu_hour_price", "sizing.gpuHourPrice", "--gpu-hour-price"),
     RequestKey("instance_price", "sizing.instancePrice"),
     RequestKey("pools", "gpuPools"),      # the CLI's pool flags (--zones, --gpu, ...) lay out pools
+    RequestKey("mig_profile", "serving.mig", "--mig"),
 )
 # The settings key (under llm-serving:) each `PlanRequest` field comes from, as plan_request()
 # fills it: a `SizingError(field=...)` names the key the user can change.

@@ -131,6 +131,9 @@ def plan_to_dict(plan: Plan) -> dict:
         out["max_clients_per_replica"] = plan.max_clients_per_replica
     if plan.fleet is not None:
         out["fleet"] = fleet_to_dict(plan)
+    if plan.request.mig_profile is not None:     # replicas on MIG slices (sizing.mig): a "GPU" above is a slice
+        from .mig import replicas_per_gpu
+        out["mig_profile"], out["replicas_per_gpu"] = plan.request.mig_profile, replicas_per_gpu(plan)
     return out
 
 

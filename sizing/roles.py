@@ -127,6 +127,7 @@ class AutoscalePolicy:
     scale_down_stabilization_s: float    # the drain story: no scale-down within this window
     cold_start: ColdStart | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    floor_qps: float | None = None       # the trough's load: what the floor carries after losing a zone
 
 
 def aggregated_pool(plan) -> ServingPool:
