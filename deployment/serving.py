@@ -31,6 +31,7 @@ ENGINE_WARMUP_S = 300           # CUDA graph capture and compilation before /hea
 SHM_GIB_PER_GPU = 4             # NCCL buffers for tensor-parallel all-reduce live in /dev/shm
 CPU_SHARE_OF_GPU_SLICE = 0.5    # of the node's vCPUs per GPU: room left for daemons and bursts
 MEMORY_GIB_PER_GPU = 48         # host memory for safetensors staging and the tokenizer workers
+MIN_SLICE_MEMORY_GIB = 8        # a MIG replica's pod: the engine, tokenizer and API server alone
 
 
 # -- figures derived from the plan (pure) ----------------------------------------------------
@@ -90,6 +91,16 @@ def burst_queue_target(plan: Plan) -> int:
     if not math.isfinite(slack_ms):
         return 1
     return max(1, math.floor(slack_ms / plan.prefill_ms))
+
+
+def host_memory_gib(plan: Plan) -> int:
+    """Host memory per replica pod: MEMORY_GIB_PER_GPU per GPU; on a MIG slice, the slice's share of it
+    (its memory fraction: the checkpoint it stages is that much smaller), so a node's slices fit its memory."""
+    from sizing.mig import split_slice_id
+    sliced = split_slice_id(plan.instance.gpu.id)
+    if sliced is None:
+        return MEMORY_GIB_PER_GPU * plan.tp
+    return max(MIN_SLICE_MEMORY_GIB, math.ceil(MEMORY_GIB_PER_GPU * sliced[1].memory_fraction))
 
 
 def mig_resource(plan: Plan) -> str:
@@ -220,7 +231,7 @@ def serving_spec(plan: Plan, settings: StackSettings) -> ServingSpec:
         burst_scaling=settings.serving.burstScaling, launch=launch, gpus_per_pod=gpus,
         nodes_per_replica=plan.nodes_per_replica,
         cpu=max(1, int(plan.instance.vcpus / plan.instance.gpus * gpus * CPU_SHARE_OF_GPU_SLICE)),
-        memory_gib=MEMORY_GIB_PER_GPU * gpus, shm_gib=SHM_GIB_PER_GPU * gpus,
+        memory_gib=host_memory_gib(plan), shm_gib=SHM_GIB_PER_GPU * gpus,
         drain=drain, startup_s=startup_budget_s(plan.weights_gb), zones=zones,
         groups=tuple(p for p in replica_placements(plan) if p.group is not None),
         burst_queue_target=burst_queue_target(plan),

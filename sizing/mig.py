@@ -46,8 +46,13 @@ class MigProfile:
         return Fraction(self.compute_sevenths, 7)
 
     @property
-    def bandwidth_fraction(self) -> Fraction:
+    def memory_fraction(self) -> Fraction:
         return Fraction(self.memory_eighths, 8)
+
+    @property
+    def bandwidth_fraction(self) -> Fraction:
+        """A memory slice carries its share of the bandwidth too ("Concepts": capacity and bandwidth)."""
+        return self.memory_fraction
 
     @property
     def resource(self) -> str:
