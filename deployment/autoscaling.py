@@ -146,12 +146,10 @@ def node_bounds(plan: Plan, settings: StackSettings) -> tuple[NodeBounds | None,
     return tuple(out)
 
 
-def floor_disruption_budget(plan: Plan, max_per_node: int) -> dict:
-    """The PDB under autoscaling: never below the floor's survivors of a zone loss (the trough's
-    N+1), since the fleet may stand at its floor; still low enough that one node can drain."""
-    from .serving import APP_LABELS, disruption_min_available
-    floor = plan.autoscale.floor_by_zone
-    total = sum(floor.values())
-    survivors = total - max(floor.values(), default=0)
-    return {"minAvailable": disruption_min_available(total, survivors, max_per_node),
-            "selector": {"matchLabels": dict(APP_LABELS)}, "unhealthyPodEvictionPolicy": "AlwaysAllow"}
+def floor_disruption_budget() -> dict:
+    """The PDB under autoscaling: one replica at a time. The fleet moves between its floor and its
+    ceiling, so no fixed minAvailable fits both: the plan's (its peak's survivors) would block every
+    drain at the floor, the floor's would let a drain take most of the peak. One at a time is what
+    the scale-down does too; KEDA's own scale-down deletes pods, which no budget governs."""
+    from .serving import APP_LABELS
+    return {"maxUnavailable": 1, "selector": {"matchLabels": dict(APP_LABELS)}, "unhealthyPodEvictionPolicy": "AlwaysAllow"}

@@ -235,6 +235,6 @@ def serving_spec(plan: Plan, settings: StackSettings) -> ServingSpec:
         drain=drain, startup_s=startup_budget_s(plan.weights_gb), zones=zones,
         groups=tuple(p for p in replica_placements(plan) if p.group is not None),
         burst_queue_target=burst_queue_target(plan),
-        disruption_budget=(floor_disruption_budget if scaling else disruption_budget)(plan, max(n.replicas for n in plan.nodes)),
+        disruption_budget=floor_disruption_budget() if scaling else disruption_budget(plan, max(n.replicas for n in plan.nodes)),
         annotations={z: policy_annotations(plan, settings.environment, z) for z in plan.replicas_by_zone},
         autoscaling=scaling, gpu_resource=mig_resource(plan))
