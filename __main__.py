@@ -133,7 +133,8 @@ monitoring = Monitoring("monitoring", MonitoringArgs(
     plan=plan, stack=settings.stack, environment=settings.environment, zones=settings.zones,
     serving_namespace=settings.serving.namespace, inference_extension=gw_settings.inferenceExtension,
     provider=cluster.k8s_provider, grafana_admin_password=secret("grafanaAdminPassword"),
-    gateway_namespace=GATEWAY_CONTROLLER_NAMESPACE, kubernetes_version=settings.kubernetesVersion),
+    gateway_namespace=GATEWAY_CONTROLLER_NAMESPACE, kubernetes_version=settings.kubernetesVersion,
+    autoscaling=bool(spec.serving.autoscaling)),
     opts=pulumi.ResourceOptions(depends_on=[gpu_plugin]))
 
 # -- outputs --------------------------------------------------------------------------------------

@@ -64,6 +64,7 @@ class MonitoringArgs:
     gateway_namespace: str = GATEWAY_CONTROLLER_NAMESPACE  # where the Envoy proxies and their controller run
     policy: AlertPolicy = field(default_factory=AlertPolicy)
     kubernetes_version: str = "1.35"               # the cluster's (settings.kubernetesVersion): PSA's pinned rules
+    autoscaling: bool = False                      # KEDA scales the fleet: the autoscaling alerts (observability.autoscaling_alerts)
 
 
 # The monitoring namespace enforces `privileged` (audited and warned at `restricted`): the DCGM
@@ -235,7 +236,8 @@ class Monitoring(pulumi.ComponentResource):
         """The PrometheusRule (alert thresholds from the plan) and the dashboard ConfigMap; returns the groups."""
         ns = args.namespace
         pickers = picker_replicas(len(args.zones)) if args.inference_extension else 0
-        groups = rule_groups(args.plan, args.serving_namespace, args.policy, endpoint_picker_replicas=pickers)
+        groups = rule_groups(args.plan, args.serving_namespace, args.policy, endpoint_picker_replicas=pickers,
+                             autoscaling=args.autoscaling)
         self.rules = k8s.apiextensions.CustomResource(
             f"{name}-rules", api_version=MONITORING_API, kind="PrometheusRule",
             metadata={"name": "llm-serving", "namespace": ns}, spec={"groups": groups}, opts=with_crds)

@@ -110,7 +110,8 @@ def scaled_object_spec(zs: ZoneScaling, prometheus_url: str) -> dict:
         "scaleTargetRef": {"name": zs.target},
         "pollingInterval": POLLING_INTERVAL_S,
         "minReplicaCount": zs.floor, "maxReplicaCount": zs.ceiling,
-        "advanced": {"horizontalPodAutoscalerConfig": {"behavior": {
+        # The HPA named as its Deployment: the autoscaling alerts find each zone's by that name.
+        "advanced": {"horizontalPodAutoscalerConfig": {"name": zs.target, "behavior": {
             "scaleDown": {"stabilizationWindowSeconds": zs.scale_down_stabilization_s,
                           "policies": [{"type": "Pods", "value": 1, "periodSeconds": zs.scale_down_period_s}]},
             "scaleUp": {"stabilizationWindowSeconds": 0}}}},

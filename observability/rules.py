@@ -350,8 +350,9 @@ def plan_alerts(plan: Plan, policy: AlertPolicy = AlertPolicy(), endpoint_picker
 
 
 def rule_groups(plan: Plan, serving_namespace: str, policy: AlertPolicy = AlertPolicy(),
-                endpoint_picker_replicas: int = 0) -> list[dict]:
-    """Recording rules and alerts; the endpoint-picker group only when the gateway runs one."""
+                endpoint_picker_replicas: int = 0, autoscaling: bool = False) -> list[dict]:
+    """Recording rules and alerts; the endpoint-picker group only when the gateway runs one; the
+    autoscaling group only when KEDA scales the fleet (`autoscaling`, plan.autoscale set)."""
     groups = [
         {"name": "llm-serving.recording", "rules": recording_rules(serving_namespace)},
         {"name": "llm-serving.alerts", "rules": [a.rule() for a in alert_rules(Thresholds.from_plan(plan), policy)]},
@@ -360,6 +361,10 @@ def rule_groups(plan: Plan, serving_namespace: str, policy: AlertPolicy = AlertP
         groups.append({"name": "llm-serving.endpoint-picker",
                        "rules": [endpoint_picker_ready_rule(serving_namespace)]
                        + [a.rule() for a in endpoint_picker_alerts(endpoint_picker_replicas)]})
+    if autoscaling and plan.autoscale is not None:
+        from .autoscaling_alerts import autoscaling_alerts
+        groups.append({"name": "llm-serving.autoscaling",
+                       "rules": [a.rule() for a in autoscaling_alerts(plan, serving_namespace, policy)]})
     check_groups(groups)
     return groups
 
