@@ -145,12 +145,3 @@ def node_bounds(plan: Plan, settings: StackSettings) -> tuple[NodeBounds | None,
         left[pool.zone] = max(0, left.get(pool.zone, 0) - need * per_node)
         out.append(NodeBounds(min_nodes=need, max_nodes=pool.nodes))
     return tuple(out)
-
-
-def floor_disruption_budget() -> dict:
-    """The PDB under autoscaling: one replica at a time. The fleet moves between its floor and its
-    ceiling, so no fixed minAvailable fits both: the plan's (its peak's survivors) would block every
-    drain at the floor, the floor's would let a drain take most of the peak. One at a time is what
-    the scale-down does too; KEDA's own scale-down deletes pods, which no budget governs."""
-    from .serving import APP_LABELS
-    return {"maxUnavailable": 1, "selector": {"matchLabels": dict(APP_LABELS)}, "unhealthyPodEvictionPolicy": "AlwaysAllow"}

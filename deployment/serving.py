@@ -65,6 +65,15 @@ def disruption_budget(plan: Plan, max_per_node: int) -> dict:
             "selector": {"matchLabels": dict(APP_LABELS)}, "unhealthyPodEvictionPolicy": "AlwaysAllow"}
 
 
+def floor_disruption_budget() -> dict:
+    """The PDB of an autoscaled fleet (deployment.autoscaling): one replica at a time. The fleet moves
+    between its floor and its ceiling, so no fixed minAvailable fits both: the plan's (its peak's
+    survivors) would block every drain at the floor, the floor's would let a drain take most of the
+    peak. One at a time is what the scale-down does too; KEDA's own scale-down deletes pods, which no
+    budget governs."""
+    return {"maxUnavailable": 1, "selector": {"matchLabels": dict(APP_LABELS)}, "unhealthyPodEvictionPolicy": "AlwaysAllow"}
+
+
 def startup_budget_s(weights_gb: float) -> int:
     """Seconds a cold replica may take before its startup probe gives up: download the
     checkpoint, load it, warm the engine."""
@@ -218,7 +227,7 @@ class ServingSpec:
 
 
 def serving_spec(plan: Plan, settings: StackSettings) -> ServingSpec:
-    from .autoscaling import floor_disruption_budget, zone_scalings
+    from .autoscaling import zone_scalings
     gpus = plan.tp
     drain = drain_timing(longest_request_s(plan))
     scaling = zone_scalings(plan, settings, drain)

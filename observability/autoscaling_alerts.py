@@ -76,3 +76,8 @@ def autoscaling_alerts(plan: Plan, namespace: str, policy: AlertPolicy = AlertPo
             + f") for longer than a replica's cold start ({cold_start_s(plan):.0f} s); losing another zone now "
             "would drop load even at the trough.", "floor_by_zone", None))
     return alerts
+
+
+def autoscaling_group(plan: Plan, namespace: str, policy: AlertPolicy = AlertPolicy()) -> dict:
+    """The rule group of an autoscaled fleet (`rules.rule_groups(..., extra_groups=...)`)."""
+    return {"name": "llm-serving.autoscaling", "rules": [a.rule() for a in autoscaling_alerts(plan, namespace, policy)]}

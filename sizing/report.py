@@ -186,6 +186,9 @@ def table_rows(d: dict) -> list[tuple[str, str, str]]:
          "n/a" if d["node_cost_per_hour"] is None else
          f"${d['node_cost_per_hour']:,.2f}/h / ${d['node_cost_per_million_output_tokens']:.2f}"),
     ]
+    if "mig_profile" in d:       # the GPUs counted above are MIG slices
+        rows.append(("MIG slice per replica (GPUs above are slices) / replicas per GPU", "",
+                     f"{d['mig_profile']} / {d['replicas_per_gpu']}"))
     if "requests_per_s" in d:
         rows.append(("closed loop: requests/s, output tokens/s (after a loss)", "",
                      f"{d['requests_per_s']:.2f} req/s, {d['output_tokens_per_s']:,.0f} tok/s"))

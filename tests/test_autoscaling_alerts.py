@@ -9,10 +9,10 @@ import pytest
 import yaml
 
 import sizing.planner
-from observability.autoscaling_alerts import cold_start_s
+from observability.autoscaling_alerts import autoscaling_group, cold_start_s
 from observability.rules import alert_names, render_rule_file, rule_groups
 from tests.stacks import plan_for
-from tests.test_autoscaling_deploy import PEAK_40_QPS, policy_for
+from tests.test_autoscaling_deploy import PEAK_40_QPS, policy_for, with_policy  # noqa: F401 (a fixture)
 from tests.test_rules_promtool import EVAL, NAMESPACE, counter, expand, gauge, promtool
 
 AUTOSCALING_ALERTS = {"LLMServingScalingPinnedAtMax", "LLMServingBelowAutoscalingFloor",
@@ -86,14 +86,18 @@ def suite(plan, rules_path) -> dict:
 @pytest.fixture
 def rendered(autoscaled_plan, tmp_path):
     path = tmp_path / "rules.yaml"
-    path.write_text(render_rule_file(rule_groups(autoscaled_plan, NAMESPACE, autoscaling=True)))
+    path.write_text(render_rule_file(rule_groups(autoscaled_plan, NAMESPACE,
+                                                 extra_groups=(autoscaling_group(autoscaled_plan, NAMESPACE),))))
     return autoscaled_plan, path
 
 
-def test_the_autoscaling_alerts_are_there_only_when_keda_scales_the_fleet(autoscaled_plan):
-    def names(**kw):
-        return set(alert_names(rule_groups(autoscaled_plan, NAMESPACE, **kw))) & AUTOSCALING_ALERTS
-    assert (names(), names(autoscaling=True)) == (set(), AUTOSCALING_ALERTS)
+def test_the_autoscaling_alerts_are_there_only_when_keda_scales_the_fleet(with_policy, build_program):
+    def names(recording):
+        rules = next(r for r in recording.of_type("kubernetes:monitoring.coreos.com/v1:PrometheusRule"))
+        return set(alert_names(rules.inputs["spec"]["groups"])) & AUTOSCALING_ALERTS
+    with_policy()
+    off = {**PEAK_40_QPS, "serving": {"autoscaling": {"enabled": False}}}
+    assert (names(build_program("prod", off)), names(build_program("prod", PEAK_40_QPS))) == (set(), AUTOSCALING_ALERTS)
 
 
 def test_every_autoscaling_alert_has_a_firing_and_a_silent_case(autoscaled_plan):
