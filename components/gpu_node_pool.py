@@ -248,14 +248,14 @@ class GpuNodePool(pulumi.ComponentResource):
 
 def scaling_config(spec: NodePoolSpec) -> aws.eks.NodeGroupScalingConfigArgs:
     """The pool's nodes, fixed; or, autoscaled (deployment.autoscaling.NodeBounds), from the floor's
-    nodes up to the pool's. EKS tags a managed node group's Auto Scaling group with
+    nodes up to the ceiling's. EKS tags a managed node group's Auto Scaling group with
     `k8s.io/cluster-autoscaler/enabled` and `k8s.io/cluster-autoscaler/<cluster>` itself, which the
     cluster autoscaler's auto-discovery finds (docs/autoscaling-deploy.md)."""
     b = spec.bounds
     if b is None:
         n = spec.pool.nodes
         return aws.eks.NodeGroupScalingConfigArgs(desired_size=n, min_size=n, max_size=n)
-    # Created at the pool's nodes (the peak's: the Deployments start at the plan's count too), then
+    # Created at the ceiling's nodes (the peak's: the Deployments start at the plan's count too), then
     # the autoscaler removes the nodes KEDA's scale-down empties, down to the floor's.
     return aws.eks.NodeGroupScalingConfigArgs(desired_size=b.max_nodes, min_size=b.min_nodes, max_size=b.max_nodes)
 

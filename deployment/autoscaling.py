@@ -122,26 +122,32 @@ def scaled_object_spec(zs: ZoneScaling, prometheus_url: str) -> dict:
 
 
 def node_bounds(plan: Plan, settings: StackSettings) -> tuple[NodeBounds | None, ...]:
-    """Per pool (the plan's order): the nodes the zone's floor needs, up to the pool's nodes (the
-    peak plan); None where the pool does not scale: autoscaling off, or capacity held by a Capacity
-    Block or an On-Demand Capacity Reservation (paid whether a node runs or not, and a block
-    launches no instance beyond its own count: docs/autoscaling-deploy.md)."""
+    """Per pool (the plan's order): from the nodes the zone's floor needs to those its ceiling needs
+    (at most the pool's nodes); None where the pool does not scale: autoscaling off, or capacity held
+    by a Capacity Block or an On-Demand Capacity Reservation (paid whether a node runs or not, and a
+    block launches no instance beyond its own count: docs/autoscaling-deploy.md). Held nodes always
+    run, so they carry a zone's floor and ceiling first."""
     policy = plan.autoscale
     if not settings.serving.autoscaling.enabled or policy is None:
         return tuple(None for _ in plan.request.pools)
-    per_node = plan.instance.gpus // plan.tp
     pools = tuple(zip(plan.request.pools, settings.gpuPools))
     held = [ps.capacityBlock is not None or ps.capacityReservationId is not None for _, ps in pools]
-    left = dict(policy.floor_by_zone)
-    for (pool, _), is_held in zip(pools, held):      # held nodes always run: they carry the floor first
+    floor = _nodes_for(policy.floor_by_zone, pools, held, plan.instance.gpus // plan.tp)
+    ceiling = _nodes_for(policy.ceiling_by_zone, pools, held, plan.instance.gpus // plan.tp)
+    return tuple(None if h else NodeBounds(min_nodes=lo, max_nodes=max(lo, hi, 1))
+                 for h, lo, hi in zip(held, floor, ceiling))
+
+
+def _nodes_for(replicas_by_zone: dict[str, int], pools, held: list[bool], per_node: int) -> list[int]:
+    """Nodes each pool needs to hold `replicas_by_zone`, held pools' nodes counted first."""
+    left = dict(replicas_by_zone)
+    for (pool, _), is_held in zip(pools, held):
         if is_held:
             left[pool.zone] = max(0, left.get(pool.zone, 0) - pool.nodes * per_node)
     out = []
     for (pool, _), is_held in zip(pools, held):
-        if is_held:
-            out.append(None)
-            continue
-        need = min(pool.nodes, math.ceil(left.get(pool.zone, 0) / per_node))
-        left[pool.zone] = max(0, left.get(pool.zone, 0) - need * per_node)
-        out.append(NodeBounds(min_nodes=need, max_nodes=pool.nodes))
-    return tuple(out)
+        need = pool.nodes if is_held else min(pool.nodes, math.ceil(left.get(pool.zone, 0) / per_node))
+        if not is_held:
+            left[pool.zone] = max(0, left.get(pool.zone, 0) - need * per_node)
+        out.append(need)
+    return out

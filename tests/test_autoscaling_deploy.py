@@ -223,3 +223,14 @@ def test_a_ceiling_beyond_the_pools_is_refused(monkeypatch):
 def test_an_autoscaled_fleet_drains_one_replica_at_a_time(autoscaled):
     pdb = autoscaled.of_type("kubernetes:policy/v1:PodDisruptionBudget")[0]
     assert pdb.inputs["spec"]["maxUnavailable"] == 1 and "minAvailable" not in pdb.inputs["spec"]
+
+
+def test_a_node_group_grows_no_further_than_its_zones_ceiling_needs(with_policy):
+    with_policy()
+    pools = [{**p, "nodes": 3} for p in PEAK_40_QPS["gpuPools"]]
+    settings, p = plan_for("prod", {**PEAK_40_QPS, "gpuPools": pools})
+    per_node = p.instance.gpus // p.tp
+    assert [(b.min_nodes, b.max_nodes) for b in node_bounds(p, settings)] == [
+        (math.ceil(p.autoscale.floor_by_zone[z] / per_node), math.ceil(p.autoscale.ceiling_by_zone[z] / per_node))
+        for z in p.replicas_by_zone]
+    assert all(b.max_nodes < 3 for b in node_bounds(p, settings))
