@@ -29,6 +29,7 @@ import pulumi_kubernetes as k8s
 from conventions import CLUSTER_AUTOSCALER_CHART_VERSION, CLUSTER_AUTOSCALER_IMAGE_TAGS, SYSTEM_ROLE_LABEL
 
 from .identity_release import ChartRelease, ControllerArgs, release_with_identity
+from .pods import POD_NON_ROOT, container_security
 
 CHART, CHART_REPO = "cluster-autoscaler", "https://kubernetes.github.io/autoscaler"
 NAMESPACE = "kube-system"
@@ -62,6 +63,10 @@ def chart_values(cluster_name: str, region: str, kubernetes_version: str, scale_
         "extraArgs": {"expander": "least-waste", "balance-similar-node-groups": False,
                       "scale-down-unneeded-time": f"{scale_down_unneeded_s}s"},
         "nodeSelector": dict(SYSTEM_ROLE_LABEL),
+        # The restricted Pod Security Standard: the image is distroless `static:nonroot` (its Dockerfile at
+        # cluster-autoscaler-1.35.0) and writes nothing to its root filesystem.
+        "securityContext": dict(POD_NON_ROOT),
+        "containerSecurityContext": container_security(),
     }
 
 

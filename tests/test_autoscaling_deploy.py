@@ -234,3 +234,12 @@ def test_a_node_group_grows_no_further_than_its_zones_ceiling_needs(with_policy)
         (math.ceil(p.autoscale.floor_by_zone[z] / per_node), math.ceil(p.autoscale.ceiling_by_zone[z] / per_node))
         for z in p.replicas_by_zone]
     assert all(b.max_nodes < 3 for b in node_bounds(p, settings))
+
+
+def test_the_cluster_autoscaler_runs_restricted(autoscaled):
+    values = next(r for r in autoscaled.of_type("kubernetes:helm.sh/v3:Release")
+                  if r.inputs.get("chart") == "cluster-autoscaler").inputs["values"]
+    pod, container = values["securityContext"], values["containerSecurityContext"]
+    assert pod["runAsNonRoot"] and pod["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert container["allowPrivilegeEscalation"] is False and container["capabilities"] == {"drop": ["ALL"]}
+    assert container["readOnlyRootFilesystem"] is True
