@@ -29,6 +29,7 @@ from sizing.planner import Plan
 
 from .drain import DrainTiming
 
+FALLBACK_FAILURES = 3
 POLLING_INTERVAL_S = 15          # KEDA's default is 30 s; a replica costs minutes, the query seconds
 
 
@@ -115,6 +116,9 @@ def scaled_object_spec(zs: ZoneScaling, prometheus_url: str) -> dict:
             "scaleDown": {"stabilizationWindowSeconds": zs.scale_down_stabilization_s,
                           "policies": [{"type": "Pods", "value": 1, "periodSeconds": zs.scale_down_period_s}]},
             "scaleUp": {"stabilizationWindowSeconds": 0}}}},
+        # The query failing (Prometheus down) 3 polls in a row: hold the ceiling, never the floor (KEDA's
+        # fallback; it takes AverageValue triggers only).
+        "fallback": {"failureThreshold": FALLBACK_FAILURES, "replicas": zs.ceiling},
         "triggers": [{"type": "prometheus", "metricType": "AverageValue",
                       "metadata": {"serverAddress": prometheus_url, "query": zs.query,
                                    "threshold": f"{zs.threshold:.6g}"}}],

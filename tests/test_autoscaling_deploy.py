@@ -243,3 +243,9 @@ def test_the_cluster_autoscaler_runs_restricted(autoscaled):
     assert pod["runAsNonRoot"] and pod["seccompProfile"] == {"type": "RuntimeDefault"}
     assert container["allowPrivilegeEscalation"] is False and container["capabilities"] == {"drop": ["ALL"]}
     assert container["readOnlyRootFilesystem"] is True
+
+
+def test_a_failing_query_holds_the_ceiling_not_the_floor(autoscaled):
+    for name, obj in scaled_objects(autoscaled).items():
+        ceiling = autoscaled.plan.autoscale.ceiling_by_zone[name.removeprefix("vllm-")]
+        assert obj["spec"]["fallback"]["replicas"] == ceiling and obj["spec"]["fallback"]["failureThreshold"] >= 1
