@@ -19,7 +19,7 @@ import math
 from sizing.planner import Plan
 
 from .alerts import Alert
-from .rules import READY_ZONE, AlertPolicy, Thresholds, slo_series
+from .rules import READY_ZONE, AlertPolicy, Thresholds, rule_groups, slo_series
 
 HPA_MAX = "kube_horizontalpodautoscaler_spec_max_replicas"
 HPA_CURRENT = "kube_horizontalpodautoscaler_status_current_replicas"
@@ -81,3 +81,17 @@ def autoscaling_alerts(plan: Plan, namespace: str, policy: AlertPolicy = AlertPo
 def autoscaling_group(plan: Plan, namespace: str, policy: AlertPolicy = AlertPolicy()) -> dict:
     """The rule group of an autoscaled fleet (`rules.rule_groups(..., extra_groups=...)`)."""
     return {"name": "llm-serving.autoscaling", "rules": [a.rule() for a in autoscaling_alerts(plan, namespace, policy)]}
+
+
+# An autoscaled fleet stands under the plan's (peak) replica count whenever the load is below the
+# peak: the plan's own "replicas below plan" alert would fire all night. The floor alert replaces it.
+REPLACED_BY_THE_FLOOR = "LLMServingReplicasBelowPlan"
+
+
+def autoscaled_rule_groups(plan: Plan, namespace: str, policy: AlertPolicy = AlertPolicy(),
+                           endpoint_picker_replicas: int = 0) -> list[dict]:
+    """`rules.rule_groups` for an autoscaled fleet: the autoscaling group added, the plan's replica-count
+    alert left out (REPLACED_BY_THE_FLOOR)."""
+    groups = rule_groups(plan, namespace, policy, endpoint_picker_replicas,
+                         extra_groups=(autoscaling_group(plan, namespace, policy),))
+    return [{**g, "rules": [r for r in g["rules"] if r.get("alert") != REPLACED_BY_THE_FLOOR]} for g in groups]

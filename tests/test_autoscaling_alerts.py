@@ -95,9 +95,15 @@ def test_the_autoscaling_alerts_are_there_only_when_keda_scales_the_fleet(with_p
     def names(recording):
         rules = next(r for r in recording.of_type("kubernetes:monitoring.coreos.com/v1:PrometheusRule"))
         return set(alert_names(rules.inputs["spec"]["groups"])) & AUTOSCALING_ALERTS
+    def all_names(recording):
+        rules = next(r for r in recording.of_type("kubernetes:monitoring.coreos.com/v1:PrometheusRule"))
+        return set(alert_names(rules.inputs["spec"]["groups"]))
     with_policy()
-    off = {**PEAK_40_QPS, "serving": {"autoscaling": {"enabled": False}}}
-    assert (names(build_program("prod", off)), names(build_program("prod", PEAK_40_QPS))) == (set(), AUTOSCALING_ALERTS)
+    off = build_program("prod", {**PEAK_40_QPS, "serving": {"autoscaling": {"enabled": False}}})
+    on = build_program("prod", PEAK_40_QPS)
+    assert (names(off), names(on)) == (set(), AUTOSCALING_ALERTS)
+    # The fleet stands under the peak's count off-peak: the floor alert replaces the plan's replica-count one.
+    assert all_names(off) - all_names(on) == {"LLMServingReplicasBelowPlan"}
 
 
 def test_every_autoscaling_alert_has_a_firing_and_a_silent_case(autoscaled_plan):
