@@ -8,6 +8,7 @@ from conventions import GATEWAY_CONTROLLER_NAMESPACE
 from components.accuracy_gate import AccuracyGate, AccuracyGateArgs
 from components.cert_manager import CertManager, CertManagerArgs, GatewayCertificate, GatewayCertificateArgs
 from components.cluster import Cluster, ClusterArgs
+from components.cluster_autoscaler import ClusterAutoscaler, ClusterAutoscalerArgs
 from components.external_dns import ExternalDns, ExternalDnsArgs
 from components.efa import EfaPlugin, EfaPluginArgs, EfaSecurityGroup, EfaSecurityGroupArgs
 from components.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
@@ -77,8 +78,14 @@ if gw_settings.manages_dns:
         hosted_zone_id=gw_settings.hostedZoneId, **controller_base), opts=after_pod_identity_agent).release)
 
 # -- Kubernetes: GPU plugin -> vLLM replicas (per zone) -> gateway (auth, quotas, routing) --------
-gpu_plugin = GpuPlugin("gpu-plugin", GpuPluginArgs(provider=cluster.k8s_provider),
-                       opts=pulumi.ResourceOptions(depends_on=gpu_pools))
+gpu_plugin = GpuPlugin("gpu-plugin", GpuPluginArgs(
+    provider=cluster.k8s_provider, mig_strategy="mixed" if any(p.mig for p in spec.node_pools) else None),
+    opts=pulumi.ResourceOptions(depends_on=gpu_pools))
+if any(p.bounds is not None for p in spec.node_pools):     # serving.autoscaling: the GPU node groups follow KEDA
+    ClusterAutoscaler("cluster-autoscaler", ClusterAutoscalerArgs(
+        kubernetes_version=settings.kubernetesVersion,
+        scale_down_unneeded_s=spec.serving.autoscaling[0].scale_down_stabilization_s, **controller_base),
+        opts=pulumi.ResourceOptions(depends_on=[cluster.pod_identity_agent, *gpu_pools]))
 serving_after: list[pulumi.Resource] = [gpu_plugin]
 lws = None
 if efa:
@@ -126,7 +133,8 @@ monitoring = Monitoring("monitoring", MonitoringArgs(
     plan=plan, stack=settings.stack, environment=settings.environment, zones=settings.zones,
     serving_namespace=settings.serving.namespace, inference_extension=gw_settings.inferenceExtension,
     provider=cluster.k8s_provider, grafana_admin_password=secret("grafanaAdminPassword"),
-    gateway_namespace=GATEWAY_CONTROLLER_NAMESPACE, kubernetes_version=settings.kubernetesVersion),
+    gateway_namespace=GATEWAY_CONTROLLER_NAMESPACE, kubernetes_version=settings.kubernetesVersion,
+    autoscaling=bool(spec.serving.autoscaling)),
     opts=pulumi.ResourceOptions(depends_on=[gpu_plugin]))
 
 # -- outputs --------------------------------------------------------------------------------------

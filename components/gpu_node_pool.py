@@ -84,9 +84,31 @@ MODEL_CACHE_SCRIPT = textwrap.dedent(f"""\
     """)
 
 
-def user_data(shutdown_grace_s: int) -> str:
-    """The launch template's user data: AL2023 MIME multipart (NodeConfig + the cache script), base64."""
+def mig_script(profile: str, instances_per_gpu: int) -> str:
+    """Every GPU of the node in MIG mode, split into `instances_per_gpu` instances of `profile`
+    (a GPU instance and its compute instance each: `-cgi ... -C`), before kubelet starts, so the
+    device plugin advertises `nvidia.com/mig-<profile>` from its first listing (NVIDIA MIG user guide,
+    "Getting Started with MIG": "Enable MIG Mode", "Creating GPU Instances"). The profile comes from
+    sizing.mig's table, never from free text."""
+    profiles = ",".join([profile] * instances_per_gpu)
+    return textwrap.dedent(f"""\
+        #!/usr/bin/env bash
+        set -euo pipefail
+        for gpu in $(nvidia-smi --query-gpu=index --format=csv,noheader); do
+          nvidia-smi -i "$gpu" -mig 1
+          nvidia-smi mig -i "$gpu" -dci || true
+          nvidia-smi mig -i "$gpu" -dgi || true
+          nvidia-smi mig -i "$gpu" -cgi '{profiles}' -C
+        done
+        """)
+
+
+def user_data(shutdown_grace_s: int, mig=None) -> str:
+    """The launch template's user data: AL2023 MIME multipart (NodeConfig + the cache script, and
+    the MIG geometry when the plan slices the GPUs: `mig` a sizing.mig.MigProfile), base64."""
     parts = [("application/node.eks.aws", node_config(shutdown_grace_s)), ('text/x-shellscript; charset="us-ascii"', MODEL_CACHE_SCRIPT)]
+    if mig is not None:
+        parts.append(('text/x-shellscript; charset="us-ascii"', mig_script(mig.name, mig.instances_per_gpu)))
     body = "MIME-Version: 1.0\n" f'Content-Type: multipart/mixed; boundary="{MIME_BOUNDARY}"\n\n'
     for content_type, text in parts:
         body += f"--{MIME_BOUNDARY}\nContent-Type: {content_type}\n\n{text}\n"
@@ -151,7 +173,7 @@ class GpuNodePool(pulumi.ComponentResource):
         self.launch_template = hardened_launch_template(
             f"{name}-lt", name_tag=name, root_gib=GPU_ROOT_VOLUME_GIB, tags=tags, opts=child,
             description=f"GPU nodes of pool {pool.label} ({pool.instance_type}, {pool.zone})",
-            user_data=user_data(args.spec.shutdown_grace_s),
+            user_data=user_data(args.spec.shutdown_grace_s, args.spec.mig),
             # A Capacity Block node group must name the instance type in its launch template.
             instance_type=pool.instance_type if uses_block else None,
             capacity_reservation_specification=capacity_spec,
@@ -202,8 +224,7 @@ class GpuNodePool(pulumi.ComponentResource):
             ami_type=GPU_AMI_TYPE,
             capacity_type="CAPACITY_BLOCK" if uses_block else "ON_DEMAND",
             instance_types=None if uses_block else [pool.instance_type],
-            scaling_config=aws.eks.NodeGroupScalingConfigArgs(
-                desired_size=pool.nodes, min_size=pool.nodes, max_size=pool.nodes),
+            scaling_config=scaling_config(args.spec),
             update_config=gpu_update_config(),
             launch_template=aws.eks.NodeGroupLaunchTemplateArgs(
                 id=self.launch_template.id, version=self.launch_template.latest_version.apply(str)),
@@ -219,8 +240,24 @@ class GpuNodePool(pulumi.ComponentResource):
                 # A Capacity Block has no spare instance for a replacement node: EKS upgrades such a
                 # group only at desired size 0. The program never upgrades it in place; the procedure
                 # (scale to 0, upgrade, scale back) is in docs/operations.md.
-                ignore_changes=None if args.spec.upgrades_in_place else ["version", "releaseVersion"]),
+                ignore_changes=(([] if args.spec.upgrades_in_place else ["version", "releaseVersion"])
+                                # autoscaled: the cluster autoscaler owns the desired size between the bounds
+                                + (["scalingConfig.desiredSize"] if args.spec.bounds is not None else [])) or None),
         )
+
+
+def scaling_config(spec: NodePoolSpec) -> aws.eks.NodeGroupScalingConfigArgs:
+    """The pool's nodes, fixed; or, autoscaled (deployment.autoscaling.NodeBounds), from the floor's
+    nodes up to the ceiling's. EKS tags a managed node group's Auto Scaling group with
+    `k8s.io/cluster-autoscaler/enabled` and `k8s.io/cluster-autoscaler/<cluster>` itself, which the
+    cluster autoscaler's auto-discovery finds (docs/autoscaling-deploy.md)."""
+    b = spec.bounds
+    if b is None:
+        n = spec.pool.nodes
+        return aws.eks.NodeGroupScalingConfigArgs(desired_size=n, min_size=n, max_size=n)
+    # Created at the ceiling's nodes (the peak's: the Deployments start at the plan's count too), then
+    # the autoscaler removes the nodes KEDA's scale-down empties, down to the floor's.
+    return aws.eks.NodeGroupScalingConfigArgs(desired_size=b.max_nodes, min_size=b.min_nodes, max_size=b.max_nodes)
 
 
 def _efa_interfaces(pool: Pool, cluster: Cluster, efa_sg: pulumi.Input[str] | None = None

@@ -18,9 +18,15 @@ CHART = "nvidia-device-plugin"
 CHART_REPO = "https://nvidia.github.io/k8s-device-plugin"
 
 
-def plugin_values() -> dict:
+def plugin_values(mig_strategy: str | None = None) -> dict:
+    """`mig_strategy` "mixed" when the plan's replicas take MIG slices: the plugin then advertises each
+    profile as its own resource, `nvidia.com/mig-<profile>` (NVIDIA/k8s-device-plugin README, "Configuration
+    Option Details", MIG_STRATEGY; the chart's top-level `migStrategy` value, deployments/helm/
+    nvidia-device-plugin/values.yaml). The geometry itself is made on the node before kubelet starts
+    (components/gpu_node_pool.py mig_script): no GPU operator, no mig-manager."""
     gpu_nodes = dict(GPU_ROLE_LABEL)
     return {
+        **({"migStrategy": mig_strategy} if mig_strategy else {}),
         "nodeSelector": gpu_nodes,
         # Replaces the chart's NFD-based nodeSelectorTerms list (lists are replaced, not merged).
         "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
@@ -34,6 +40,7 @@ def plugin_values() -> dict:
 @dataclass(frozen=True)
 class GpuPluginArgs:
     provider: k8s.Provider
+    mig_strategy: str | None = None       # "mixed" on MIG slices (deployment.node_pools NodePoolSpec.mig)
 
 
 class GpuPlugin(pulumi.ComponentResource):
@@ -47,6 +54,6 @@ class GpuPlugin(pulumi.ComponentResource):
             chart=CHART, version=NVIDIA_DEVICE_PLUGIN_CHART_VERSION,
             repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=CHART_REPO),
             namespace=GPU_PLUGIN_NAMESPACE, create_namespace=True,
-            values=plugin_values(),
+            values=plugin_values(args.mig_strategy),
             opts=pulumi.ResourceOptions(parent=self, provider=args.provider))
         self.register_outputs({"release": self.release.name})

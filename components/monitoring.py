@@ -31,6 +31,7 @@ from deployment.gateway import PICKER_LABELS, picker_replicas
 from deployment.serving import APP_LABELS
 
 from .pods import pod_security_labels
+from observability.autoscaling_alerts import autoscaled_rule_groups
 from observability.rules import AlertPolicy, recorded_names, rule_groups
 from sizing.planner import Plan
 
@@ -64,6 +65,7 @@ class MonitoringArgs:
     gateway_namespace: str = GATEWAY_CONTROLLER_NAMESPACE  # where the Envoy proxies and their controller run
     policy: AlertPolicy = field(default_factory=AlertPolicy)
     kubernetes_version: str = "1.35"               # the cluster's (settings.kubernetesVersion): PSA's pinned rules
+    autoscaling: bool = False                      # KEDA scales the fleet: the autoscaling alerts (observability.autoscaling_alerts)
 
 
 # The monitoring namespace enforces `privileged` (audited and warned at `restricted`): the DCGM
@@ -235,7 +237,8 @@ class Monitoring(pulumi.ComponentResource):
         """The PrometheusRule (alert thresholds from the plan) and the dashboard ConfigMap; returns the groups."""
         ns = args.namespace
         pickers = picker_replicas(len(args.zones)) if args.inference_extension else 0
-        groups = rule_groups(args.plan, args.serving_namespace, args.policy, endpoint_picker_replicas=pickers)
+        make_groups = autoscaled_rule_groups if args.autoscaling and args.plan.autoscale is not None else rule_groups
+        groups = make_groups(args.plan, args.serving_namespace, args.policy, endpoint_picker_replicas=pickers)
         self.rules = k8s.apiextensions.CustomResource(
             f"{name}-rules", api_version=MONITORING_API, kind="PrometheusRule",
             metadata={"name": "llm-serving", "namespace": ns}, spec={"groups": groups}, opts=with_crds)

@@ -21,12 +21,13 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from conventions import (
-    EFA_RESOURCE, GPU_RESOURCE, GPU_ROLE_LABEL, GPU_TOLERATION, HOST_KEY, KEDA_CHART_VERSION, KEDA_NAMESPACE, LABEL_APP_NAME,
+    EFA_RESOURCE, GPU_ROLE_LABEL, GPU_TOLERATION, HOST_KEY, KEDA_CHART_VERSION, KEDA_NAMESPACE, LABEL_APP_NAME,
     LABEL_ENVIRONMENT, LABEL_POOL, LABEL_ROLE, LABEL_ZONE, LWS_API_VERSION, LWS_KIND, METRICS_PROXY_IMAGE, MODEL_CACHE_PATH,
     MONITORING_NAMESPACE, ROLE_SERVING_WORKER, SYSTEM_ROLE_LABEL, VLLM_API_PORT, VLLM_IMAGE, VLLM_METRICS_PORT, ZONE_KEY,
 )
 from conventions import DECODE_ENGINE_PORT, LABEL_LLM_D_ROLE, LLM_D_ROUTING_SIDECAR_IMAGE, NIXL_SIDE_CHANNEL_PORT
 from deployment.disagg import DISAGGREGATED_ROLES
+from deployment.autoscaling import scaled_object_spec
 from deployment.engine import CONTAINER_CACHE_PATH, LEADER_ADDRESS, WORKER_INDEX, multi_node_args, vllm_args
 from deployment.serving import (
     APP_LABELS, HUB_TOKEN_DIR, HUB_TOKEN_KEY, ReplicaPlacement, ServingSpec, leader_worker_set_spec,
@@ -254,8 +255,8 @@ def vllm_container(spec: ServingSpec) -> dict:
         "args": vllm_args(spec.launch),
         "env": vllm_env(),
         "ports": [{"name": engine_port_name(spec), "containerPort": spec.launch.port, "protocol": "TCP"}],
-        "resources": {"limits": {GPU_RESOURCE: gpus, "memory": memory},
-                      "requests": {GPU_RESOURCE: gpus, "cpu": str(spec.cpu), "memory": memory}},
+        "resources": {"limits": {spec.gpu_resource: gpus, "memory": memory},
+                      "requests": {spec.gpu_resource: gpus, "cpu": str(spec.cpu), "memory": memory}},
         # Read-only root: every path it writes is moved onto a volume (vllm_env).
         "securityContext": container_security(),
         "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"},
@@ -340,7 +341,7 @@ class Serving(pulumi.ComponentResource):
     def _zone_deployments(self, name: str, args: ServingArgs, spec: ServingSpec) -> None:
         """One Deployment per zone with replicas (and, with burst scaling, KEDA and a ScaledObject each);
         for a disaggregated plan one per (pool, zone), each pool's pods labelled with its role."""
-        if spec.burst_scaling:
+        if (spec.burst_scaling or spec.autoscaling) and self.keda is None:
             self.keda = k8s.helm.v3.Release(
                 f"{name}-keda", name="keda", chart=KEDA_CHART, version=KEDA_CHART_VERSION,
                 repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=KEDA_REPO),
@@ -364,10 +365,17 @@ class Serving(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(
                     parent=self, provider=args.provider, depends_on=chain,
                     custom_timeouts=pulumi.CustomTimeouts(create=timeout, update=timeout),
-                    # With burst scaling KEDA owns the replica count above the plan's floor.
-                    ignore_changes=["spec.replicas"] if spec.burst_scaling else None))
+                    # With burst scaling or autoscaling KEDA owns the replica count above the floor.
+                    ignore_changes=["spec.replicas"] if spec.burst_scaling or spec.autoscaling else None))
             self.deployments[zone if spec.role == "aggregated" else f"{spec.role}/{zone}"] = deployment
             self._previous = deployment
+            for zs in (z for z in spec.autoscaling if z.zone == zone):    # the plan's policy (deployment.autoscaling)
+                self.scaled_objects.append(k8s.apiextensions.CustomResource(
+                    f"{name}-{zone}-autoscale", api_version="keda.sh/v1alpha1", kind="ScaledObject",
+                    metadata={"name": deploy_name, "namespace": spec.namespace, "labels": labels,
+                              "annotations": zs.annotations},
+                    spec=scaled_object_spec(zs, args.prometheus_url),
+                    opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[deployment, self.keda])))
             if spec.burst_scaling and zr.burst_max > count:
                 self.scaled_objects.append(self._scaled_object(
                     name, args, zone, deploy_name, count, zr.burst_max, spec.burst_queue_target, deployment))

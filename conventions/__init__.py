@@ -49,6 +49,7 @@ ANNOTATION_EXTERNAL_DNS_HOSTNAME = "external-dns.alpha.kubernetes.io/hostname"
 # Launch templates: a pod (one hop more, through its veth) cannot reach the node role's credentials.
 IMDS_HOP_LIMIT = 1
 TAG_GPUS_PER_NODE = "llm-serving.io/gpus-per-node"                  # on GPU node groups
+ANNOTATION_FLOOR_QPS = "llm-serving.io/floor-qps"    # on an autoscaling ScaledObject: the load its floor carries
 ANNOTATION_NODES_PER_REPLICA = "llm-serving.io/nodes-per-replica"   # on serving workloads: the group size
 ROLE_SERVING_WORKER = "serving-worker"   # a multi-node replica's worker pods: no API, not behind the Service
 # Rules about replicas that span nodes: the planner's refusal and the policy pack name them alike.
@@ -124,3 +125,7 @@ DECODE_ENGINE_PORT = 8200
 # published digest was found in source or docs (docs/disaggregation-deploy.md).
 LLM_D_SCHEDULER_IMAGE = "ghcr.io/llm-d/llm-d-inference-scheduler:v0.8.0"
 LLM_D_ROUTING_SIDECAR_IMAGE = "ghcr.io/llm-d/llm-d-routing-sidecar:v0.8.0"
+# The GPU node autoscaler (serving.autoscaling): kubernetes/autoscaler chart cluster-autoscaler 9.59.0
+# (tag cluster-autoscaler-chart-9.59.0, appVersion 1.35.0), its image at the cluster's minor version.
+CLUSTER_AUTOSCALER_CHART_VERSION = "9.59.0"
+CLUSTER_AUTOSCALER_IMAGE_TAGS = {"1.34": "v1.34.2", "1.35": "v1.35.0"}   # git tags cluster-autoscaler-1.34.2, -1.35.0

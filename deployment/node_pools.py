@@ -6,6 +6,7 @@ Pure Python (no Pulumi): components/gpu_node_pool.py builds each group.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from settings import StackSettings
 from settings.schema import GpuPoolSettings
@@ -30,6 +31,8 @@ class NodePoolSpec:
     efa: bool
     shutdown_grace_s: int            # the kubelet's shutdownGracePeriod (deployment.drain)
     ami_release_version: str | None  # nodeAmiReleaseVersion: None leaves the AMI where it is
+    bounds: Any = None               # deployment.autoscaling.NodeBounds: the cluster autoscaler's range (None: fixed)
+    mig: Any = None                  # sizing.mig.MigProfile: every GPU of the node sliced so (None: whole GPUs)
 
     @property
     def upgrades_in_place(self) -> bool:
@@ -39,7 +42,10 @@ class NodePoolSpec:
 
 def node_pool_specs(plan: Plan, settings: StackSettings) -> tuple[NodePoolSpec, ...]:
     """One per pool, in the plan's order (each node group updates after the one before)."""
+    from sizing.mig import split_slice_id
+    from .autoscaling import node_bounds
     grace = node_shutdown_grace_s(drain_timing(longest_request_s(plan)))
+    sliced = split_slice_id(plan.instance.gpu.id)
     return tuple(NodePoolSpec(pool, ps, plan.instance.gpus, efa_enabled(plan, ps), grace,
-                              settings.nodeAmiReleaseVersion)
-                 for pool, ps in zip(plan.request.pools, settings.gpuPools))
+                              settings.nodeAmiReleaseVersion, bounds, sliced[1] if sliced else None)
+                 for (pool, ps), bounds in zip(zip(plan.request.pools, settings.gpuPools), node_bounds(plan, settings)))

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from conventions import (
     DECODE_ENGINE_PORT, VLLM_API_PORT,
     ANNOTATION_ENVIRONMENT, ANNOTATION_GPUS_PER_NODE, ANNOTATION_NODES_PER_REPLICA, ANNOTATION_REPLICA_CAPACITY_QPS,
-    ANNOTATION_TARGET_QPS, ANNOTATION_TENSOR_PARALLEL, ANNOTATION_ZONE, LABEL_APP_NAME, LABEL_ROLE,
+    ANNOTATION_TARGET_QPS, ANNOTATION_TENSOR_PARALLEL, ANNOTATION_ZONE, GPU_RESOURCE, LABEL_APP_NAME, LABEL_ROLE,
 )
 from settings import StackSettings
 from sizing.planner import Plan
@@ -37,6 +37,7 @@ ENGINE_WARMUP_S = 300           # CUDA graph capture and compilation before /hea
 SHM_GIB_PER_GPU = 4             # NCCL buffers for tensor-parallel all-reduce live in /dev/shm
 CPU_SHARE_OF_GPU_SLICE = 0.5    # of the node's vCPUs per GPU: room left for daemons and bursts
 MEMORY_GIB_PER_GPU = 48         # host memory for safetensors staging and the tokenizer workers
+MIN_SLICE_MEMORY_GIB = 8        # a MIG replica's pod: the engine, tokenizer and API server alone
 
 
 # -- figures derived from the plan (pure) ----------------------------------------------------
@@ -70,6 +71,15 @@ def disruption_budget(plan: Plan, max_per_node: int) -> dict:
             "selector": {"matchLabels": dict(APP_LABELS)}, "unhealthyPodEvictionPolicy": "AlwaysAllow"}
 
 
+def floor_disruption_budget() -> dict:
+    """The PDB of an autoscaled fleet (deployment.autoscaling): one replica at a time. The fleet moves
+    between its floor and its ceiling, so no fixed minAvailable fits both: the plan's (its peak's
+    survivors) would block every drain at the floor, the floor's would let a drain take most of the
+    peak. One at a time is what the scale-down does too; KEDA's own scale-down deletes pods, which no
+    budget governs."""
+    return {"maxUnavailable": 1, "selector": {"matchLabels": dict(APP_LABELS)}, "unhealthyPodEvictionPolicy": "AlwaysAllow"}
+
+
 def startup_budget_s(weights_gb: float) -> int:
     """Seconds a cold replica may take before its startup probe gives up: download the
     checkpoint, load it, warm the engine."""
@@ -96,6 +106,24 @@ def burst_queue_target(plan: Plan) -> int:
     if not math.isfinite(slack_ms):
         return 1
     return max(1, math.floor(slack_ms / plan.prefill_ms))
+
+
+def host_memory_gib(plan: Plan) -> int:
+    """Host memory per replica pod: MEMORY_GIB_PER_GPU per GPU; on a MIG slice, the slice's share of it
+    (its memory fraction: the checkpoint it stages is that much smaller), so a node's slices fit its memory."""
+    from sizing.mig import split_slice_id
+    sliced = split_slice_id(plan.instance.gpu.id)
+    if sliced is None:
+        return MEMORY_GIB_PER_GPU * plan.tp
+    return max(MIN_SLICE_MEMORY_GIB, math.ceil(MEMORY_GIB_PER_GPU * sliced[1].memory_fraction))
+
+
+def mig_resource(plan: Plan) -> str:
+    """What a replica's pod requests: whole GPUs, or its MIG slice (the device plugin's mixed strategy
+    advertises each profile as `nvidia.com/mig-<profile>`: components/gpu_plugin.py)."""
+    from sizing.mig import split_slice_id
+    sliced = split_slice_id(plan.instance.gpu.id)
+    return sliced[1].resource if sliced else GPU_RESOURCE
 
 
 def served_checkpoint(plan: Plan, settings: StackSettings) -> str:
@@ -207,6 +235,8 @@ class ServingSpec:
     app_labels: dict[str, str] = field(default_factory=lambda: dict(APP_LABELS))   # this spec's pods' labels
     kv_over_efa: bool = False                 # NIXL moves KV over EFA: the pods request EFA devices
     pools: tuple["ServingSpec", ...] = ()
+    autoscaling: tuple = ()                   # deployment.autoscaling.ZoneScaling per zone (serving.autoscaling)
+    gpu_resource: str = GPU_RESOURCE          # nvidia.com/gpu, or nvidia.com/mig-<profile> on MIG slices
 
     @property
     def workloads(self) -> tuple["ServingSpec", ...]:
@@ -215,10 +245,12 @@ class ServingSpec:
 
 
 def serving_spec(plan: Plan, settings: StackSettings) -> ServingSpec:
+    from .autoscaling import zone_scalings
     gpus = plan.tp
     drain = drain_timing(longest_request_s(plan))
     # A disaggregated plan's pools replace the aggregated replicas (pool_serving_specs): none of their own.
     disaggregated = is_disaggregated(plan)
+    scaling = () if disaggregated else zone_scalings(plan, settings, drain)
     zones = () if disaggregated else tuple(
         ZoneReplicas(z, n, zone_node_slots(plan, z)[1]) for z, n in plan.replicas_by_zone.items() if n)
     launch = VllmLaunch(plan.engine_args, model=served_checkpoint(plan, settings),
@@ -229,13 +261,15 @@ def serving_spec(plan: Plan, settings: StackSettings) -> ServingSpec:
         burst_scaling=settings.serving.burstScaling, launch=launch, gpus_per_pod=gpus,
         nodes_per_replica=plan.nodes_per_replica,
         cpu=max(1, int(plan.instance.vcpus / plan.instance.gpus * gpus * CPU_SHARE_OF_GPU_SLICE)),
-        memory_gib=MEMORY_GIB_PER_GPU * gpus, shm_gib=SHM_GIB_PER_GPU * gpus,
+        memory_gib=host_memory_gib(plan), shm_gib=SHM_GIB_PER_GPU * gpus,
         drain=drain, startup_s=startup_budget_s(plan.weights_gb), zones=zones,
         groups=() if disaggregated else tuple(p for p in replica_placements(plan) if p.group is not None),
         burst_queue_target=burst_queue_target(plan),
-        disruption_budget={} if disaggregated else disruption_budget(plan, max(n.replicas for n in plan.nodes)),
+        disruption_budget={} if disaggregated else (
+            floor_disruption_budget() if scaling else disruption_budget(plan, max(n.replicas for n in plan.nodes))),
         annotations={} if disaggregated else {z: policy_annotations(plan, settings.environment, z)
-                                              for z in plan.replicas_by_zone})
+                                              for z in plan.replicas_by_zone},
+        autoscaling=scaling, gpu_resource=mig_resource(plan))
     return replace(spec, pools=pool_serving_specs(plan, settings, spec)) if disaggregated else spec
 
 

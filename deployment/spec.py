@@ -9,6 +9,7 @@ from settings import SettingsError, StackSettings
 from sizing.planner import Plan
 
 from .disagg import disaggregation_problems, is_disaggregated
+from .autoscaling import autoscaling_problems
 from .exports import plan_exports
 from .gateway import GatewaySpec, gateway_spec
 from .jobs import GateSpec, LoadTestSpec, gate_job_spec, load_test_spec
@@ -66,6 +67,7 @@ def deployment_spec(plan: Plan, settings: StackSettings) -> DeploymentSpec:
     SettingsError (`layout_problems`), as the settings' own problems are."""
     # A disaggregated plan deploys its pools, not the aggregated layout: only its own problems apply.
     problems = disaggregation_problems(plan, settings) if is_disaggregated(plan) else layout_problems(plan, settings)
+    problems += autoscaling_problems(plan, settings)
     if problems:
         raise SettingsError(problems)
     return DeploymentSpec(

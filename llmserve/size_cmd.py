@@ -45,6 +45,7 @@ def size(
     gpu_hour_price: Optional[float] = typer.Option(None, "--gpu-hour-price", help="$ per GPU-hour (default: instance price / GPUs)."),
     zones: Optional[str] = typer.Option(None, help="Zones: a count (2) or names (us-east-1a,us-east-1b); one node each."),
     nodes_per_zone: Optional[int] = typer.Option(None, "--nodes-per-zone", help="Nodes per zone with --zones."),
+    mig: Optional[str] = typer.Option(None, help="A MIG slice per replica, e.g. 3g.40gb (docs/mig.md)."),
     stack: Optional[str] = typer.Option(None, help="Take the workload, model and pools from stacks/Pulumi.STACK.yaml."),
     config: Optional[Path] = options.CONFIG,
     as_json: bool = options.JSON,

@@ -89,6 +89,14 @@ SERIES: tuple[Series, ...] = (
     Series("kube_pod_status_ready", "gauge", "kube-state-metrics", "bool", "pod readiness, by condition"),
     Series("kube_pod_labels", "gauge", "kube-state-metrics", "info",
            "pod labels (label_app_kubernetes_io_name, label_llm_serving_io_role, label_llm_serving_io_zone)"),
+    # kube-state-metrics v2.19.1 (chart 8.2.0, pinned by kube-prometheus-stack 88.2.0), the HPAs KEDA drives:
+    # internal/store/horizontalpodautoscaler.go L149, L309, L328 (labels namespace, horizontalpodautoscaler)
+    Series("kube_horizontalpodautoscaler_spec_max_replicas", "gauge", "kube-state-metrics", "replicas",
+           "an HPA's maxReplicas"),
+    Series("kube_horizontalpodautoscaler_status_current_replicas", "gauge", "kube-state-metrics", "replicas",
+           "pods an HPA's target has now"),
+    Series("kube_horizontalpodautoscaler_status_desired_replicas", "gauge", "kube-state-metrics", "replicas",
+           "pods the HPA last asked for"),
 )
 
 # vLLM series only a speculative or disaggregated plan's replicas expose, so only those plans'

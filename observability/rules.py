@@ -352,8 +352,10 @@ def plan_alerts(plan: Plan, policy: AlertPolicy = AlertPolicy(), endpoint_picker
 
 
 def rule_groups(plan: Plan, serving_namespace: str, policy: AlertPolicy = AlertPolicy(),
-                endpoint_picker_replicas: int = 0) -> list[dict]:
-    """Recording rules and alerts; the endpoint-picker group only when the gateway runs one."""
+                endpoint_picker_replicas: int = 0, extra_groups: tuple[dict, ...] = ()) -> list[dict]:
+    """Recording rules and alerts; the endpoint-picker group only when the gateway runs one; then
+    `extra_groups` (the autoscaling alerts: observability.autoscaling_alerts.autoscaling_group), checked
+    with the rest."""
     groups = [
         {"name": "llm-serving.recording", "rules": recording_rules(serving_namespace)},
         {"name": "llm-serving.alerts", "rules": [a.rule() for a in alert_rules(Thresholds.from_plan(plan), policy)]},
@@ -363,6 +365,7 @@ def rule_groups(plan: Plan, serving_namespace: str, policy: AlertPolicy = AlertP
                        "rules": [endpoint_picker_ready_rule(serving_namespace)]
                        + [a.rule() for a in endpoint_picker_alerts(endpoint_picker_replicas)]})
     groups += pd_group(plan)          # a disaggregated or speculative plan's alerts (none otherwise)
+    groups += list(extra_groups)
     check_groups(groups)
     return groups
 

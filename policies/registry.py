@@ -18,7 +18,7 @@ from pulumi_policy import EnforcementLevel, Policy, ResourceValidationPolicy, St
 
 from conventions import ENVIRONMENT_CONFIG_KEY
 
-from . import controllers, cost, disaggregation, failure_domains, security
+from . import autoscaling, controllers, cost, disaggregation, failure_domains, security
 from .rules import Rule
 
 PACK_NAME = "llm-serving-guards"
@@ -27,7 +27,7 @@ CONFIG_DIR = Path(__file__).resolve().parent / "config"
 DEFAULT_LEVEL = EnforcementLevel.MANDATORY
 
 RULES: tuple[Rule, ...] = tuple(failure_domains.RULES + security.RULES + cost.RULES + controllers.RULES
-                                + disaggregation.RULES)
+                                + disaggregation.RULES + autoscaling.RULES)
 
 
 def to_policy(rule: Rule) -> Policy:

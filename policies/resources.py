@@ -292,12 +292,20 @@ class WorkloadView:
 
 
 def pod_gpus(pod_spec: Any) -> int:
+    """GPUs a pod takes: `nvidia.com/gpu`, or MIG slices (`nvidia.com/mig-<profile>`, the device
+    plugin's mixed strategy), which the node groups count as their GPUs (sizing.mig)."""
     total = 0.0
     for c in as_list(get(pod_spec, "containers", default=[])):
-        limit = number(get(c, "resources", "limits", GPU_RESOURCE))
-        request = number(get(c, "resources", "requests", GPU_RESOURCE))
-        total += limit if limit is not None else (request or 0)
+        for kind in ("limits", "requests"):
+            found = as_dict(get(c, "resources", kind, default={}))
+            names = [n for n in found if n == GPU_RESOURCE or str(n).startswith(MIG_RESOURCE_PREFIX)]
+            if names:
+                total += sum(number(found[n]) or 0 for n in names)
+                break
     return int(total)
+
+
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 
 
 def workload_view(res: Any) -> WorkloadView:

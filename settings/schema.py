@@ -455,14 +455,20 @@ class SpeculativeSettings(_Strict):
 
 
 class ServingPlanSettings(_Strict):
-    """The serving keys a plan reads (`serving.mode`, `serving.speculative`): part of the sizing request,
+    """The serving keys a plan reads (`serving.mode`, `serving.speculative`, `serving.mig`): part of the sizing request,
     so a stack file and `llmserve size` meet the same rule. StackSettings' `serving` extends it."""
     mode: Literal[SERVING_MODES] = "aggregated"
     speculative: SpeculativeSettings | None = None
+    mig: str | None = Field(None, max_length=20)   # a MIG profile per replica, e.g. 3g.40gb (sizing.mig)
+
+
+class AutoscalingSettings(_Strict):
+    enabled: bool = False                    # KEDA ScaledObjects and the cluster autoscaler from plan.autoscale
 
 
 class ServingSettings(ServingPlanSettings):
     burstScaling: bool = False               # KEDA into the nodes' idle GPUs
+    autoscaling: AutoscalingSettings = AutoscalingSettings()   # docs/autoscaling-deploy.md
     namespace: K8sLabelName = SERVING_NAMESPACE
 
     @field_validator("namespace")
@@ -612,6 +618,7 @@ REQUEST_TABLE: tuple[RequestKey, ...] = (
     RequestKey("serving_mode", "serving.mode"),
     RequestKey("speculative", "serving.speculative"),   # converted: sizing.roles.SpeculativeRequest
     RequestKey("traffic", "workload.traffic"),   # a load over time (sizing.load_curve, sizing.autoscale)
+    RequestKey("mig_profile", "serving.mig", "--mig"),
 )
 # The settings key (under llm-serving:) each `PlanRequest` field comes from, as plan_request()
 # fills it: a `SizingError(field=...)` names the key the user can change.

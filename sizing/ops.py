@@ -59,6 +59,12 @@ def gpu_costs(gpu_key: str) -> dict:
     table = load_op_costs()["gpus"]
     if gpu_key in table:
         return table[gpu_key]
+    from .mig import split_slice_id
+    sliced = split_slice_id(gpu_key)
+    if sliced is not None:    # a MIG slice (sizing.mig): its GPU's table, bandwidths and throughputs at the slice's shares
+        base, profile = sliced
+        share = float(profile.compute_fraction)
+        return _scaled(gpu_costs(base), float(profile.bandwidth_fraction), {"fp8": share, "bf16": share}, 1.0)
     from .catalog import load_catalog
     cat = load_catalog()
     if gpu_key not in cat.gpus:

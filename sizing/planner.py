@@ -259,8 +259,9 @@ def plan_aggregated(req: PlanRequest) -> Plan:
     if len(types) > 1:
         raise PlanError(f"GPU pools mix instance types ({', '.join(sorted(types))}); use one type")
     instance = load_catalog().instance(types.pop())
-    if req.mig_profile is not None:
-        raise PlanError("MIG slices are not planned by this version", "mig_profile")
+    if req.mig_profile is not None:       # replicas on MIG slices, each slice planned as a GPU (sizing.mig)
+        from .mig import sliced
+        req, instance = sliced(req, instance, model)
     best, failures = None, []
     for layout, tp, n in _candidates(req, model, instance, profile):
         if n > 1 and best is not None and best[1].survives_failure:

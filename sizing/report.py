@@ -138,6 +138,9 @@ def plan_to_dict(plan: Plan) -> dict:
     if plan.autoscale is not None:
         from .autoscale import autoscale_to_dict
         out["autoscale"] = autoscale_to_dict(plan)
+    if plan.request.mig_profile is not None:     # replicas on MIG slices (sizing.mig): a "GPU" above is a slice
+        from .mig import replicas_per_gpu
+        out["mig_profile"], out["replicas_per_gpu"] = plan.request.mig_profile, replicas_per_gpu(plan)
     return out
 
 
@@ -213,6 +216,9 @@ def table_rows(d: dict) -> list[tuple[str, str, str]]:
          "n/a" if d["node_cost_per_hour"] is None else
          f"${d['node_cost_per_hour']:,.2f}/h / ${d['node_cost_per_million_output_tokens']:.2f}"),
     ]
+    if "mig_profile" in d:       # the GPUs counted above are MIG slices
+        rows.append(("MIG slice per replica (GPUs above are slices) / replicas per GPU", "",
+                     f"{d['mig_profile']} / {d['replicas_per_gpu']}"))
     if "requests_per_s" in d:
         rows.append(("closed loop: requests/s, output tokens/s (after a loss)", "",
                      f"{d['requests_per_s']:.2f} req/s, {d['output_tokens_per_s']:,.0f} tok/s"))

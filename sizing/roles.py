@@ -142,6 +142,7 @@ class AutoscalePolicy:
     scales: str = "replicas"             # replicas (Deployments) | groups (LeaderWorkerSet groups, whole)
     polling_interval_s: float = 30.0     # KEDA's pollingInterval
     node_scale_down_s: float = 600.0     # an empty node is removed after this (cluster-autoscaler default)
+    floor_qps: float | None = None       # the trough's load: what the floor carries after losing a zone
 
 
 def aggregated_pool(plan) -> ServingPool:

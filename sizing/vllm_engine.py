@@ -66,6 +66,7 @@ BLACKWELL_GPUS = ("b200",)
 
 def kv_block_tokens(shape, default: int) -> int:
     """Tokens per KV block the engine allocates for this model on this GPU."""
-    if shape.model.is_mla and shape.instance.gpu.id in BLACKWELL_GPUS:
+    # A MIG slice (`b200/mig-<profile>`, sizing.mig) runs the same kernels as its GPU.
+    if shape.model.is_mla and shape.instance.gpu.id.partition("/")[0] in BLACKWELL_GPUS:
         return BLACKWELL_MLA_BLOCK_TOKENS
     return default

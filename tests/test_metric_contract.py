@@ -46,8 +46,18 @@ def test_rules_and_panels_read_only_contract_or_recorded_series(stack):
         assert series_in(expr) <= allowed, f"{where}: {sorted(series_in(expr) - allowed)}"
 
 
+def autoscaling_exprs() -> list[tuple[str, str]]:
+    """The autoscaled fleet's alerts (observability.autoscaling_alerts), on a plan given a policy."""
+    import dataclasses
+    from observability.autoscaling_alerts import autoscaling_group
+    from tests.test_autoscaling_deploy import policy_for
+    settings, plan = plan_for("prod")
+    group = autoscaling_group(dataclasses.replace(plan, autoscale=policy_for(plan)), settings.serving.namespace)
+    return [(f"rule {r['alert']}", r["expr"]) for r in group["rules"]]
+
+
 def test_every_contract_series_is_read_by_a_rule_or_panel():
-    read = set().union(*(series_in(expr) for _, expr in rules_and_panels("prod")))
+    read = set().union(*(series_in(expr) for _, expr in rules_and_panels("prod") + autoscaling_exprs()))
     unread = {s.name for s in contract.SERIES
               if not ({s.name} | {s.name + x for x in contract.HISTOGRAM_SUFFIXES}) & read}
     assert unread == set()

@@ -310,6 +310,18 @@ def one_node_for_a_two_node_group(lay: Layout) -> None:
     lay.find("ng-us-east-1b").inputs["scalingConfig"].update(desiredSize=1.0, minSize=1.0, maxSize=1.0)
 
 
+def add_scaled_objects(lay: Layout, floors: dict[str, int], floor_qps: str | None = None) -> None:
+    """KEDA and one ScaledObject per zone's serving Deployment, with the floors given (autoscaling)."""
+    keda = lay.add("kubernetes:helm.sh/v3:Release", "keda", {"chart": "keda", "version": "2.20.2", "values": {}})
+    for zone, floor in floors.items():
+        annotations = {"llm-serving.io/floor-qps": floor_qps} if floor_qps else None
+        lay.add("kubernetes:keda.sh/v1alpha1:ScaledObject", f"scale-{zone}", {
+            "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
+            **k8s("ScaledObject", f"vllm-{zone}", {"scaleTargetRef": {"name": f"vllm-{zone}"},
+                                                   "minReplicaCount": float(floor), "maxReplicaCount": 1.0},
+                  annotations=annotations)}, deps=(keda, lay.find(f"vllm-{zone}").urn))
+
+
 CASES = {
     # failure domains
     "reference layout": (lambda lay: None, set()),
@@ -419,6 +431,15 @@ CASES = {
             annotations={"llm-serving.io/quota-budget-qps": "1000", "llm-serving.io/proxies": "2"}), set()),
     "rate limit on the Gateway": (
         lambda lay: spec_of(lay, "traffic").update(targetRefs=[{"kind": "Gateway", "name": "llm"}]), set()),
+    # autoscaling
+    "autoscaling floor in one zone only": (
+        lambda lay: add_scaled_objects(lay, {"us-east-1a": 1, "us-east-1b": 0}),
+        {"autoscaling-floor-n-plus-one-by-zone"}),
+    "autoscaling floor short of the trough after a zone loss": (
+        lambda lay: add_scaled_objects(lay, {"us-east-1a": 1, "us-east-1b": 1}, floor_qps="20"),
+        {"autoscaling-floor-n-plus-one-by-zone"}),
+    "autoscaling floor N+1 by zone at the trough": (
+        lambda lay: add_scaled_objects(lay, {"us-east-1a": 1, "us-east-1b": 1}, floor_qps="15"), set()),
     # cost
     "capacity block bought without opt-in": (lambda lay: add_capacity_block(lay, {"team": "ml-platform"}),
                                              {"capacity-block-opt-in"}),
@@ -538,6 +559,12 @@ def test_every_policy_has_a_failing_and_a_passing_case():
      "Deployment vllm-us-east-1a: container vllm sets HF_TOKEN to a literal value; use valueFrom.secretKeyRef"),
     ("route-level policy without auth overrides the Gateway's", "routes-behind-auth",
      "HTTPRoute openai has SecurityPolicy cors without authentication, which replaces any on its Gateway"),
+    ("autoscaling floor in one zone only", "autoscaling-floor-n-plus-one-by-zone",
+     "the autoscaling floor (us-east-1a: 1, us-east-1b: 0) leaves no replica after losing us-east-1a: scaled down, "
+     "the fleet does not survive a zone loss"),
+    ("autoscaling floor short of the trough after a zone loss", "autoscaling-floor-n-plus-one-by-zone",
+     "losing us-east-1a at the autoscaling floor leaves 1 replica carrying 15.94 QPS, short of the trough's 20 QPS "
+     "the floor is sized for"),
     ("capacity block bought without opt-in", "capacity-block-opt-in",
      "capacity block block would buy offering cbr-0123456789abcdef0, which cannot be refunded, without the "
      "llm-serving.io/purchase-approved: 'true' tag"),
