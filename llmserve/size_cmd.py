@@ -65,10 +65,8 @@ def size(
 
     if plot is not None:
         check_output_file("--plot", plot, ".png")
-    serving = serving_fields(serving_mode, {"--prefill-replicas": prefill_replicas, "--prefill-tp": prefill_tp,
-                                            "--decode-replicas": decode_replicas, "--decode-tp": decode_tp})
-    if sweep and "pool_layout" in serving:
-        fail("--prefill-replicas: the sweep plans its own layouts; drop the layout or size without --sweep")
+    serving = _serving(serving_mode, sweep, {"--prefill-replicas": prefill_replicas, "--prefill-tp": prefill_tp,
+                                             "--decode-replicas": decode_replicas, "--decode-tp": decode_tp})
     with paused_gc():    # the settings' models, the plan and the report: see paused_gc
         loaded = load(stack, config) if stack is not None or config is not None else None
         source = loaded.source if loaded is not None else None
@@ -79,6 +77,14 @@ def size(
             show_sweep(req.plan_request(), as_json, serving.get("serving_mode", "aggregated"))
             return
         _show(_plan(req, source, spec, serving), as_json, plot)
+
+
+def _serving(serving_mode: str | None, sweep: bool, layout: dict) -> dict:
+    """The serving-mode flags as PlanRequest fields (llmserve/serving_flags.py); the sweep plans its own layouts."""
+    serving = serving_fields(serving_mode, layout)
+    if sweep and "pool_layout" in serving:
+        fail("--prefill-replicas: the sweep plans its own layouts; drop the layout or size without --sweep")
+    return serving
 
 
 def _given() -> dict:
