@@ -7,9 +7,10 @@ the node groups' scaling bounds, components/cluster_autoscaler.py the node autos
 How the policy becomes a ScaledObject (docs/autoscaling-deploy.md):
 - the trigger is the policy's query, a fleet total (what the whole fleet must carry), through KEDA's
   prometheus scaler with `metricType: AverageValue`: the HPA asks ceil(value / threshold) replicas.
-  Each zone's threshold is `target_per_replica x (zones - 1)`: every zone alone carries its share of
-  the load after any other zone is lost, which is N+1 by zone (one zone: the target itself; the
-  floor keeps the node's +1);
+  Each zone's threshold is the policy's `zone_threshold`, `target_per_replica x (zones - 1)` less the
+  HPA's 10% tolerance: every zone alone carries its share of the load after any other zone is lost,
+  which is N+1 by zone (one zone: the target itself; the floor keeps the node's +1). A second
+  trigger, the policy's `lead_query`, asks for the rate predicted one cold start ahead;
 - `minReplicaCount` is the zone's floor (N+1 by zone at the trough), `maxReplicaCount` its ceiling;
   the Deployments and node groups are created at the plan's peak fleet (what every other guard
   judges) and scale down from there;
@@ -42,10 +43,11 @@ class ZoneScaling:
     ceiling: int
     metric: str                  # what the query measures (words, from the policy)
     query: str
-    threshold: float             # per replica: the policy's target x (zones - 1)
+    threshold: float             # per replica: the policy's zone threshold, (zones - 1) x its target less the HPA tolerance
     scale_down_stabilization_s: int
     scale_down_period_s: int     # one pod per period: a replica's drain grace
     floor_qps: float | None = None   # the trough's load the floor carries after losing a zone (the policy's)
+    lead_query: str = ""         # the same rate lead_s ahead (the policy's): scale-up leads the curve by the cold start
 
     @property
     def annotations(self) -> dict[str, str]:
@@ -100,9 +102,10 @@ def zone_scalings(plan: Plan, settings: StackSettings, drain: DrainTiming) -> tu
     share = max(1, len(zones) - 1)
     return tuple(ZoneScaling(
         zone=z, target=f"vllm-{z}", floor=policy.floor_by_zone.get(z, 0), ceiling=policy.ceiling_by_zone[z],
-        metric=policy.metric, query=policy.query, threshold=policy.target_per_replica * share,
+        metric=policy.metric, query=policy.query, threshold=policy.zone_threshold or policy.target_per_replica * share,
         scale_down_stabilization_s=math.ceil(policy.scale_down_stabilization_s),
-        scale_down_period_s=drain.grace_period_s, floor_qps=policy.floor_qps) for z in zones)
+        scale_down_period_s=drain.grace_period_s, floor_qps=policy.floor_qps, lead_query=policy.lead_query)
+        for z in zones)
 
 
 def scaled_object_spec(zs: ZoneScaling, prometheus_url: str) -> dict:
@@ -119,9 +122,12 @@ def scaled_object_spec(zs: ZoneScaling, prometheus_url: str) -> dict:
         # The query failing (Prometheus down) 3 polls in a row: hold the ceiling, never the floor (KEDA's
         # fallback; it takes AverageValue triggers only).
         "fallback": {"failureThreshold": FALLBACK_FAILURES, "replicas": zs.ceiling},
+        # The HPA takes the largest of its metrics: the rate now, and (when the policy has one) the rate
+        # predicted lead_s ahead, so a replica starts a cold start before the load reaches it.
         "triggers": [{"type": "prometheus", "metricType": "AverageValue",
-                      "metadata": {"serverAddress": prometheus_url, "query": zs.query,
-                                   "threshold": f"{zs.threshold:.6g}"}}],
+                      "metadata": {"serverAddress": prometheus_url, "query": query,
+                                   "threshold": f"{zs.threshold:.6g}"}}
+                     for query in (zs.query, zs.lead_query) if query],
     }
 
 

@@ -129,7 +129,7 @@ def policy_for(p, trough, curve: LoadCurve) -> AutoscalePolicy:
         floor_by_zone=floor, ceiling_by_zone=ceiling, lead_s=lead,
         scale_down_stabilization_s=float(max(HPA_SCALE_DOWN_STABILIZATION_S, math.ceil(lead + longest_request_s(p)))),
         cold_start=cold, notes=tuple(notes),
-        lead_query=lead_query(lead), zone_threshold=round(threshold, 4),
+        lead_query=lead_query(lead), zone_threshold=round(threshold, 4), floor_qps=curve.trough_qps,
         peak_qps=curve.peak_qps, peak_at_s=curve.peak_at_s, trough_qps=curve.trough_qps,
         trough_at_s=curve.trough_at_s, trough_replicas=trough.replicas, floor_redundancy=trough.redundancy,
         nodes_floor_by_zone={z: lo for z, (lo, _) in nodes.items()},

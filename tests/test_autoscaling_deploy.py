@@ -249,3 +249,30 @@ def test_a_failing_query_holds_the_ceiling_not_the_floor(autoscaled):
     for name, obj in scaled_objects(autoscaled).items():
         ceiling = autoscaled.plan.autoscale.ceiling_by_zone[name.removeprefix("vllm-")]
         assert obj["spec"]["fallback"]["replicas"] == ceiling and obj["spec"]["fallback"]["failureThreshold"] >= 1
+
+
+# -- on the real planner (sizing.autoscale) ----------------------------------------------------------------
+DAY = [2, 2, 2, 2, 2, 3, 4, 6, 8, 10, 12, 13, 14, 14, 13, 12, 11, 10, 9, 8, 6, 4, 3, 2]
+
+
+def test_the_planned_policy_reaches_each_zones_scaled_object(build_program):
+    """A stack with workload.traffic and serving.autoscaling.enabled, planned by sizing.autoscale: each
+    zone scales between the policy's floor and ceiling on its rate now and its rate a cold start ahead,
+    both at the policy's zone threshold (N+1 by zone, less the HPA's tolerance)."""
+    from tests.stacks import stack_config
+    base = stack_config("prod")
+    workload = {k: v for k, v in base["llm-serving:workload"].items() if k != "qps"}
+    recording = build_program("prod", {
+        "workload": {**workload, "traffic": DAY},
+        "serving": {**base.get("llm-serving:serving", {}), "burstScaling": False, "autoscaling": {"enabled": True}},
+        "sizing": {**base.get("llm-serving:sizing", {}), "profile": "measured"}})
+    a = recording.plan.autoscale
+    assert a.lead_query and a.zone_threshold > 0 and a.floor_qps == 2.0
+    objects = scaled_objects(recording)
+    assert set(objects) == {f"vllm-{z}" for z, n in a.ceiling_by_zone.items() if n}
+    for zone, ceiling in a.ceiling_by_zone.items():
+        spec = objects[f"vllm-{zone}"]["spec"]
+        assert (spec["minReplicaCount"], spec["maxReplicaCount"]) == (a.floor_by_zone[zone], ceiling)
+        assert [t["metadata"]["query"] for t in spec["triggers"]] == [a.query, a.lead_query]
+        assert [float(t["metadata"]["threshold"]) for t in spec["triggers"]] == [pytest.approx(a.zone_threshold)] * 2
+        validate(json.loads(json.dumps(objects[f"vllm-{zone}"])), "1.35")
