@@ -62,7 +62,7 @@ for pool_spec in spec.node_pools:     # each updates after the one before
 # -- controllers the gateway needs: load balancer, certificate, DNS (each through Pod Identity) ---
 gw_settings = settings.gateway
 controller_base = dict(cluster_name=cluster.cluster_name, region=settings.region, provider=cluster.k8s_provider,
-                       tags=settings.tags)
+                       tags=settings.tags, kubernetes_version=settings.kubernetesVersion)
 after_pod_identity_agent = pulumi.ResourceOptions(depends_on=[cluster.pod_identity_agent])
 load_balancer_controller = LoadBalancerController("aws-lb-controller", LoadBalancerControllerArgs(
     vpc_id=network.vpc.id, **controller_base), opts=after_pod_identity_agent)
@@ -77,7 +77,8 @@ if gw_settings.manages_dns:
         hosted_zone_id=gw_settings.hostedZoneId, **controller_base), opts=after_pod_identity_agent).release)
 
 # -- Kubernetes: GPU plugin -> vLLM replicas (per zone) -> gateway (auth, quotas, routing) --------
-gpu_plugin = GpuPlugin("gpu-plugin", GpuPluginArgs(provider=cluster.k8s_provider),
+gpu_plugin = GpuPlugin("gpu-plugin", GpuPluginArgs(provider=cluster.k8s_provider,
+                                                      kubernetes_version=settings.kubernetesVersion),
                        opts=pulumi.ResourceOptions(depends_on=gpu_pools))
 serving_after: list[pulumi.Resource] = [gpu_plugin]
 lws = None
@@ -85,7 +86,7 @@ if efa:
     serving_after.append(EfaPlugin("efa-plugin", EfaPluginArgs(provider=cluster.k8s_provider),
                                    opts=pulumi.ResourceOptions(depends_on=gpu_pools)).release)
 if spec.spans_nodes:     # replicas that span nodes: one LeaderWorkerSet each, after its controller
-    lws = LwsController("lws", LwsControllerArgs(provider=cluster.k8s_provider),
+    lws = LwsController("lws", LwsControllerArgs(provider=cluster.k8s_provider, kubernetes_version=settings.kubernetesVersion),
                         opts=pulumi.ResourceOptions(depends_on=[cluster.system_node_group]))
     serving_after.append(lws.release)
 serving = Serving("serving", ServingArgs(
@@ -105,6 +106,7 @@ certificate = GatewayCertificate("gateway-certificate", GatewayCertificateArgs(
 gateway = Gateway("llm-gateway", GatewayArgs(
     spec=spec.gateway, provider=cluster.k8s_provider, api_keys=secret("apiKeys"),
     namespace=serving.namespace_name, service_name=serving.service_name, tls_secret_name=certificate.secret_name,
+    kubernetes_version=settings.kubernetesVersion,
     controllers=(*gateway_controllers, certificate)), opts=pulumi.ResourceOptions(depends_on=[serving]))
 
 # -- proving the rollout: the FP8 accuracy gate (awaited: a failed gate fails `pulumi up`; on by

@@ -30,6 +30,7 @@ from deployment.api_keys import gate_key, parse_api_keys
 from deployment.gateway import GATEWAY_CLUSTER_IP, GatewaySpec
 
 from .endpoint_picker import EndpointPicker, EndpointPickerArgs
+from .namespaces import chart_namespace
 from .options import after
 from .pods import spread
 
@@ -99,6 +100,13 @@ def ai_gateway_values() -> dict:
     pod still schedules with two zones)."""
     return {"controller": {
         "replicaCount": AIGW_CONTROLLER_REPLICAS,
+        # The chart sets no security context (values.yaml L138-139 at v1.0.0); its namespace enforces
+        # restricted. The image's user is distroless `nonroot` by name (Dockerfile L13, L40), which
+        # the kubelet cannot check against runAsNonRoot: its uid, 65532, is given.
+        "podSecurityContext": {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532,
+                               "seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                            "privileged": False, "readOnlyRootFilesystem": True},
         "nodeSelector": dict(SYSTEM_ROLE_LABEL),
         "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
             "weight": 100, "podAffinityTerm": {"topologyKey": ZONE_KEY,
@@ -142,6 +150,7 @@ class GatewayArgs:
     namespace: str                         # the serving namespace (routes, policies, pool live there)
     service_name: str                      # the vLLM Service (the fallback backend)
     tls_secret_name: str                   # the listener's certificate (components.cert_manager.GatewayCertificate)
+    kubernetes_version: str                # the cluster's: the controllers' namespaces' Pod Security labels
     monitoring_namespace: str = MONITORING_NAMESPACE
     controllers: tuple = ()                # load balancer and DNS controllers, the certificate
 
@@ -251,21 +260,25 @@ class Gateway(pulumi.ComponentResource):
         `internal/controller/controller.go` skips its InferencePool controller for good).
         Returns what custom resources must wait for."""
         inference = args.spec.settings.inferenceExtension
+        version = args.kubernetes_version
+        eg_ns = chart_namespace(f"{name}-eg-ns", GATEWAY_CONTROLLER_NAMESPACE, args.provider, version, self)
         pool_crd = [k8s.yaml.v2.ConfigFile(f"{name}-inference-crds", file=INFERENCE_CRDS_URL, opts=opts)] \
             if inference else []
         eg = k8s.helm.v3.Release(
             f"{name}-envoy-gateway", name="envoy-gateway", chart=EG_CHART, version=ENVOY_GATEWAY_VERSION,
-            namespace=GATEWAY_CONTROLLER_NAMESPACE, create_namespace=True,
+            namespace=GATEWAY_CONTROLLER_NAMESPACE,
             values=envoy_gateway_values(args.spec.proxies, inference),
-            opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=pool_crd)))
+            opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[*pool_crd, eg_ns])))
         if not inference:
             return [eg]
+        aigw_ns = chart_namespace(f"{name}-aigw-ns", AI_GATEWAY_NAMESPACE, args.provider, version, self)
         aigw_crds = k8s.helm.v3.Release(
             f"{name}-ai-gateway-crds", name="ai-gateway-crds", chart=AIGW_CRDS_CHART, version=ENVOY_AI_GATEWAY_VERSION,
-            namespace=AI_GATEWAY_NAMESPACE, create_namespace=True, opts=opts)
+            namespace=AI_GATEWAY_NAMESPACE,
+            opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[aigw_ns])))
         aigw = k8s.helm.v3.Release(
             f"{name}-ai-gateway", name="ai-gateway", chart=AIGW_CHART, version=ENVOY_AI_GATEWAY_VERSION,
-            namespace=AI_GATEWAY_NAMESPACE, create_namespace=True, values=ai_gateway_values(),
+            namespace=AI_GATEWAY_NAMESPACE, values=ai_gateway_values(),
             opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[*pool_crd, aigw_crds, eg])))
         return [*pool_crd, eg, aigw_crds, aigw]
 

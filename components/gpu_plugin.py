@@ -13,6 +13,8 @@ import pulumi_kubernetes as k8s
 
 from conventions import GPU_PLUGIN_NAMESPACE, GPU_ROLE_LABEL, GPU_TOLERATION, LABEL_ROLE, NVIDIA_DEVICE_PLUGIN_CHART_VERSION
 
+from .namespaces import chart_namespace
+
 
 CHART = "nvidia-device-plugin"
 CHART_REPO = "https://nvidia.github.io/k8s-device-plugin"
@@ -34,6 +36,7 @@ def plugin_values() -> dict:
 @dataclass(frozen=True)
 class GpuPluginArgs:
     provider: k8s.Provider
+    kubernetes_version: str               # the cluster's: its namespace's Pod Security labels are pinned to it
 
 
 class GpuPlugin(pulumi.ComponentResource):
@@ -41,12 +44,13 @@ class GpuPlugin(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: GpuPluginArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llm-serving:gpu_plugin:GpuPlugin", name, None, opts)
+        self.namespace = chart_namespace(f"{name}-ns", GPU_PLUGIN_NAMESPACE, args.provider, args.kubernetes_version, self)
         self.release = k8s.helm.v3.Release(
             f"{name}-release",
             name="nvidia-device-plugin",
             chart=CHART, version=NVIDIA_DEVICE_PLUGIN_CHART_VERSION,
             repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=CHART_REPO),
-            namespace=GPU_PLUGIN_NAMESPACE, create_namespace=True,
+            namespace=GPU_PLUGIN_NAMESPACE,
             values=plugin_values(),
-            opts=pulumi.ResourceOptions(parent=self, provider=args.provider))
+            opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[self.namespace]))
         self.register_outputs({"release": self.release.name})

@@ -30,6 +30,7 @@ from deployment.serving import (
     APP_LABELS, HUB_TOKEN_DIR, HUB_TOKEN_KEY, ReplicaPlacement, ServingSpec, leader_worker_set_spec,
 )
 
+from .namespaces import chart_namespace
 from .pods import (
     SCRATCH_MOUNT, SCRATCH_VOLUME, container_security, egress_policies, one_pod_per_node, pod_security,
     pod_security_labels, spread,
@@ -237,9 +238,10 @@ class Serving(pulumi.ComponentResource):
             self.keda = k8s.helm.v3.Release(
                 f"{name}-keda", name="keda", chart=KEDA_CHART, version=KEDA_CHART_VERSION,
                 repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=KEDA_REPO),
-                namespace=KEDA_NAMESPACE, create_namespace=True,
+                namespace=KEDA_NAMESPACE,
                 values={"nodeSelector": dict(SYSTEM_ROLE_LABEL)},
-                opts=pulumi.ResourceOptions(parent=self, provider=args.provider))
+                opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[chart_namespace(
+                    f"{name}-keda-ns", KEDA_NAMESPACE, args.provider, args.kubernetes_version, self)]))
         previous = None
         for zr in spec.zones:
             zone, count = zr.zone, zr.replicas
