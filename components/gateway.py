@@ -30,9 +30,8 @@ from deployment.api_keys import gate_key, parse_api_keys
 from deployment.gateway import GATEWAY_CLUSTER_IP, GatewaySpec
 
 from .endpoint_picker import EndpointPicker, EndpointPickerArgs
-from .namespaces import chart_namespace
 from .options import after
-from .pods import spread
+from .pods import chart_namespace_metadata, spread
 
 EG_CHART = "oci://docker.io/envoyproxy/gateway-helm"   # CRDs pinned in scripts/upstream-files.json (vendor/upstream)
 AIGW_CHART, AIGW_CRDS_CHART = "oci://docker.io/envoyproxy/ai-gateway-helm", "oci://docker.io/envoyproxy/ai-gateway-crds-helm"
@@ -261,7 +260,9 @@ class Gateway(pulumi.ComponentResource):
         Returns what custom resources must wait for."""
         inference = args.spec.settings.inferenceExtension
         version = args.kubernetes_version
-        eg_ns = chart_namespace(f"{name}-eg-ns", GATEWAY_CONTROLLER_NAMESPACE, args.provider, version, self)
+        eg_ns = k8s.core.v1.Namespace(
+            f"{name}-eg-ns", metadata=chart_namespace_metadata(GATEWAY_CONTROLLER_NAMESPACE, version),
+            opts=pulumi.ResourceOptions(parent=self, provider=args.provider))
         pool_crd = [k8s.yaml.v2.ConfigFile(f"{name}-inference-crds", file=INFERENCE_CRDS_URL, opts=opts)] \
             if inference else []
         eg = k8s.helm.v3.Release(
@@ -271,7 +272,9 @@ class Gateway(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[*pool_crd, eg_ns])))
         if not inference:
             return [eg]
-        aigw_ns = chart_namespace(f"{name}-aigw-ns", AI_GATEWAY_NAMESPACE, args.provider, version, self)
+        aigw_ns = k8s.core.v1.Namespace(
+            f"{name}-aigw-ns", metadata=chart_namespace_metadata(AI_GATEWAY_NAMESPACE, version),
+            opts=pulumi.ResourceOptions(parent=self, provider=args.provider))
         aigw_crds = k8s.helm.v3.Release(
             f"{name}-ai-gateway-crds", name="ai-gateway-crds", chart=AIGW_CRDS_CHART, version=ENVOY_AI_GATEWAY_VERSION,
             namespace=AI_GATEWAY_NAMESPACE,

@@ -13,7 +13,7 @@ import pulumi_kubernetes as k8s
 
 from conventions import GPU_PLUGIN_NAMESPACE, GPU_ROLE_LABEL, GPU_TOLERATION, LABEL_ROLE, NVIDIA_DEVICE_PLUGIN_CHART_VERSION
 
-from .namespaces import chart_namespace
+from .pods import chart_namespace_metadata
 
 
 CHART = "nvidia-device-plugin"
@@ -44,7 +44,9 @@ class GpuPlugin(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: GpuPluginArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llm-serving:gpu_plugin:GpuPlugin", name, None, opts)
-        self.namespace = chart_namespace(f"{name}-ns", GPU_PLUGIN_NAMESPACE, args.provider, args.kubernetes_version, self)
+        self.namespace = k8s.core.v1.Namespace(
+            f"{name}-ns", metadata=chart_namespace_metadata(GPU_PLUGIN_NAMESPACE, args.kubernetes_version),
+            opts=pulumi.ResourceOptions(parent=self, provider=args.provider))
         self.release = k8s.helm.v3.Release(
             f"{name}-release",
             name="nvidia-device-plugin",

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_kubernetes as k8s
 
-from .namespaces import chart_namespace
 from .options import after
 from .pod_identity import PodIdentity, PodIdentityArgs
+from .pods import chart_namespace_metadata
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,7 +36,7 @@ class ChartRelease:
     release: str
     namespace: str
     service_account: str                  # the chart's service account, bound to the role
-    create_namespace: bool = True         # the program makes the namespace (components/namespaces.py); False: kube-system
+    create_namespace: bool = True         # the program makes the namespace (components/pods.py chart_namespace_metadata); False: kube-system
     wait_for_pods: bool = False           # True: `skip_await=False`, the release waits for ready pods
 
     def release_inputs(self) -> dict:
@@ -59,8 +59,9 @@ def release_with_identity(parent: pulumi.ComponentResource, name: str, spec: Cha
         cluster_name=cluster_name, namespace=spec.namespace, service_account=spec.service_account,
         policy_json=policy_json, tags=dict(tags)),
         opts=pulumi.ResourceOptions(parent=parent, depends_on=after(opts)))
-    namespace = [chart_namespace(f"{name}-ns", spec.namespace, provider, kubernetes_version, parent)] \
-        if spec.create_namespace else []
+    namespace = [k8s.core.v1.Namespace(
+        f"{name}-ns", metadata=chart_namespace_metadata(spec.namespace, kubernetes_version),
+        opts=pulumi.ResourceOptions(parent=parent, provider=provider))] if spec.create_namespace else []
     return k8s.helm.v3.Release(
         f"{name}-release", **spec.release_inputs(), values=values,
         opts=pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=[identity.association, *namespace]))

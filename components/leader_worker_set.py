@@ -25,7 +25,7 @@ import pulumi_kubernetes as k8s
 
 from conventions import LWS_CHART_VERSION, LWS_NAMESPACE, LWS_VERSION, SYSTEM_ROLE_LABEL, ZONE_KEY
 
-from .namespaces import chart_namespace
+from .pods import chart_namespace_metadata
 
 CHART = "oci://registry.k8s.io/lws/charts/lws"
 MANAGER_IMAGE = "registry.k8s.io/lws/lws"
@@ -57,7 +57,9 @@ class LwsController(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: LwsControllerArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llm-serving:lws:LwsController", name, None, opts)
-        self.namespace = chart_namespace(f"{name}-ns", LWS_NAMESPACE, args.provider, args.kubernetes_version, self)
+        self.namespace = k8s.core.v1.Namespace(
+            f"{name}-ns", metadata=chart_namespace_metadata(LWS_NAMESPACE, args.kubernetes_version),
+            opts=pulumi.ResourceOptions(parent=self, provider=args.provider))
         self.release = k8s.helm.v3.Release(
             f"{name}-release", name="lws", chart=CHART, version=LWS_CHART_VERSION,
             namespace=LWS_NAMESPACE, values=controller_values(),

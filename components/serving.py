@@ -15,7 +15,7 @@ monitoring namespace: Prometheus can scrape without being able to call the model
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -25,14 +25,14 @@ from conventions import (
     LABEL_ENVIRONMENT, LABEL_POOL, LABEL_ROLE, LABEL_ZONE, LWS_API_VERSION, LWS_KIND, METRICS_PROXY_IMAGE, MODEL_CACHE_PATH,
     MONITORING_NAMESPACE, ROLE_SERVING_WORKER, SYSTEM_ROLE_LABEL, VLLM_API_PORT, VLLM_IMAGE, VLLM_METRICS_PORT, ZONE_KEY,
 )
-from deployment.engine import CONTAINER_CACHE_PATH, LEADER_ADDRESS, WORKER_INDEX, multi_node_args, vllm_args
+from deployment.engine import LEADER_ADDRESS, WORKER_INDEX, multi_node_args, vllm_args
+from deployment.model_cache import download_container, engine_cache_env, engine_cache_mounts, served_model_path
 from deployment.serving import (
-    APP_LABELS, HUB_TOKEN_DIR, HUB_TOKEN_KEY, ReplicaPlacement, ServingSpec, leader_worker_set_spec,
+    APP_LABELS, HUB_TOKEN_KEY, ReplicaPlacement, ServingSpec, leader_worker_set_spec,
 )
 
-from .namespaces import chart_namespace
 from .pods import (
-    SCRATCH_MOUNT, SCRATCH_VOLUME, container_security, egress_policies, one_pod_per_node, pod_security,
+    SCRATCH_MOUNT, chart_namespace_metadata, SCRATCH_VOLUME, container_security, egress_policies, one_pod_per_node, pod_security,
     pod_security_labels, spread,
 )
 
@@ -69,24 +69,20 @@ server {{
 
 
 def vllm_env() -> list[dict]:
-    """No secret in the environment: the hub token is a file. Every path vLLM 0.29.0 and the
-    libraries under it write is on a volume, so the root filesystem is read-only:
-    - the node's model cache (shared by the node's pods, kept across restarts, so a restart does
-      not compile again): HF_HOME (weights), VLLM_CACHE_ROOT (vllm/envs.py; its torch.compile
-      cache, where vLLM also points TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR), FlashInfer's
-      JIT kernels (FLASHINFER_WORKSPACE_BASE, flashinfer/jit/env.py: else ~/.cache/flashinfer),
-      DeepGEMM's JIT (DG_JIT_CACHE_DIR) and CUDA's PTX cache (CUDA_CACHE_PATH, else ~/.nv);
+    """No secret in the environment, and no hub token at all: the engine serves the directory the
+    init step downloaded (components/model_cache.py). Every path vLLM 0.29.0 and the libraries
+    under it write is on a volume, so the root filesystem is read-only:
+    - the node's compile cache (shared by the node's pods, kept across restarts, so a restart does
+      not compile again; the weights beside it are read-only): VLLM_CACHE_ROOT (vllm/envs.py; its
+      torch.compile cache, where vLLM also points TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR),
+      FlashInfer's JIT kernels (FLASHINFER_WORKSPACE_BASE, flashinfer/jit/env.py: else
+      ~/.cache/flashinfer), DeepGEMM's JIT (DG_JIT_CACHE_DIR) and CUDA's PTX cache (CUDA_CACHE_PATH,
+      else ~/.nv);
     - the pod's /tmp (an emptyDir): HOME, and so ~/.config/vllm (VLLM_CONFIG_ROOT, usage stats),
       ~/.cache (XDG_CACHE_HOME: the structured-output grammars' caches), torch's default
       /tmp/torchinductor_<user>, vLLM's IPC sockets (VLLM_RPC_BASE_PATH, tempfile.gettempdir());
     - /dev/shm (a memory emptyDir): the tensor-parallel workers' shared memory."""
-    jit = f"{CONTAINER_CACHE_PATH}/jit"
-    return [{"name": "HF_TOKEN_PATH", "value": f"{HUB_TOKEN_DIR}/{HUB_TOKEN_KEY}"},
-            {"name": "HF_HOME", "value": f"{CONTAINER_CACHE_PATH}/hf-home"},
-            {"name": "VLLM_CACHE_ROOT", "value": f"{CONTAINER_CACHE_PATH}/vllm-cache"},
-            {"name": "FLASHINFER_WORKSPACE_BASE", "value": f"{jit}/flashinfer"},
-            {"name": "DG_JIT_CACHE_DIR", "value": f"{jit}/deep-gemm"},
-            {"name": "CUDA_CACHE_PATH", "value": f"{jit}/cuda"},
+    return [*engine_cache_env(),
             {"name": "HOME", "value": "/tmp"},
             {"name": "XDG_CACHE_HOME", "value": "/tmp/.cache"},
             {"name": "XDG_CONFIG_HOME", "value": "/tmp/.config"},
@@ -148,7 +144,8 @@ def vllm_container(spec: ServingSpec) -> dict:
     return {
         "name": "vllm",
         "image": VLLM_IMAGE,
-        "args": vllm_args(spec.launch),
+        # The directory the init step filled, not the hub id (components/model_cache.py).
+        "args": vllm_args(replace(spec.launch, model=served_model_path(spec.launch.model))),
         "env": vllm_env(),
         "ports": [{"name": "http", "containerPort": VLLM_API_PORT, "protocol": "TCP"}],
         "resources": {"limits": {GPU_RESOURCE: gpus, "memory": memory},
@@ -156,8 +153,7 @@ def vllm_container(spec: ServingSpec) -> dict:
         # Read-only root: every path it writes is moved onto a volume (vllm_env).
         "securityContext": container_security(),
         "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"},
-                         {"name": "model-cache", "mountPath": CONTAINER_CACHE_PATH},
-                         {"name": "hub-token", "mountPath": HUB_TOKEN_DIR, "readOnly": True},
+                         *engine_cache_mounts(),
                          SCRATCH_MOUNT],
         "startupProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": PROBE_PERIOD_S,
                          "failureThreshold": math.ceil(spec.startup_s / PROBE_PERIOD_S)},
@@ -240,8 +236,9 @@ class Serving(pulumi.ComponentResource):
                 repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=KEDA_REPO),
                 namespace=KEDA_NAMESPACE,
                 values={"nodeSelector": dict(SYSTEM_ROLE_LABEL)},
-                opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[chart_namespace(
-                    f"{name}-keda-ns", KEDA_NAMESPACE, args.provider, args.kubernetes_version, self)]))
+                opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[k8s.core.v1.Namespace(
+                    f"{name}-keda-ns", metadata=chart_namespace_metadata(KEDA_NAMESPACE, args.kubernetes_version),
+                    opts=pulumi.ResourceOptions(parent=self, provider=args.provider))]))
         previous = None
         for zr in spec.zones:
             zone, count = zr.zone, zr.replicas
@@ -353,6 +350,7 @@ class Serving(pulumi.ComponentResource):
             "nodeSelector": {},
             "tolerations": [GPU_TOLERATION],
             "terminationGracePeriodSeconds": spec.drain.grace_period_s,
+            "initContainers": [download_container(spec.launch.model, container_security(), SCRATCH_MOUNT)],
             "containers": containers,
             "volumes": [
                 {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{spec.shm_gib}Gi"}},

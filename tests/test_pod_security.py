@@ -259,7 +259,7 @@ def test_every_namespace_of_our_pods_carries_pod_security_labels(objects):
 
 # The namespaces Helm releases install into: the program makes each (a Namespace with its labels),
 # none is left to Helm's create_namespace (a bare namespace). The level each chart's pods meet at its
-# pinned version (components/namespaces.py cites the chart's values and templates).
+# pinned version (deployment/namespaces.py cites the chart's values and templates).
 CHART_NAMESPACES = {
     "keda": "restricted", "lws-system": "restricted", "envoy-gateway-system": "restricted",
     "envoy-ai-gateway-system": "restricted", "cert-manager": "restricted", "external-dns": "restricted",

@@ -9,18 +9,15 @@ device plugin) keep it as it is.
 
 A stack deployed before these namespaces were the program's has them already (Helm made them): each
 is imported once before the next `pulumi up` (docs/operations.md, "Namespaces").
+
+Pure data: components/pods.py `chart_namespace_metadata` labels each namespace from this table.
 """
 from __future__ import annotations
-
-import pulumi
-import pulumi_kubernetes as k8s
 
 from conventions import (
     AI_GATEWAY_NAMESPACE, CERT_MANAGER_NAMESPACE, EXTERNAL_DNS_NAMESPACE, GATEWAY_CONTROLLER_NAMESPACE,
     GPU_PLUGIN_NAMESPACE, KEDA_NAMESPACE, LWS_NAMESPACE,
 )
-
-from .pods import pod_security_labels
 
 # namespace -> the standard it enforces, and why its pods meet it (or need less).
 CHART_NAMESPACE_SECURITY: dict[str, tuple[str, str]] = {
@@ -51,12 +48,3 @@ CHART_NAMESPACE_SECURITY: dict[str, tuple[str, str]] = {
     GPU_PLUGIN_NAMESPACE: ("privileged", "the device plugin mounts the kubelet's device-plugins hostPath"),
 }
 
-
-def chart_namespace(name: str, namespace: str, provider: k8s.Provider, kubernetes_version: str,
-                    parent: pulumi.Resource, depends_on: list[pulumi.Resource] | None = None) -> k8s.core.v1.Namespace:
-    """The namespace a release installs into, labelled with its stated standard; the release
-    depends on it (and sets no `create_namespace`)."""
-    enforce, _why = CHART_NAMESPACE_SECURITY[namespace]
-    return k8s.core.v1.Namespace(
-        name, metadata={"name": namespace, "labels": pod_security_labels(enforce, kubernetes_version)},
-        opts=pulumi.ResourceOptions(parent=parent, provider=provider, depends_on=depends_on or []))
