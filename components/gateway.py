@@ -150,6 +150,7 @@ class GatewayArgs:
     service_name: str                      # the vLLM Service (the fallback backend)
     tls_secret_name: str                   # the listener's certificate (components.cert_manager.GatewayCertificate)
     kubernetes_version: str                # the cluster's: the controllers' namespaces' Pod Security labels
+    cluster_cidrs: tuple[str, ...]         # the cluster's private subnets (the picker's API server peers)
     monitoring_namespace: str = MONITORING_NAMESPACE
     controllers: tuple = ()                # load balancer and DNS controllers, the certificate
 
@@ -222,7 +223,7 @@ class Gateway(pulumi.ComponentResource):
             self.picker = EndpointPicker(f"{name}-picker", EndpointPickerArgs(
                 replicas=args.spec.pickers, provider=args.provider, namespace=args.namespace,
                 gateway_namespace=GATEWAY_CONTROLLER_NAMESPACE, monitoring_namespace=args.monitoring_namespace,
-                vpc_cidr=args.spec.vpc_cidr, prefix_aware=args.spec.prefix_aware),
+                api_server_cidrs=args.cluster_cidrs, prefix_aware=args.spec.prefix_aware),
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[*crds, *self._after]))
             backend = {"group": POOL_API.split("/")[0], "kind": "InferencePool", "name": self.picker.pool_name}
         else:
