@@ -101,17 +101,32 @@ def group_set_name(group: ReplicaPlacement) -> str:
     return f"vllm-{group.pool}-{group.group}"
 
 
+# The ports a group's pods use among themselves (TCP; EFA's own traffic is not IP, so no policy sees it):
+# - the API port: the workers' probe of the leader's /health;
+# - vLLM's master port, torch.distributed's store (vllm/config/parallel.py ParallelConfig.master_port,
+#   29501 by default: the launch sets no --master-port);
+# - the pod's ephemeral range, where NCCL's bootstrap and socket transport and vLLM's cross-node
+#   message queue (shm_broadcast.py: `remote_subscribe_port = get_open_port()`, port 0 when VLLM_PORT
+#   is unset) listen: Linux's default net.ipv4.ip_local_port_range, 32768-60999
+#   (Documentation/networking/ip-sysctl.rst), per network namespace, so the node's setting is not the pod's.
+# A range needs `endPort`, which the VPC CNI's policy agent enforces (aws/aws-network-policy-agent
+# pkg/fwruleprocessor/fw_rule_processor.go L254-268); an engine that ignored it would admit 32768 alone.
+GROUP_MASTER_PORT = 29501
+EPHEMERAL_PORTS = (32768, 60999)
+GROUP_PORTS = [{"protocol": "TCP", "port": VLLM_API_PORT}, {"protocol": "TCP", "port": GROUP_MASTER_PORT},
+               {"protocol": "TCP", "port": EPHEMERAL_PORTS[0], "endPort": EPHEMERAL_PORTS[1]}]
+
+
 def group_policies(groups: tuple[ReplicaPlacement, ...]) -> dict[str, dict]:
-    """A group's pods talk to each other, and only to each other: any port, since torch.distributed's
-    master port, NCCL's bootstrap and socket connections (ephemeral ports NCCL picks itself) and the
-    workers' probe of the leader's /health all run between them; no pod reaches another group's.
-    Workers fetch their shard of the checkpoint from the hub like the leader."""
+    """A group's pods talk to each other, and only to each other, on the ports above; no pod reaches
+    another group's. Workers fetch their shard of the checkpoint from the hub like the leader."""
     policies = {}
     for group in groups:
         members = {"podSelector": {"matchLabels": {LWS_SET_LABEL: group_set_name(group)}}}
         policies[f"{group_set_name(group)}-group-traffic"] = {
             **members, "policyTypes": ["Ingress", "Egress"],
-            "ingress": [{"from": [members]}], "egress": [{"to": [members]}]}
+            "ingress": [{"from": [members], "ports": GROUP_PORTS}],
+            "egress": [{"to": [members], "ports": GROUP_PORTS}]}
     return {**policies,
             **egress_policies({LABEL_APP_NAME: "vllm", LABEL_ROLE: ROLE_SERVING_WORKER}, "vllm-worker-hub-egress")}
 
