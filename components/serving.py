@@ -27,6 +27,9 @@ from conventions import (
 )
 from deployment.engine import LEADER_ADDRESS, WORKER_INDEX, multi_node_args, vllm_args
 from deployment.model_cache import download_container, engine_cache_env, engine_cache_mounts, served_model_path
+from deployment.nccl_transport import (
+    NCCL_DEBUG_FILE, NCCL_LOG_DIR, NCCL_METRICS_FILE, NCCL_METRICS_PATH, NCCL_VOLUME, check_container,
+)
 from deployment.serving import (
     APP_LABELS, HUB_TOKEN_KEY, ReplicaPlacement, ServingSpec, leader_worker_set_spec,
 )
@@ -62,6 +65,7 @@ server {{
   listen {VLLM_METRICS_PORT};
   location = /metrics {{ proxy_pass http://127.0.0.1:{VLLM_API_PORT}/metrics; }}
   location = {METRICS_PROXY_HEALTH_PATH} {{ access_log off; return 200; }}
+  location = {NCCL_METRICS_PATH} {{ default_type text/plain; alias {NCCL_METRICS_FILE}; }}
   location / {{ return 404; }}
 }}
 """
@@ -326,7 +330,16 @@ class Serving(pulumi.ComponentResource):
                 engine[probe] = {k: v for k, v in engine[probe].items() if k != "httpGet"} | {
                     "exec": {"command": ["python3", "-c", LEADER_HEALTH_CHECK]},
                     "timeoutSeconds": EXEC_PROBE_TIMEOUT_S}
-        pod = self._pod_spec(spec, [engine, metrics_proxy_container()] if leader else [engine])
+        if leader:     # the transport check (deployment/nccl_transport.py): NCCL's log to a file it reads
+            engine["env"] = [*engine["env"], {"name": "NCCL_DEBUG_FILE", "value": NCCL_DEBUG_FILE}]
+            engine["volumeMounts"] = [*engine["volumeMounts"], {"name": NCCL_VOLUME["name"], "mountPath": NCCL_LOG_DIR}]
+            proxy = metrics_proxy_container()
+            proxy["volumeMounts"] = [*proxy["volumeMounts"],
+                                     {"name": NCCL_VOLUME["name"], "mountPath": NCCL_LOG_DIR, "readOnly": True}]
+            check = check_container(METRICS_PROXY_IMAGE, container_security(), SCRATCH_MOUNT)
+        pod = self._pod_spec(spec, [engine, proxy, check] if leader else [engine])
+        if leader:
+            pod["volumes"] = [*pod["volumes"], dict(NCCL_VOLUME)]
         pod["nodeSelector"] = {**GPU_ROLE_LABEL, ZONE_KEY: group.zone, LABEL_POOL: group.pool}
         pod["affinity"] = one_pod_per_node({LABEL_APP_NAME: "vllm"})
         return {"metadata": {"labels": pod_labels}, "spec": pod}
