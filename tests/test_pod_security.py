@@ -346,3 +346,47 @@ def test_the_stated_exceptions_are_still_needed(objects):
 ])
 def test_the_checker_catches_each_rule(spec, rule):
     assert rule in pss_violations(spec)
+
+
+# -- Checkov's Deployment checks, over LeaderWorkerSet templates too ------------------------------------
+# Checkov (3.3.30, framework kubernetes) evaluates a Deployment's pod template but not a custom
+# resource's, so nothing ran these on the LeaderWorkerSets' leader and worker templates. The checks
+# above cover its security ones (CKV_K8S_20, 22, 28, 37, 38, 35, 43); these are its resource and
+# probe checks, by id, on every container of every workload (init containers take no probes).
+CHECKOV_CONTAINER_CHECKS = {
+    "CKV_K8S_10 CPU requests": lambda c: bool(c.get("resources", {}).get("requests", {}).get("cpu")),
+    "CKV_K8S_12 memory requests": lambda c: bool(c.get("resources", {}).get("requests", {}).get("memory")),
+    "CKV_K8S_13 memory limits": lambda c: bool(c.get("resources", {}).get("limits", {}).get("memory")),
+    "CKV_K8S_8 liveness probe": lambda c: "livenessProbe" in c,
+    "CKV_K8S_9 readiness probe": lambda c: "readinessProbe" in c,
+}
+# (workload suffix, container) -> the checks it is exempt from, and why.
+CHECKOV_EXCEPTIONS = {
+    # A worker restarted for its leader's slowness would recreate the whole group (components/serving.py).
+    ("/worker", "vllm"): {"CKV_K8S_8 liveness probe"},
+    # A shell loop that exits only by being killed: nothing for a probe to ask; its result is a metric.
+    ("/leader", "nccl-transport"): {"CKV_K8S_8 liveness probe", "CKV_K8S_9 readiness probe"},
+}
+CHECKOV_SKIPS_PROBES = ("Job",)      # Checkov's probe checks do not apply to run-once Jobs
+
+
+@pytest.mark.parametrize("check", list(CHECKOV_CONTAINER_CHECKS))
+def test_every_workloads_containers_pass_checkovs_resource_and_probe_checks(objects, check):
+    kinds = {o["metadata"]["name"]: o["kind"] for o in objects if o["kind"] in (*WORKLOADS, "LeaderWorkerSet")}
+    for name, spec in pods(objects):
+        if "probe" in check and kinds[name.split("/")[0]] in CHECKOV_SKIPS_PROBES:
+            continue
+        for c in spec["containers"]:
+            exempt = next((v for (suffix, cname), v in CHECKOV_EXCEPTIONS.items()
+                           if name.endswith(suffix) and c["name"] == cname), set())
+            assert CHECKOV_CONTAINER_CHECKS[check](c) or check in exempt, (name, c["name"], check)
+
+
+def test_the_checkov_exceptions_are_still_needed(recorded):
+    """Each exempt container still lacks what it is exempt from (else drop the exception)."""
+    specs = dict(pods(kubernetes_objects(recorded("prod-multinode"))))
+    for (suffix, cname), exempt in CHECKOV_EXCEPTIONS.items():
+        containers = [c for n, s in specs.items() if n.endswith(suffix) for c in s["containers"] if c["name"] == cname]
+        assert containers, (suffix, cname)
+        for check in exempt:
+            assert not any(CHECKOV_CONTAINER_CHECKS[check](c) for c in containers), (suffix, cname, check)
