@@ -12,7 +12,7 @@ import pulumi_kubernetes as k8s
 
 from deployment.namespace_policies import PolicyPeers, namespace_policies
 
-from .options import after
+from .options import after, own
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,9 @@ class NamespacePoliciesArgs:
 
 class NamespacePolicies(pulumi.ComponentResource):
     def __init__(self, name: str, args: NamespacePoliciesArgs, opts: pulumi.ResourceOptions | None = None):
-        super().__init__("llm-serving:namespace_policies:NamespacePolicies", name, None, opts)
+        # Its children wait on the namespaces' components, not the component itself (`own`: a component
+        # waiting on a failed input would outlive a failed in-process run and fail the next one).
+        super().__init__("llm-serving:namespace_policies:NamespacePolicies", name, None, own(opts))
         o = pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=after(opts))
         self.policies = [
             k8s.networking.v1.NetworkPolicy(f"{name}-{ns}-{key}", metadata={"name": key, "namespace": ns},
