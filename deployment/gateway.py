@@ -131,6 +131,7 @@ class GatewaySpec:
     circuit_limits: dict
     quota_budget_qps: float                   # what all quotas may sum to (the guard policy's annotation)
     prefix_aware: bool                        # the plan counts on per-conversation prefix reuse (picker scorer)
+    vpc_cidr: str                             # network.vpcCidr (the picker's API-server peers are the cluster's private subnets now: components/network.py private_cidrs)
 
 
 def gateway_spec(plan: Plan, settings: StackSettings) -> GatewaySpec:
@@ -152,4 +153,4 @@ def gateway_spec(plan: Plan, settings: StackSettings) -> GatewaySpec:
         rate_limits=limits, gate_key=GATE_KEY_NAME if gate_on else None, timeouts=route_timeouts(plan),
         circuit_limits=circuit_limits(plan, proxies),
         quota_budget_qps=capacity * sum(quota_shares(gw.rateLimitShare, gate_on)),
-        prefix_aware=plan.request.workload.prefix_hit_fraction > 0)
+        prefix_aware=plan.request.workload.prefix_hit_fraction > 0, vpc_cidr=settings.network.vpcCidr)
