@@ -131,7 +131,7 @@ class GatewaySpec:
     circuit_limits: dict
     quota_budget_qps: float                   # what all quotas may sum to (the guard policy's annotation)
     prefix_aware: bool                        # the plan counts on per-conversation prefix reuse (picker scorer)
-    vpc_cidr: str                             # network.vpcCidr (the picker's API-server peers are the cluster's private subnets now: components/network.py private_cidrs)
+    vpc_cidr: str                             # network.vpcCidr: the picker reaches the API server there
 
 
 def gateway_spec(plan: Plan, settings: StackSettings) -> GatewaySpec:
