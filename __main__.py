@@ -4,7 +4,10 @@ Only wiring lives here; every number a component needs comes from the plan.
 """
 import pulumi
 
-from conventions import GATEWAY_CONTROLLER_NAMESPACE
+from conventions import (
+    AI_GATEWAY_NAMESPACE, CERT_MANAGER_NAMESPACE, EXTERNAL_DNS_NAMESPACE, GATEWAY_CONTROLLER_NAMESPACE, GPU_PLUGIN_NAMESPACE,
+    KEDA_NAMESPACE, LWS_NAMESPACE, MONITORING_NAMESPACE,
+)
 from components.accuracy_gate import AccuracyGate, AccuracyGateArgs
 from components.cert_manager import CertManager, CertManagerArgs, GatewayCertificate, GatewayCertificateArgs
 from components.cluster import Cluster, ClusterArgs
@@ -18,8 +21,10 @@ from components.gpu_plugin import GpuPlugin, GpuPluginArgs
 from components.load_balancer_controller import LoadBalancerController, LoadBalancerControllerArgs
 from components.loadtest import LoadTest, LoadTestArgs
 from components.monitoring import Monitoring, MonitoringArgs
+from components.namespace_policies import NamespacePolicies, NamespacePoliciesArgs
 from components.network import Network, NetworkArgs, network_zones
 from components.serving import Serving, ServingArgs
+from deployment.namespace_policies import PolicyPeers
 from deployment.spec import deployment_spec
 from settings import SettingsError, sizing_problem
 from settings.pulumi_config import refuse_example_values, require_secrets, secret, settings_from_pulumi
@@ -63,7 +68,7 @@ for pool_spec in spec.node_pools:     # each updates after the one before
 # -- controllers the gateway needs: load balancer, certificate, DNS (each through Pod Identity) ---
 gw_settings = settings.gateway
 controller_base = dict(cluster_name=cluster.cluster_name, region=settings.region, provider=cluster.k8s_provider,
-                       tags=settings.tags)
+                       tags=settings.tags, kubernetes_version=settings.kubernetesVersion)
 after_pod_identity_agent = pulumi.ResourceOptions(depends_on=[cluster.pod_identity_agent])
 load_balancer_controller = LoadBalancerController("aws-lb-controller", LoadBalancerControllerArgs(
     vpc_id=network.vpc.id, **controller_base), opts=after_pod_identity_agent)
@@ -79,7 +84,8 @@ if gw_settings.manages_dns:
 
 # -- Kubernetes: GPU plugin -> vLLM replicas (per zone) -> gateway (auth, quotas, routing) --------
 gpu_plugin = GpuPlugin("gpu-plugin", GpuPluginArgs(
-    provider=cluster.k8s_provider, mig_strategy="mixed" if any(p.mig for p in spec.node_pools) else None),
+    provider=cluster.k8s_provider, kubernetes_version=settings.kubernetesVersion,
+    mig_strategy="mixed" if any(p.mig for p in spec.node_pools) else None),
     opts=pulumi.ResourceOptions(depends_on=gpu_pools))
 if any(p.bounds is not None for p in spec.node_pools):     # serving.autoscaling: the GPU node groups follow KEDA
     ClusterAutoscaler("cluster-autoscaler", ClusterAutoscalerArgs(
@@ -92,7 +98,7 @@ if efa:
     serving_after.append(EfaPlugin("efa-plugin", EfaPluginArgs(provider=cluster.k8s_provider),
                                    opts=pulumi.ResourceOptions(depends_on=gpu_pools)).release)
 if spec.spans_nodes:     # replicas that span nodes: one LeaderWorkerSet each, after its controller
-    lws = LwsController("lws", LwsControllerArgs(provider=cluster.k8s_provider),
+    lws = LwsController("lws", LwsControllerArgs(provider=cluster.k8s_provider, kubernetes_version=settings.kubernetesVersion),
                         opts=pulumi.ResourceOptions(depends_on=[cluster.system_node_group]))
     serving_after.append(lws.release)
 serving = Serving("serving", ServingArgs(
@@ -112,6 +118,7 @@ certificate = GatewayCertificate("gateway-certificate", GatewayCertificateArgs(
 gateway = Gateway("llm-gateway", GatewayArgs(
     spec=spec.gateway, provider=cluster.k8s_provider, api_keys=secret("apiKeys"),
     namespace=serving.namespace_name, service_name=serving.service_name, tls_secret_name=certificate.secret_name,
+    kubernetes_version=settings.kubernetesVersion, cluster_cidrs=network.private_cidrs,
     controllers=(*gateway_controllers, certificate)), opts=pulumi.ResourceOptions(depends_on=[serving]))
 
 # -- proving the rollout: the FP8 accuracy gate (awaited: a failed gate fails `pulumi up`; on by
@@ -136,6 +143,20 @@ monitoring = Monitoring("monitoring", MonitoringArgs(
     gateway_namespace=GATEWAY_CONTROLLER_NAMESPACE, kubernetes_version=settings.kubernetesVersion,
     autoscaling=bool(spec.serving.autoscaling)),
     opts=pulumi.ResourceOptions(depends_on=[gpu_plugin]))
+
+# -- default-deny network policies for the monitoring, gateway and controller namespaces (the serving
+# namespace has its own), each after the component whose namespace it is
+policed = [(MONITORING_NAMESPACE, monitoring), (GATEWAY_CONTROLLER_NAMESPACE, gateway), (GPU_PLUGIN_NAMESPACE, gpu_plugin)]
+policed += [(AI_GATEWAY_NAMESPACE, gateway)] if gw_settings.inferenceExtension else []
+policed += [(CERT_MANAGER_NAMESPACE, cert_manager)] if cert_manager else []
+policed += [(EXTERNAL_DNS_NAMESPACE, gateway_controllers[-1])] if gw_settings.manages_dns else []
+policed += [(LWS_NAMESPACE, lws)] if lws else []
+policed += [(KEDA_NAMESPACE, serving)] if serving.keda else []
+NamespacePolicies("namespace-policies", NamespacePoliciesArgs(
+    provider=cluster.k8s_provider, namespaces=tuple(ns for ns, _ in policed),
+    peers=PolicyPeers(cluster_cidrs=network.private_cidrs, vpc_cidr=settings.network.vpcCidr,
+                      serving_namespace=serving.namespace_name, inference_extension=gw_settings.inferenceExtension)),
+    opts=pulumi.ResourceOptions(depends_on=[component for _, component in policed]))
 
 # -- outputs --------------------------------------------------------------------------------------
 pulumi.export("clusterName", cluster.cluster_name)

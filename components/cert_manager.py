@@ -19,14 +19,14 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from conventions import CERT_MANAGER_CHART_VERSION, SYSTEM_ROLE_LABEL
+from conventions import CERT_MANAGER_CHART_VERSION, CERT_MANAGER_NAMESPACE, SYSTEM_ROLE_LABEL
 
 from .identity_release import ChartRelease, ControllerArgs, release_with_identity
 from .options import after
 from .pods import spread
 
 CHART, CHART_REPO = "cert-manager", "https://charts.jetstack.io"
-NAMESPACE = "cert-manager"
+NAMESPACE = CERT_MANAGER_NAMESPACE
 RELEASE = "cert-manager"
 SERVICE_ACCOUNT = "cert-manager"          # the chart's controller service account (fullname)
 CERT_MANAGER_API = "cert-manager.io/v1"
@@ -90,7 +90,8 @@ class CertManager(pulumi.ComponentResource):
         self.release = release_with_identity(
             self, name, CHART_RELEASE, cluster_name=args.cluster_name,
             policy_json=route53_dns01_policy(args.hosted_zone_id), tags=args.tags, values=chart_values(),
-            provider=args.provider, opts=opts)
+            provider=args.provider,
+            kubernetes_version=args.kubernetes_version, opts=opts)
         self.issuer_name = ISSUER_NAME
         self.issuer = k8s.apiextensions.CustomResource(
             f"{name}-issuer", api_version=CERT_MANAGER_API, kind="ClusterIssuer",

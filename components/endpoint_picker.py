@@ -70,7 +70,7 @@ class EndpointPickerArgs:
     namespace: str                  # the serving namespace: a pool selects pods in its own namespace
     gateway_namespace: str          # where the Envoy proxies that call the picker run
     monitoring_namespace: str
-    vpc_cidr: str                   # network.vpcCidr: the API server's private endpoint lives there
+    api_server_cidrs: tuple[str, ...]   # the cluster's private subnets: the API server's endpoint interfaces
     prefix_aware: bool = False      # the plan counts on per-conversation prefix reuse (see PREFIX_AWARE_CONFIG)
     pd_zones: tuple[str, ...] = ()  # a disaggregated plan's zones: one P/D picker each (pd_picker_config)
 
@@ -134,16 +134,18 @@ def picker_container(pool_name: str, namespace: str, image: str = ENDPOINT_PICKE
     }
 
 
-def api_server_peers(vpc_cidr: str) -> list[dict]:
+def api_server_peers(cidrs: tuple[str, ...]) -> list[dict]:
     """Where the picker's calls to the API server go: the `kubernetes` Service (the first address of
     the Service CIDR, as the API server allocates it) and, after kube-proxy's DNAT, the control plane's
-    private endpoint interfaces, which EKS places in the cluster's VPC subnets. Whichever address the
-    network policy engine sees, nothing else on 443 is reachable."""
+    private endpoint interfaces, which EKS places in the subnets the cluster is given (the private
+    ones: components/cluster.py). Not the rest of the VPC (the public subnets' load balancer and NAT)
+    nor the internet; the limit of naming subnets, not the interfaces, is in deployment/namespace_policies.py."""
     kubernetes_service = str(ipaddress.ip_network(SERVICE_CIDR)[1])
-    return [{"ipBlock": {"cidr": f"{kubernetes_service}/32"}}, {"ipBlock": {"cidr": vpc_cidr}}]
+    return [{"ipBlock": {"cidr": f"{kubernetes_service}/32"}}, *({"ipBlock": {"cidr": c}} for c in cidrs)]
 
 
-def picker_network_policies(gateway_namespace: str, monitoring_namespace: str, vpc_cidr: str) -> dict[str, dict]:
+def picker_network_policies(gateway_namespace: str, monitoring_namespace: str,
+                            api_server_cidrs: tuple[str, ...]) -> dict[str, dict]:
     def from_namespace(n: str) -> dict:
         return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": n}}}
 
@@ -162,7 +164,7 @@ def picker_network_policies(gateway_namespace: str, monitoring_namespace: str, v
         "epp-egress": {"podSelector": {"matchLabels": dict(PICKER_LABELS)}, "policyTypes": ["Egress"],
                        "egress": [{"to": [{"podSelector": {"matchLabels": dict(APP_LABELS)}}],
                                    "ports": [{"protocol": "TCP", "port": VLLM_API_PORT}]},
-                                  {"to": api_server_peers(vpc_cidr), "ports": [{"protocol": "TCP", "port": 443}]}]},
+                                  {"to": api_server_peers(api_server_cidrs), "ports": [{"protocol": "TCP", "port": 443}]}]},
     }
 
 
@@ -193,7 +195,7 @@ class EndpointPicker(pulumi.ComponentResource):
             spec={"minAvailable": 1, "selector": {"matchLabels": dict(PICKER_LABELS)}}, opts=o)
         self._service_and_pool(name, ns, o)
         for key, spec in picker_network_policies(args.gateway_namespace, args.monitoring_namespace,
-                                                 args.vpc_cidr).items():
+                                                 args.api_server_cidrs).items():
             k8s.networking.v1.NetworkPolicy(f"{name}-{key}", metadata={"name": key, "namespace": ns},
                                             spec=spec, opts=o)
         self.register_outputs({"pool": self.pool_name, "replicas": self.replicas})

@@ -19,12 +19,12 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from conventions import EXTERNAL_DNS_CHART_VERSION, SYSTEM_ROLE_LABEL
+from conventions import EXTERNAL_DNS_CHART_VERSION, EXTERNAL_DNS_NAMESPACE, SYSTEM_ROLE_LABEL
 
 from .identity_release import ChartRelease, ControllerArgs, release_with_identity
 
 CHART, CHART_REPO = "external-dns", "https://kubernetes-sigs.github.io/external-dns/"
-NAMESPACE = "external-dns"
+NAMESPACE = EXTERNAL_DNS_NAMESPACE
 RELEASE = "external-dns"
 SERVICE_ACCOUNT = "external-dns"
 CHART_RELEASE = ChartRelease(CHART, EXTERNAL_DNS_CHART_VERSION, CHART_REPO, RELEASE, NAMESPACE, SERVICE_ACCOUNT)
@@ -69,5 +69,6 @@ class ExternalDns(pulumi.ComponentResource):
         self.release = release_with_identity(
             self, name, CHART_RELEASE, cluster_name=args.cluster_name,
             policy_json=route53_records_policy(args.hosted_zone_id), tags=args.tags,
-            values=chart_values(args.cluster_name, args.region, args.hosted_zone_id), provider=args.provider, opts=opts)
+            values=chart_values(args.cluster_name, args.region, args.hosted_zone_id), provider=args.provider,
+            kubernetes_version=args.kubernetes_version, opts=opts)
         self.register_outputs({"chart": f"{CHART}@{EXTERNAL_DNS_CHART_VERSION}"})

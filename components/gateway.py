@@ -31,7 +31,7 @@ from deployment.gateway import GATEWAY_CLUSTER_IP, GatewaySpec
 
 from .endpoint_picker import EndpointPicker, EndpointPickerArgs
 from .options import after
-from .pods import spread
+from .pods import chart_namespace_metadata, spread
 
 EG_CHART = "oci://docker.io/envoyproxy/gateway-helm"   # CRDs pinned in scripts/upstream-files.json (vendor/upstream)
 AIGW_CHART, AIGW_CRDS_CHART = "oci://docker.io/envoyproxy/ai-gateway-helm", "oci://docker.io/envoyproxy/ai-gateway-crds-helm"
@@ -99,6 +99,13 @@ def ai_gateway_values() -> dict:
     pod still schedules with two zones)."""
     return {"controller": {
         "replicaCount": AIGW_CONTROLLER_REPLICAS,
+        # The chart sets no security context (values.yaml L138-139 at v1.0.0); its namespace enforces
+        # restricted. The image's user is distroless `nonroot` by name (Dockerfile L13, L40), which
+        # the kubelet cannot check against runAsNonRoot: its uid, 65532, is given.
+        "podSecurityContext": {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532,
+                               "seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                            "privileged": False, "readOnlyRootFilesystem": True},
         "nodeSelector": dict(SYSTEM_ROLE_LABEL),
         "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
             "weight": 100, "podAffinityTerm": {"topologyKey": ZONE_KEY,
@@ -142,6 +149,8 @@ class GatewayArgs:
     namespace: str                         # the serving namespace (routes, policies, pool live there)
     service_name: str                      # the vLLM Service (the fallback backend)
     tls_secret_name: str                   # the listener's certificate (components.cert_manager.GatewayCertificate)
+    kubernetes_version: str                # the cluster's: the controllers' namespaces' Pod Security labels
+    cluster_cidrs: tuple[str, ...]         # the cluster's private subnets (the picker's API server peers)
     monitoring_namespace: str = MONITORING_NAMESPACE
     controllers: tuple = ()                # load balancer and DNS controllers, the certificate
 
@@ -214,7 +223,7 @@ class Gateway(pulumi.ComponentResource):
             self.picker = EndpointPicker(f"{name}-picker", EndpointPickerArgs(
                 replicas=args.spec.pickers, provider=args.provider, namespace=args.namespace,
                 gateway_namespace=GATEWAY_CONTROLLER_NAMESPACE, monitoring_namespace=args.monitoring_namespace,
-                vpc_cidr=args.spec.vpc_cidr, prefix_aware=args.spec.prefix_aware, pd_zones=args.spec.pd_zones),
+                api_server_cidrs=args.cluster_cidrs, prefix_aware=args.spec.prefix_aware, pd_zones=args.spec.pd_zones),
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[*crds, *self._after]))
             backend = {"group": POOL_API.split("/")[0], "kind": "InferencePool", "name": self.picker.pool_name}
         else:
@@ -251,21 +260,29 @@ class Gateway(pulumi.ComponentResource):
         `internal/controller/controller.go` skips its InferencePool controller for good).
         Returns what custom resources must wait for."""
         inference = args.spec.settings.inferenceExtension
+        version = args.kubernetes_version
+        eg_ns = k8s.core.v1.Namespace(
+            f"{name}-eg-ns", metadata=chart_namespace_metadata(GATEWAY_CONTROLLER_NAMESPACE, version),
+            opts=pulumi.ResourceOptions(parent=self, provider=args.provider))
         pool_crd = [k8s.yaml.v2.ConfigFile(f"{name}-inference-crds", file=INFERENCE_CRDS_URL, opts=opts)] \
             if inference else []
         eg = k8s.helm.v3.Release(
             f"{name}-envoy-gateway", name="envoy-gateway", chart=EG_CHART, version=ENVOY_GATEWAY_VERSION,
-            namespace=GATEWAY_CONTROLLER_NAMESPACE, create_namespace=True,
+            namespace=GATEWAY_CONTROLLER_NAMESPACE,
             values=envoy_gateway_values(args.spec.proxies, inference),
-            opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=pool_crd)))
+            opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[*pool_crd, eg_ns])))
         if not inference:
             return [eg]
+        aigw_ns = k8s.core.v1.Namespace(
+            f"{name}-aigw-ns", metadata=chart_namespace_metadata(AI_GATEWAY_NAMESPACE, version),
+            opts=pulumi.ResourceOptions(parent=self, provider=args.provider))
         aigw_crds = k8s.helm.v3.Release(
             f"{name}-ai-gateway-crds", name="ai-gateway-crds", chart=AIGW_CRDS_CHART, version=ENVOY_AI_GATEWAY_VERSION,
-            namespace=AI_GATEWAY_NAMESPACE, create_namespace=True, opts=opts)
+            namespace=AI_GATEWAY_NAMESPACE,
+            opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[aigw_ns])))
         aigw = k8s.helm.v3.Release(
             f"{name}-ai-gateway", name="ai-gateway", chart=AIGW_CHART, version=ENVOY_AI_GATEWAY_VERSION,
-            namespace=AI_GATEWAY_NAMESPACE, create_namespace=True, values=ai_gateway_values(),
+            namespace=AI_GATEWAY_NAMESPACE, values=ai_gateway_values(),
             opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[*pool_crd, aigw_crds, eg])))
         return [*pool_crd, eg, aigw_crds, aigw]
 

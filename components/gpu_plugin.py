@@ -13,6 +13,8 @@ import pulumi_kubernetes as k8s
 
 from conventions import GPU_PLUGIN_NAMESPACE, GPU_ROLE_LABEL, GPU_TOLERATION, LABEL_ROLE, NVIDIA_DEVICE_PLUGIN_CHART_VERSION
 
+from .pods import chart_namespace_metadata
+
 
 CHART = "nvidia-device-plugin"
 CHART_REPO = "https://nvidia.github.io/k8s-device-plugin"
@@ -40,6 +42,7 @@ def plugin_values(mig_strategy: str | None = None) -> dict:
 @dataclass(frozen=True)
 class GpuPluginArgs:
     provider: k8s.Provider
+    kubernetes_version: str               # the cluster's: its namespace's Pod Security labels are pinned to it
     mig_strategy: str | None = None       # "mixed" on MIG slices (deployment.node_pools NodePoolSpec.mig)
 
 
@@ -48,12 +51,15 @@ class GpuPlugin(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: GpuPluginArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llm-serving:gpu_plugin:GpuPlugin", name, None, opts)
+        self.namespace = k8s.core.v1.Namespace(
+            f"{name}-ns", metadata=chart_namespace_metadata(GPU_PLUGIN_NAMESPACE, args.kubernetes_version),
+            opts=pulumi.ResourceOptions(parent=self, provider=args.provider))
         self.release = k8s.helm.v3.Release(
             f"{name}-release",
             name="nvidia-device-plugin",
             chart=CHART, version=NVIDIA_DEVICE_PLUGIN_CHART_VERSION,
             repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=CHART_REPO),
-            namespace=GPU_PLUGIN_NAMESPACE, create_namespace=True,
+            namespace=GPU_PLUGIN_NAMESPACE,
             values=plugin_values(args.mig_strategy),
-            opts=pulumi.ResourceOptions(parent=self, provider=args.provider))
+            opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[self.namespace]))
         self.register_outputs({"release": self.release.name})

@@ -25,6 +25,8 @@ import pulumi_kubernetes as k8s
 
 from conventions import LWS_CHART_VERSION, LWS_NAMESPACE, LWS_VERSION, SYSTEM_ROLE_LABEL, ZONE_KEY
 
+from .pods import chart_namespace_metadata
+
 CHART = "oci://registry.k8s.io/lws/charts/lws"
 MANAGER_IMAGE = "registry.k8s.io/lws/lws"
 
@@ -35,6 +37,9 @@ def controller_values() -> dict:
     return {
         "image": {"manager": {"repository": MANAGER_IMAGE, "tag": LWS_VERSION, "pullPolicy": "IfNotPresent"}},
         "replicaCount": 2,
+        # The chart's pod context is runAsNonRoot alone (charts/lws/values.yaml L23-25 at v0.10.0);
+        # the restricted standard its namespace enforces also asks for a seccomp profile.
+        "podSecurityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
         "nodeSelector": dict(SYSTEM_ROLE_LABEL),
         "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
             {"weight": 100, "podAffinityTerm": {"topologyKey": ZONE_KEY, "labelSelector": {"matchLabels": labels}}}]}},
@@ -44,6 +49,7 @@ def controller_values() -> dict:
 @dataclass(frozen=True)
 class LwsControllerArgs:
     provider: k8s.Provider
+    kubernetes_version: str               # the cluster's: its namespace's Pod Security labels are pinned to it
 
 
 class LwsController(pulumi.ComponentResource):
@@ -51,9 +57,12 @@ class LwsController(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: LwsControllerArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llm-serving:lws:LwsController", name, None, opts)
+        self.namespace = k8s.core.v1.Namespace(
+            f"{name}-ns", metadata=chart_namespace_metadata(LWS_NAMESPACE, args.kubernetes_version),
+            opts=pulumi.ResourceOptions(parent=self, provider=args.provider))
         self.release = k8s.helm.v3.Release(
             f"{name}-release", name="lws", chart=CHART, version=LWS_CHART_VERSION,
-            namespace=LWS_NAMESPACE, create_namespace=True, values=controller_values(),
-            opts=pulumi.ResourceOptions(parent=self, provider=args.provider))
+            namespace=LWS_NAMESPACE, values=controller_values(),
+            opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[self.namespace]))
         self.register_outputs({"release": self.release.name})
 

@@ -75,5 +75,6 @@ class LoadBalancerController(pulumi.ComponentResource):
         super().__init__("llm-serving:load_balancer_controller:LoadBalancerController", name, None, opts)
         self.release = release_with_identity(
             self, name, CHART_RELEASE, cluster_name=args.cluster_name, policy_json=iam_policy_json(), tags=args.tags,
-            values=chart_values(args.cluster_name, args.region, args.vpc_id), provider=args.provider, opts=opts)
+            values=chart_values(args.cluster_name, args.region, args.vpc_id), provider=args.provider,
+            kubernetes_version=args.kubernetes_version, opts=opts)
         self.register_outputs({"chart": f"{CHART}@{AWS_LOAD_BALANCER_CONTROLLER_CHART_VERSION}", "replicas": REPLICAS})

@@ -28,6 +28,7 @@ from conventions import (
     PICKER_METRICS_PORT, SYSTEM_ROLE_LABEL, VLLM_METRICS_PORT, ZONE_KEY,
 )
 from deployment.gateway import PICKER_LABELS, picker_replicas
+from deployment.nccl_transport import NCCL_METRICS_PATH
 from deployment.serving import APP_LABELS
 
 from .pods import pod_security_labels
@@ -169,6 +170,12 @@ def scrape_targets(args: MonitoringArgs) -> list[tuple[str, str, dict]]:
                                          "app.kubernetes.io/instance": DCGM_RELEASE}},
             "endpoints": [{"port": "metrics", "path": "/metrics", "relabelings": _job(contract.JOBS["dcgm"])}]}),
     ]
+    if args.plan.nodes_per_replica > 1:     # the group leaders' NCCL transport check
+        targets.append(("nccl-transport", "PodMonitor", {
+            "namespaceSelector": {"matchNames": [serving_ns]},
+            "selector": {"matchLabels": dict(APP_LABELS)},
+            "podMetricsEndpoints": [{"portNumber": VLLM_METRICS_PORT, "path": NCCL_METRICS_PATH,
+                                     "relabelings": _job(contract.JOBS["nccl-transport"])}]}))
     if args.inference_extension:
         targets.append(("endpoint-picker", "PodMonitor", {
             "namespaceSelector": {"matchNames": [serving_ns]},

@@ -96,6 +96,8 @@ class Network(pulumi.ComponentResource):
 
         self.vpc_id = self.vpc.id
         self.private_subnet_ids = [s.id for s in self.private_subnets.values()]
+        # Known before anything exists (derived from the zone letters): the network policies name them.
+        self.private_cidrs = tuple(subnet_cidrs(args.vpc_cidr, args.region, z)[0] for z in args.zones)
         self.public_subnet_ids = [s.id for s in self.public_subnets.values()]
         self.register_outputs({
             "vpcId": self.vpc.id,

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 
 from conventions import GATEWAY_CONTROLLER_NAMESPACE, HOST_KEY, SYSTEM_ROLE_LABEL, ZONE_KEY
 from deployment.gateway import GATEWAY_CLUSTER_IP
+from deployment.namespaces import CHART_NAMESPACE_SECURITY
 
 APP_UID = 1000          # one unprivileged user for every container we configure (owns the model cache)
 APP_GID = 1000
@@ -54,6 +55,13 @@ def pod_security_labels(enforce: str, kubernetes_version: str) -> dict[str, str]
         labels[f"{PSA_PREFIX}/{mode}"] = level
         labels[f"{PSA_PREFIX}/{mode}-version"] = version
     return labels
+
+
+def chart_namespace_metadata(namespace: str, kubernetes_version: str) -> dict:
+    """A Helm release's namespace, made by the program (not Helm's bare `create_namespace`), with the
+    standard its chart's pods meet (deployment/namespaces.py states each and why)."""
+    return {"name": namespace,
+            "labels": pod_security_labels(CHART_NAMESPACE_SECURITY[namespace][0], kubernetes_version)}
 
 
 def pod_security(talks_to_api_server: bool = False) -> dict:

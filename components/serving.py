@@ -15,7 +15,7 @@ monitoring namespace: Prometheus can scrape without being able to call the model
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -28,13 +28,17 @@ from conventions import (
 from conventions import DECODE_ENGINE_PORT, LABEL_LLM_D_ROLE, LLM_D_ROUTING_SIDECAR_IMAGE, NIXL_SIDE_CHANNEL_PORT
 from deployment.disagg import DISAGGREGATED_ROLES
 from deployment.autoscaling import scaled_object_spec
-from deployment.engine import CONTAINER_CACHE_PATH, LEADER_ADDRESS, WORKER_INDEX, multi_node_args, vllm_args
+from deployment.engine import LEADER_ADDRESS, WORKER_INDEX, multi_node_args, vllm_args
+from deployment.model_cache import download_container, engine_cache_env, engine_cache_mounts, served_model_path
+from deployment.nccl_transport import (
+    NCCL_DEBUG_FILE, NCCL_LOG_DIR, NCCL_METRICS_FILE, NCCL_METRICS_PATH, NCCL_VOLUME, check_container,
+)
 from deployment.serving import (
-    APP_LABELS, HUB_TOKEN_DIR, HUB_TOKEN_KEY, ReplicaPlacement, ServingSpec, leader_worker_set_spec,
+    APP_LABELS, HUB_TOKEN_KEY, ReplicaPlacement, ServingSpec, leader_worker_set_spec,
 )
 
 from .pods import (
-    SCRATCH_MOUNT, SCRATCH_VOLUME, container_security, egress_policies, one_pod_per_node, pod_security,
+    SCRATCH_MOUNT, chart_namespace_metadata, SCRATCH_VOLUME, container_security, egress_policies, one_pod_per_node, pod_security,
     pod_security_labels, spread,
 )
 
@@ -64,6 +68,7 @@ server {{
   listen {VLLM_METRICS_PORT};
   location = /metrics {{ proxy_pass http://127.0.0.1:{VLLM_API_PORT}/metrics; }}
   location = {METRICS_PROXY_HEALTH_PATH} {{ access_log off; return 200; }}
+  location = {NCCL_METRICS_PATH} {{ default_type text/plain; alias {NCCL_METRICS_FILE}; }}
   location / {{ return 404; }}
 }}
 """
@@ -71,24 +76,20 @@ server {{
 
 
 def vllm_env() -> list[dict]:
-    """No secret in the environment: the hub token is a file. Every path vLLM 0.29.0 and the
-    libraries under it write is on a volume, so the root filesystem is read-only:
-    - the node's model cache (shared by the node's pods, kept across restarts, so a restart does
-      not compile again): HF_HOME (weights), VLLM_CACHE_ROOT (vllm/envs.py; its torch.compile
-      cache, where vLLM also points TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR), FlashInfer's
-      JIT kernels (FLASHINFER_WORKSPACE_BASE, flashinfer/jit/env.py: else ~/.cache/flashinfer),
-      DeepGEMM's JIT (DG_JIT_CACHE_DIR) and CUDA's PTX cache (CUDA_CACHE_PATH, else ~/.nv);
+    """No secret in the environment, and no hub token at all: the engine serves the directory the
+    init step downloaded (components/model_cache.py). Every path vLLM 0.29.0 and the libraries
+    under it write is on a volume, so the root filesystem is read-only:
+    - the node's compile cache (shared by the node's pods, kept across restarts, so a restart does
+      not compile again; the weights beside it are read-only): VLLM_CACHE_ROOT (vllm/envs.py; its
+      torch.compile cache, where vLLM also points TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR),
+      FlashInfer's JIT kernels (FLASHINFER_WORKSPACE_BASE, flashinfer/jit/env.py: else
+      ~/.cache/flashinfer), DeepGEMM's JIT (DG_JIT_CACHE_DIR) and CUDA's PTX cache (CUDA_CACHE_PATH,
+      else ~/.nv);
     - the pod's /tmp (an emptyDir): HOME, and so ~/.config/vllm (VLLM_CONFIG_ROOT, usage stats),
       ~/.cache (XDG_CACHE_HOME: the structured-output grammars' caches), torch's default
       /tmp/torchinductor_<user>, vLLM's IPC sockets (VLLM_RPC_BASE_PATH, tempfile.gettempdir());
     - /dev/shm (a memory emptyDir): the tensor-parallel workers' shared memory."""
-    jit = f"{CONTAINER_CACHE_PATH}/jit"
-    return [{"name": "HF_TOKEN_PATH", "value": f"{HUB_TOKEN_DIR}/{HUB_TOKEN_KEY}"},
-            {"name": "HF_HOME", "value": f"{CONTAINER_CACHE_PATH}/hf-home"},
-            {"name": "VLLM_CACHE_ROOT", "value": f"{CONTAINER_CACHE_PATH}/vllm-cache"},
-            {"name": "FLASHINFER_WORKSPACE_BASE", "value": f"{jit}/flashinfer"},
-            {"name": "DG_JIT_CACHE_DIR", "value": f"{jit}/deep-gemm"},
-            {"name": "CUDA_CACHE_PATH", "value": f"{jit}/cuda"},
+    return [*engine_cache_env(),
             {"name": "HOME", "value": "/tmp"},
             {"name": "XDG_CACHE_HOME", "value": "/tmp/.cache"},
             {"name": "XDG_CONFIG_HOME", "value": "/tmp/.config"},
@@ -107,17 +108,32 @@ def group_set_name(group: ReplicaPlacement) -> str:
     return f"vllm-{group.pool}-{group.group}"
 
 
+# The ports a group's pods use among themselves (TCP; EFA's own traffic is not IP, so no policy sees it):
+# - the API port: the workers' probe of the leader's /health;
+# - vLLM's master port, torch.distributed's store (vllm/config/parallel.py ParallelConfig.master_port,
+#   29501 by default: the launch sets no --master-port);
+# - the pod's ephemeral range, where NCCL's bootstrap and socket transport and vLLM's cross-node
+#   message queue (shm_broadcast.py: `remote_subscribe_port = get_open_port()`, port 0 when VLLM_PORT
+#   is unset) listen: Linux's default net.ipv4.ip_local_port_range, 32768-60999
+#   (Documentation/networking/ip-sysctl.rst), per network namespace, so the node's setting is not the pod's.
+# A range needs `endPort`, which the VPC CNI's policy agent enforces (aws/aws-network-policy-agent
+# pkg/fwruleprocessor/fw_rule_processor.go L254-268); an engine that ignored it would admit 32768 alone.
+GROUP_MASTER_PORT = 29501
+EPHEMERAL_PORTS = (32768, 60999)
+GROUP_PORTS = [{"protocol": "TCP", "port": VLLM_API_PORT}, {"protocol": "TCP", "port": GROUP_MASTER_PORT},
+               {"protocol": "TCP", "port": EPHEMERAL_PORTS[0], "endPort": EPHEMERAL_PORTS[1]}]
+
+
 def group_policies(groups: tuple[ReplicaPlacement, ...]) -> dict[str, dict]:
-    """A group's pods talk to each other, and only to each other: any port, since torch.distributed's
-    master port, NCCL's bootstrap and socket connections (ephemeral ports NCCL picks itself) and the
-    workers' probe of the leader's /health all run between them; no pod reaches another group's.
-    Workers fetch their shard of the checkpoint from the hub like the leader."""
+    """A group's pods talk to each other, and only to each other, on the ports above; no pod reaches
+    another group's. Workers fetch their shard of the checkpoint from the hub like the leader."""
     policies = {}
     for group in groups:
         members = {"podSelector": {"matchLabels": {LWS_SET_LABEL: group_set_name(group)}}}
         policies[f"{group_set_name(group)}-group-traffic"] = {
             **members, "policyTypes": ["Ingress", "Egress"],
-            "ingress": [{"from": [members]}], "egress": [{"to": [members]}]}
+            "ingress": [{"from": [members], "ports": GROUP_PORTS}],
+            "egress": [{"to": [members], "ports": GROUP_PORTS}]}
     return {**policies,
             **egress_policies({LABEL_APP_NAME: "vllm", LABEL_ROLE: ROLE_SERVING_WORKER}, "vllm-worker-hub-egress")}
 
@@ -252,7 +268,8 @@ def vllm_container(spec: ServingSpec) -> dict:
     return {
         "name": "vllm",
         "image": VLLM_IMAGE,
-        "args": vllm_args(spec.launch),
+        # The directory the init step filled, not the hub id (components/model_cache.py).
+        "args": vllm_args(replace(spec.launch, model=served_model_path(spec.launch.model))),
         "env": vllm_env(),
         "ports": [{"name": engine_port_name(spec), "containerPort": spec.launch.port, "protocol": "TCP"}],
         "resources": {"limits": {spec.gpu_resource: gpus, "memory": memory},
@@ -260,8 +277,7 @@ def vllm_container(spec: ServingSpec) -> dict:
         # Read-only root: every path it writes is moved onto a volume (vllm_env).
         "securityContext": container_security(),
         "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"},
-                         {"name": "model-cache", "mountPath": CONTAINER_CACHE_PATH},
-                         {"name": "hub-token", "mountPath": HUB_TOKEN_DIR, "readOnly": True},
+                         *engine_cache_mounts(),
                          SCRATCH_MOUNT],
         "startupProbe": {"httpGet": {"path": "/health", "port": engine_port_name(spec)}, "periodSeconds": PROBE_PERIOD_S,
                          "failureThreshold": math.ceil(spec.startup_s / PROBE_PERIOD_S)},
@@ -345,9 +361,11 @@ class Serving(pulumi.ComponentResource):
             self.keda = k8s.helm.v3.Release(
                 f"{name}-keda", name="keda", chart=KEDA_CHART, version=KEDA_CHART_VERSION,
                 repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=KEDA_REPO),
-                namespace=KEDA_NAMESPACE, create_namespace=True,
+                namespace=KEDA_NAMESPACE,
                 values={"nodeSelector": dict(SYSTEM_ROLE_LABEL)},
-                opts=pulumi.ResourceOptions(parent=self, provider=args.provider))
+                opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[k8s.core.v1.Namespace(
+                    f"{name}-keda-ns", metadata=chart_namespace_metadata(KEDA_NAMESPACE, args.kubernetes_version),
+                    opts=pulumi.ResourceOptions(parent=self, provider=args.provider))]))
         for zr in spec.zones:
             zone, count = zr.zone, zr.replicas
             deploy_name = workload_name("vllm", spec, zone)
@@ -427,7 +445,16 @@ class Serving(pulumi.ComponentResource):
                 engine[probe] = {k: v for k, v in engine[probe].items() if k != "httpGet"} | {
                     "exec": {"command": ["python3", "-c", LEADER_HEALTH_CHECK]},
                     "timeoutSeconds": EXEC_PROBE_TIMEOUT_S}
-        pod = self._pod_spec(spec, [engine, metrics_proxy_container()] if leader else [engine])
+        if leader:     # the transport check (deployment/nccl_transport.py): NCCL's log to a file it reads
+            engine["env"] = [*engine["env"], {"name": "NCCL_DEBUG_FILE", "value": NCCL_DEBUG_FILE}]
+            engine["volumeMounts"] = [*engine["volumeMounts"], {"name": NCCL_VOLUME["name"], "mountPath": NCCL_LOG_DIR}]
+            proxy = metrics_proxy_container()
+            proxy["volumeMounts"] = [*proxy["volumeMounts"],
+                                     {"name": NCCL_VOLUME["name"], "mountPath": NCCL_LOG_DIR, "readOnly": True}]
+            check = check_container(METRICS_PROXY_IMAGE, container_security(), SCRATCH_MOUNT)
+        pod = self._pod_spec(spec, [engine, proxy, check] if leader else [engine])
+        if leader:
+            pod["volumes"] = [*pod["volumes"], dict(NCCL_VOLUME)]
         pod["nodeSelector"] = {**GPU_ROLE_LABEL, ZONE_KEY: group.zone, LABEL_POOL: group.pool}
         pod["affinity"] = one_pod_per_node({LABEL_APP_NAME: "vllm"})
         return {"metadata": {"labels": pod_labels}, "spec": pod}
@@ -470,6 +497,7 @@ class Serving(pulumi.ComponentResource):
             "nodeSelector": {},
             "tolerations": [GPU_TOLERATION],
             "terminationGracePeriodSeconds": spec.drain.grace_period_s,
+            "initContainers": [download_container(spec.launch.model, container_security(), SCRATCH_MOUNT)],
             "containers": containers,
             "volumes": [
                 {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{spec.shm_gib}Gi"}},

@@ -18,6 +18,8 @@ GPU_PLUGIN_NAMESPACE = "nvidia-device-plugin"
 KEDA_NAMESPACE = "keda"
 LWS_NAMESPACE = "lws-system"                         # the LeaderWorkerSet controller (its docs' namespace)
 EFA_PLUGIN_NAMESPACE = "kube-system"                 # the EFA device plugin DaemonSet (system-node-critical)
+CERT_MANAGER_NAMESPACE = "cert-manager"
+EXTERNAL_DNS_NAMESPACE = "external-dns"
 
 # -- zones ---------------------------------------------------------------------------------------
 ZONE_LETTERS = "abcdefg"        # the zone letters the VPC's subnet layout has a block for (components/network.py)

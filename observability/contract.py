@@ -53,9 +53,15 @@ JOBS = {
     "epp": "endpoint-picker",
     "dcgm": "dcgm-exporter",
     "kube-state-metrics": "kube-state-metrics",
+    "nccl-transport": "nccl-transport",
 }
 
 SERIES: tuple[Series, ...] = (
+    # The multi-node leaders' transport check (deployment/nccl_transport.py): NCCL's own "Using
+    # network <name>" line (NVIDIA/nccl src/init.cc, INFO(NCCL_INIT, "Using network %s", ...)).
+    Series("llm_serving_nccl_network", "gauge", "nccl-transport", "1",
+           "1, labelled with the network NCCL chose at start: Libfabric (aws-ofi-nccl, EFA) or Socket (TCP)",
+           ("network",)),
     # vLLM (V1 engine), labels model_name, engine
     Series("vllm:time_to_first_token_seconds", "histogram", "vllm", "s", "time to first token", VLLM_LABELS),
     Series("vllm:request_time_per_output_token_seconds", "histogram", "vllm", "s",

@@ -339,6 +339,19 @@ def endpoint_picker_alerts(replicas: int) -> list[Alert]:
     ]
 
 
+def multi_node_alerts() -> list[Alert]:
+    """Replicas that span nodes: the plan prices each cross-node hop at EFA's bandwidth, so a group
+    whose NCCL fell back to TCP sockets is slower than planned (docs/multi-node.md)."""
+    expr = 'max by (namespace, pod) (llm_serving_nccl_network{job="nccl-transport", network!~".*Libfabric"}) == 1'
+    return [Alert("LLMServingGroupWithoutEfa", expr, "0m", "critical",
+                  "a multi-node group's NCCL does not use EFA",
+                  "NCCL chose a network other than aws-ofi-nccl's Libfabric (Socket: TCP over the VPC) on this "
+                  "group's leader, so every cross-node collective runs far below the EFA bandwidth the plan "
+                  "assumed. The image lacks libfabric or the aws-ofi-nccl plugin, or the EFA devices are not "
+                  "in the pod: see the leader's nccl-transport container log and docs/multi-node.md.",
+                  "nodes_per_replica", None)]
+
+
 def slo_alerts(plan: Plan, policy: AlertPolicy = AlertPolicy()) -> list[Alert]:
     """The latency alerts: each SLO, at its statistic."""
     return latency_alerts(Thresholds.from_plan(plan), policy)
@@ -360,6 +373,8 @@ def rule_groups(plan: Plan, serving_namespace: str, policy: AlertPolicy = AlertP
         {"name": "llm-serving.recording", "rules": recording_rules(serving_namespace)},
         {"name": "llm-serving.alerts", "rules": [a.rule() for a in alert_rules(Thresholds.from_plan(plan), policy)]},
     ]
+    if plan.nodes_per_replica > 1:
+        groups.append({"name": "llm-serving.multi-node", "rules": [a.rule() for a in multi_node_alerts()]})
     if endpoint_picker_replicas:
         groups.append({"name": "llm-serving.endpoint-picker",
                        "rules": [endpoint_picker_ready_rule(serving_namespace)]

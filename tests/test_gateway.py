@@ -222,10 +222,11 @@ def test_api_key_placeholder_names_match_the_quota_keys(recorded):
 
 
 def test_the_picker_reaches_the_api_server_and_its_pods_only(recorded):
-    """The picker's HTTPS goes to the `kubernetes` Service address or the VPC (where EKS puts the
-    control plane's private endpoint), never the internet."""
+    """The picker's HTTPS goes to the `kubernetes` Service address or the cluster's private subnets
+    (where EKS puts the control plane's private endpoint), never the internet or the rest of the VPC."""
     rec = recorded("prod")
     (egress,) = [r.inputs["spec"] for r in rec.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")
                  if r.inputs["metadata"]["name"] == "epp-egress"]
     https = next(rule for rule in egress["egress"] if rule["ports"] == [{"protocol": "TCP", "port": 443}])
-    assert https["to"] == [{"ipBlock": {"cidr": "172.20.0.1/32"}}, {"ipBlock": {"cidr": "10.40.0.0/16"}}]
+    assert https["to"] == [{"ipBlock": {"cidr": "172.20.0.1/32"}}, {"ipBlock": {"cidr": "10.40.0.0/19"}},
+                           {"ipBlock": {"cidr": "10.40.32.0/19"}}]      # us-east-1a, us-east-1b

@@ -360,7 +360,22 @@ def test_a_groups_pods_reach_their_own_group_only(recorded):
         spec = policies[f"{name}-group-traffic"]
         members = {"podSelector": {"matchLabels": {"leaderworkerset.sigs.k8s.io/name": name}}}
         assert spec["podSelector"] == members["podSelector"]
-        assert spec["ingress"] == [{"from": [members]}] and spec["egress"] == [{"to": [members]}]
+        ports = [{"protocol": "TCP", "port": 8000}, {"protocol": "TCP", "port": 29501},
+                 {"protocol": "TCP", "port": 32768, "endPort": 60999}]
+        assert spec["ingress"] == [{"from": [members], "ports": ports}]
+        assert spec["egress"] == [{"to": [members], "ports": ports}]
+
+
+@pytest.mark.parametrize("port, admitted", [(8000, True), (29501, True), (32768, True), (45000, True),
+                                            (60999, True), (9400, False), (22, False), (61000, False)])
+def test_a_group_admits_its_members_on_the_ports_vllm_and_nccl_use(recorded, port, admitted):
+    """The API port (the workers' probe), vLLM's master port and the ephemeral range NCCL and vLLM's
+    message queue listen in; nothing else between group members on the group policy."""
+    rec = recorded(STACK)
+    (spec, *_) = [r.inputs["spec"] for r in rec.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")
+                  if r.inputs["metadata"]["name"].endswith("-group-traffic")]
+    (rule,) = spec["ingress"]
+    assert any(p["port"] <= port <= p.get("endPort", p["port"]) for p in rule["ports"]) is admitted
 
 
 def test_group_engines_set_the_efa_environment_and_log_nccls_transport(recorded):

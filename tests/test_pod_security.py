@@ -252,9 +252,53 @@ def test_each_namespace_enforces_its_stated_standard_and_audits_restricted(objec
         "pod-security.kubernetes.io/warn": "restricted", "pod-security.kubernetes.io/warn-version": "v1.35"}
 
 
-def test_every_namespace_the_program_creates_carries_pod_security_labels(objects):
+def test_every_namespace_of_our_pods_carries_pod_security_labels(objects):
     created = {o["metadata"]["name"] for o in objects if o["kind"] == "Namespace"}
-    assert created == set(NAMESPACES)
+    assert set(NAMESPACES) <= created
+
+
+# The namespaces Helm releases install into: the program makes each (a Namespace with its labels),
+# none is left to Helm's create_namespace (a bare namespace). The level each chart's pods meet at its
+# pinned version (deployment/namespaces.py cites the chart's values and templates).
+CHART_NAMESPACES = {
+    "keda": "restricted", "lws-system": "restricted", "envoy-gateway-system": "restricted",
+    "envoy-ai-gateway-system": "restricted", "cert-manager": "restricted", "external-dns": "restricted",
+    "nvidia-device-plugin": "privileged",      # the kubelet's device-plugins socket directory, a hostPath
+}
+NOT_OURS = {"kube-system"}        # EKS's add-ons run privileged there: not labelled by the program
+HELM_STACKS = {"prod": None, "prod-burst": {"serving": {"burstScaling": True}}, "prod-multinode": None}
+
+
+@pytest.mark.parametrize("stack", list(HELM_STACKS))
+def test_every_namespace_rendered_is_the_programs_and_labelled(recorded, stack):
+    """Every namespace an object lives in or a release installs into is a Namespace object of the
+    program's (kube-system aside), with its stated enforce level; no release creates its own."""
+    from offline.manifests import helm_releases
+    recording = recorded("prod" if stack == "prod-burst" else stack, HELM_STACKS[stack])
+    objs, releases = kubernetes_objects(recording), helm_releases(recording)
+    levels = {o["metadata"]["name"]: o["metadata"]["labels"]["pod-security.kubernetes.io/enforce"]
+              for o in objs if o["kind"] == "Namespace"}
+    used = {o["metadata"].get("namespace") for o in objs} | {r["namespace"] for r in releases}
+    assert (used - {None}) - NOT_OURS <= set(levels), stack
+    assert not [r["name"] for r in releases if r.get("createNamespace")], stack
+    expected = {**CHART_NAMESPACES, **{n: level for n, (level, _) in NAMESPACES.items()}}
+    assert {n: expected[n] for n in levels} == levels, stack
+    if stack == "prod-burst":
+        assert "keda" in levels
+    if stack == "prod-multinode":
+        assert "lws-system" in levels
+
+
+def test_the_chart_values_meet_their_namespaces_restricted_standard(recorded):
+    """Where a chart's defaults fall short of restricted, our values close the gap: the LWS manager's
+    seccomp profile, the AI Gateway controller's whole security context (its image's user is a name)."""
+    from offline.manifests import helm_releases
+    by_name = {r["name"]: r.get("values", {}) for r in helm_releases(recorded("prod-multinode"))}
+    lws = by_name["lws"]["podSecurityContext"]
+    assert lws == {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+    aigw = by_name["ai-gateway"]["controller"]
+    spec = {"securityContext": aigw["podSecurityContext"], "containers": [{"securityContext": aigw["securityContext"]}]}
+    assert pss_violations(spec) == set() and aigw["podSecurityContext"]["runAsUser"] > 0
 
 
 def test_the_version_pinned_is_the_clusters_minor():
@@ -302,3 +346,47 @@ def test_the_stated_exceptions_are_still_needed(objects):
 ])
 def test_the_checker_catches_each_rule(spec, rule):
     assert rule in pss_violations(spec)
+
+
+# -- Checkov's Deployment checks, over LeaderWorkerSet templates too ------------------------------------
+# Checkov (3.3.30, framework kubernetes) evaluates a Deployment's pod template but not a custom
+# resource's, so nothing ran these on the LeaderWorkerSets' leader and worker templates. The checks
+# above cover its security ones (CKV_K8S_20, 22, 28, 37, 38, 35, 43); these are its resource and
+# probe checks, by id, on every container of every workload (init containers take no probes).
+CHECKOV_CONTAINER_CHECKS = {
+    "CKV_K8S_10 CPU requests": lambda c: bool(c.get("resources", {}).get("requests", {}).get("cpu")),
+    "CKV_K8S_12 memory requests": lambda c: bool(c.get("resources", {}).get("requests", {}).get("memory")),
+    "CKV_K8S_13 memory limits": lambda c: bool(c.get("resources", {}).get("limits", {}).get("memory")),
+    "CKV_K8S_8 liveness probe": lambda c: "livenessProbe" in c,
+    "CKV_K8S_9 readiness probe": lambda c: "readinessProbe" in c,
+}
+# (workload suffix, container) -> the checks it is exempt from, and why.
+CHECKOV_EXCEPTIONS = {
+    # A worker restarted for its leader's slowness would recreate the whole group (components/serving.py).
+    ("/worker", "vllm"): {"CKV_K8S_8 liveness probe"},
+    # A shell loop that exits only by being killed: nothing for a probe to ask; its result is a metric.
+    ("/leader", "nccl-transport"): {"CKV_K8S_8 liveness probe", "CKV_K8S_9 readiness probe"},
+}
+CHECKOV_SKIPS_PROBES = ("Job",)      # Checkov's probe checks do not apply to run-once Jobs
+
+
+@pytest.mark.parametrize("check", list(CHECKOV_CONTAINER_CHECKS))
+def test_every_workloads_containers_pass_checkovs_resource_and_probe_checks(objects, check):
+    kinds = {o["metadata"]["name"]: o["kind"] for o in objects if o["kind"] in (*WORKLOADS, "LeaderWorkerSet")}
+    for name, spec in pods(objects):
+        if "probe" in check and kinds[name.split("/")[0]] in CHECKOV_SKIPS_PROBES:
+            continue
+        for c in spec["containers"]:
+            exempt = next((v for (suffix, cname), v in CHECKOV_EXCEPTIONS.items()
+                           if name.endswith(suffix) and c["name"] == cname), set())
+            assert CHECKOV_CONTAINER_CHECKS[check](c) or check in exempt, (name, c["name"], check)
+
+
+def test_the_checkov_exceptions_are_still_needed(recorded):
+    """Each exempt container still lacks what it is exempt from (else drop the exception)."""
+    specs = dict(pods(kubernetes_objects(recorded("prod-multinode"))))
+    for (suffix, cname), exempt in CHECKOV_EXCEPTIONS.items():
+        containers = [c for n, s in specs.items() if n.endswith(suffix) for c in s["containers"] if c["name"] == cname]
+        assert containers, (suffix, cname)
+        for check in exempt:
+            assert not any(CHECKOV_CONTAINER_CHECKS[check](c) for c in containers), (suffix, cname, check)

@@ -98,7 +98,10 @@ def test_every_vllm_argument_is_the_plans(recorded, stack, overrides):
         f = flags(d)
         for arg, flag in FLAG_FOR_ARG.items():
             assert f[flag] == str(getattr(plan.engine_args, arg)), flag
-        assert f["--model"] == plan.checkpoint
+        # The engine serves the directory the init step downloaded the checkpoint into.
+        assert f["--model"] == f"/models/hub/{plan.checkpoint}"
+        (download,) = d["spec"]["template"]["spec"]["initContainers"]
+        assert {e["name"]: e["value"] for e in download["env"]}["MODEL_ID"] == plan.checkpoint
         assert "--enable-chunked-prefill" in f
         assert f["--shutdown-timeout"] == str(drain_timing(longest_request_s(plan)).shutdown_timeout_s)
         assert vllm_container(d)["resources"]["limits"]["nvidia.com/gpu"] == str(plan.tp)
@@ -121,7 +124,74 @@ def test_shared_memory_and_model_cache(recorded):
         assert volumes["model-cache"]["hostPath"]["path"] == "/mnt/models"
         mounts = {m["name"]: m["mountPath"] for m in vllm_container(d)["volumeMounts"]}
         assert mounts["shm"] == "/dev/shm"
-        assert {e["name"]: e.get("value") for e in vllm_container(d)["env"]}["HF_HOME"].startswith(mounts["model-cache"])
+
+
+@pytest.mark.parametrize("stack", ["prod", "prod-multinode"])
+def test_the_model_cache_is_read_only_to_the_engine_and_written_by_the_init_step(recorded, stack):
+    """One init container writes the weights; every serving container mounts them read-only, serves
+    the downloaded directory offline, and writes only the compile caches (their own sub-directory)."""
+    from offline.manifests import kubernetes_objects
+    from tests.test_pod_security import pods
+    seen = 0
+    for name, spec in pods(kubernetes_objects(recorded(stack))):
+        if not name.startswith("vllm-us-east"):
+            continue
+        seen += 1
+        (init,) = spec["initContainers"]
+        writes = [m for c in [init, *spec["containers"]] for m in c["volumeMounts"]
+                  if m["name"] == "model-cache" and not m.get("readOnly")]
+        assert writes == [{"name": "model-cache", "mountPath": "/models"},
+                          {"name": "model-cache", "mountPath": "/var/cache/vllm-compile", "subPath": "compile"}], name
+        assert {"name": "model-cache", "mountPath": "/models"} in init["volumeMounts"], name
+        engine = next(c for c in spec["containers"] if c["name"] == "vllm")
+        env = {e["name"]: e.get("value") for e in engine["env"]}
+        assert env["HF_HUB_OFFLINE"] == "1" and not env["HF_HOME"].startswith("/models"), name
+        assert all(env[k].startswith("/var/cache/vllm-compile/") for k in
+                   ("VLLM_CACHE_ROOT", "FLASHINFER_WORKSPACE_BASE", "DG_JIT_CACHE_DIR", "CUDA_CACHE_PATH")), name
+        model = engine["args"][engine["args"].index("--model") + 1]
+        assert model == {e["name"]: e["value"] for e in init["env"]}["MODEL_DIR"] and model.startswith("/models/"), name
+    assert seen >= 2
+
+
+def test_the_download_script_reads_its_values_from_the_environment_only():
+    """No stack value is spliced into the init step's script: it is the same text for every stack."""
+    from deployment.model_cache import DOWNLOAD_SCRIPT, download_container, served_model_path
+    for checkpoint in ("org/model", "/models/mine/llama"):
+        c = download_container(checkpoint, {}, {"name": "tmp", "mountPath": "/tmp"})
+        assert c["command"] == ["python3", "-c", DOWNLOAD_SCRIPT] and checkpoint not in DOWNLOAD_SCRIPT
+    assert served_model_path("/models/mine/llama") == "/models/mine/llama"
+    assert served_model_path("org/model") == "/models/hub/org/model"
+
+
+@pytest.mark.parametrize("checkpoint, local_dir_exists, code, called", [
+    ("org/model", False, 0, True),                 # a hub id: downloaded into its directory
+    ("/models/mine/llama", True, 0, False),        # a checkpoint in the cache: only checked
+    ("/models/mine/missing", False, 1, False),     # ... and refused when it is not there
+])
+def test_the_download_script_downloads_a_hub_id_and_checks_a_local_checkpoint(tmp_path, checkpoint,
+                                                                              local_dir_exists, code, called):
+    """The init step's script run as the container runs it, against a stand-in huggingface_hub that
+    records its call: the compile cache's directory is made either way."""
+    import subprocess
+    import sys
+    from deployment.model_cache import DOWNLOAD_SCRIPT
+    (tmp_path / "huggingface_hub.py").write_text(
+        "import json, os\ndef snapshot_download(repo, **kw):\n"
+        "    open(os.environ['CALLS'], 'w').write(json.dumps([repo, kw]))\n")
+    target = tmp_path / "models" / checkpoint.lstrip("/")
+    if local_dir_exists:
+        target.mkdir(parents=True)
+    env = {"PYTHONPATH": str(tmp_path), "CALLS": str(tmp_path / "calls.json"), "MODEL_ID": checkpoint,
+           "MODEL_DIR": str(target), "COMPILE_CACHE": str(tmp_path / "models" / "compile")}
+    run = subprocess.run([sys.executable, "-c", DOWNLOAD_SCRIPT], env=env, capture_output=True, text=True)
+    assert run.returncode == code, run.stderr
+    assert (tmp_path / "models" / "compile").is_dir()
+    if called:
+        import json
+        repo, kwargs = json.loads((tmp_path / "calls.json").read_text())
+        assert repo == checkpoint and kwargs["local_dir"] == str(target) and "original/*" in kwargs["ignore_patterns"]
+    else:
+        assert not (tmp_path / "calls.json").exists()
 
 
 def test_probes_use_health_and_the_startup_budget_fits_a_cold_70b_load(recorded):
@@ -233,18 +303,23 @@ def test_only_the_gateway_reaches_the_api_and_only_monitoring_the_metrics(record
     assert pods == [{"app.kubernetes.io/name": "endpoint-picker", "llm-serving.io/role": "gateway"}]
 
 
-def test_hub_token_reaches_vllm_only_as_a_secret_file(recorded):
+def test_hub_token_reaches_the_download_step_only_as_a_secret_file(recorded):
+    """The init step that downloads the checkpoint reads the token from a file; the engine, which
+    serves offline from the cache, gets no token at all."""
     recording = recorded("prod")
     secret = recording.named("serving-hub-token").inputs
     assert is_secret(secret["stringData"])
     deployment = next(iter(serving_deployments(recording).values()))
-    vllm = vllm_container(deployment)
-    assert {"name": "HF_TOKEN_PATH", "value": "/var/run/secrets/hub/token"} in vllm["env"]
+    (download,) = deployment["spec"]["template"]["spec"]["initContainers"]
+    assert {"name": "HF_TOKEN_PATH", "value": "/var/run/secrets/hub/token"} in download["env"]
     assert not any("valueFrom" in e or "TOKEN" in e["name"] and "value" in e and e["name"] != "HF_TOKEN_PATH"
-                   for e in vllm["env"])
+                   for e in download["env"])
     volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
     assert volumes["hub-token"]["secret"] == {"secretName": "hub-token", "defaultMode": 0o440}
-    assert {"name": "hub-token", "mountPath": "/var/run/secrets/hub", "readOnly": True} in vllm["volumeMounts"]
+    assert {"name": "hub-token", "mountPath": "/var/run/secrets/hub", "readOnly": True} in download["volumeMounts"]
+    vllm = vllm_container(deployment)
+    assert not [e for e in vllm["env"] if "TOKEN" in e["name"]]
+    assert "hub-token" not in {m["name"] for m in vllm["volumeMounts"]}
 
 
 # -- burst scaling -------------------------------------------------------------------------
@@ -274,8 +349,12 @@ def test_the_stacks_checkpoint_is_what_vllm_serves(build_program):
     catalog's prequantized checkpoint; without it the catalog's is served."""
     model = {"id": "llama-3-70b", "weights": "fp8", "kvCacheDtype": "bf16", "checkpoint": "my-org/llama-3-70b-fp8"}
     recording = build_program("prod", {"model": model})
-    args = vllm_container(next(iter(serving_deployments(recording).values())))["args"]
-    assert args[args.index("--model") + 1] == "my-org/llama-3-70b-fp8"
+    deployment = next(iter(serving_deployments(recording).values()))
+    args = vllm_container(deployment)["args"]
+    assert args[args.index("--model") + 1] == "/models/hub/my-org/llama-3-70b-fp8"
+    (download,) = deployment["spec"]["template"]["spec"]["initContainers"]
+    env = {e["name"]: e["value"] for e in download["env"]}
+    assert (env["MODEL_ID"], env["MODEL_DIR"]) == ("my-org/llama-3-70b-fp8", "/models/hub/my-org/llama-3-70b-fp8")
 
 
 # -- the served name of a stack that sizes a local config.json --------------------------------------
