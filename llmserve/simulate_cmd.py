@@ -15,6 +15,7 @@ import typer
 
 from . import options, simulate_disagg
 from .errors import check_output_file, check_positive, fail, writing
+from .sim_tables import latency_table, ms as _ms
 from .stack_arg import load, requested_failure
 
 
@@ -211,10 +212,7 @@ def _print(data: dict, cfg, stack, plot) -> None:
     console.print(f"{data['requests']:,} requests, {data['requests_lost']} lost, {data['requests_retried']} retried; "
                   f"goodput {100 * (data['goodput'] or 0):.1f}% (TTFT <= {data['slo']['ttft_ms']:g} ms and "
                   f"TPOT <= {data['slo']['tpot_ms']:g} ms)")
-    table = Table("latency (ms)", "mean", "p50", "p95", "p99")
-    for key, label in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("queue_ms", "queue"), ("e2e_ms", "end to end")):
-        table.add_row(label, *(_ms(data[key][q]) for q in ("mean", "p50", "p95", "p99")))
-    console.print(table)
+    console.print(latency_table(data))
     # load: requests served per second of up time over the sized capacity of one replica, the
     # sizing table's utilisation; busy saturates early (continuous batching steps whenever any runs).
     capacity = data["analytic"]["capacity_per_replica_qps"]
@@ -244,10 +242,6 @@ def _print(data: dict, cfg, stack, plot) -> None:
                       f"{_ms(data['tpot_ms']['mean'])} ms).")
     if plot is not None:
         console.print(f"Plot: {plot}")
-
-
-def _ms(x) -> str:
-    return "-" if x is None else f"{x:,.1f}"
 
 
 def register(app: typer.Typer) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import typer
 
 from .errors import fail
+from .sim_tables import latency_table, ms as _ms
 
 FAIL_POOLS = ("prefill", "decode")
 # `simulate`'s options for a disaggregated plan (an aggregated plan refuses them)
@@ -134,10 +135,7 @@ def _print(data: dict, stack) -> None:
     console.print(f"{data['requests']:,} requests, {data['requests_lost']} lost ({data['requests_failed']} failed by "
                   f"the KV load failure policy), {data['requests_retried']} retried; goodput "
                   f"{100 * (data['goodput'] or 0):.1f}%")
-    table = Table("latency (ms)", "mean", "p50", "p95", "p99")
-    for key, label in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("queue_ms", "queue"), ("e2e_ms", "end to end")):
-        table.add_row(label, *(_ms(data[key][q]) for q in ("mean", "p50", "p95", "p99")))
-    console.print(table)
+    console.print(latency_table(data))
     reps = Table("pool", "replica", "zone", "requests", "busy", "mean batch", "preemptions")
     for role, pool in pools.items():
         for r in pool["replicas"]:
@@ -156,5 +154,3 @@ def _print(data: dict, stack) -> None:
                       f"{sp['mean_acceptance_length']} (planned {sp['mean_acceptance_length_planned']})")
 
 
-def _ms(x) -> str:
-    return "-" if x is None else f"{x:,.1f}"
