@@ -261,7 +261,8 @@ def _vllm_choice(rows: pd.DataFrame, shape: list[str]) -> pd.DataFrame:
 # -- the operations -------------------------------------------------------------------------------
 
 GEMM_DTYPES = {"bf16": ("bfloat16", 2.0), "fp8": ("fp8", 1.0), "fp8_block": ("fp8_block", 1.0), "fp4": ("nvfp4", 0.5)}
-WEIGHT_BYTES = {"bfloat16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "nvfp4": 0.5, "bf16": 2.0}
+# w4a16_mxfp4: 4-bit E2M1 and one E8M0 scale byte per 32 elements (OCP MX v1.0), as sizing.architecture
+WEIGHT_BYTES = {"bfloat16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "nvfp4": 0.5, "bf16": 2.0, "w4a16_mxfp4": 0.5 + 1 / 32}
 KV_BYTES = {"bfloat16": 2.0, "fp8": 1.0}
 
 
@@ -358,7 +359,10 @@ def mla_entries(wheel: Wheel, system: str):
                                             {"batch": "batch_size", "seq": "seq", "heads": "num_heads"})
 
 
-MOE_DTYPES = {"bf16": "bfloat16", "fp8": "fp8", "fp8_block": "fp8_block", "fp4": "nvfp4"}
+# mxfp4: gpt-oss's W4A16 MXFP4 experts; the table's main kernel is the one vLLM's MXFP4 oracle picks
+# (OAI Triton matmul_ogs on Hopper, FlashInfer TRT-LLM MXFP4 x BF16 on Blackwell), measured on
+# gpt-oss's shapes only (its other kernel, Marlin, is Kimi-K3's rows).
+MOE_DTYPES = {"bf16": "bfloat16", "fp8": "fp8", "fp8_block": "fp8_block", "fp4": "nvfp4", "mxfp4": "w4a16_mxfp4"}
 MOE_CHECK = {"tokens": "num_tokens", "hidden": "hidden_size", "inter": "inter_size", "topk": "topk",
              "experts": "num_experts", "tp": "moe_tp_size", "ep": "moe_ep_size"}
 

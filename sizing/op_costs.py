@@ -18,7 +18,7 @@ from .catalog import DATA_DIR, CatalogError
 
 MAX_OP_COSTS_BYTES = 1_000_000
 ACT_BYTES = 2.0                      # BF16 activations in and out of every GEMM
-WEIGHT_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "fp4": 0.5}
+WEIGHT_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "fp4": 0.5, "mxfp4": 0.5 + 1 / 32}  # MXFP4: + E8M0 per 32
 KV_BYTES = {"bf16": 2.0, "fp8": 1.0}
 MLA_KV_WIDTH = 512 + 64              # DeepSeek-V3 latent cache per token: kv_lora_rank + rope dims
 MLA_PAIR_FLOPS = 2 * (192 + 128)     # MLA prefill per (query, key) pair per head: QK at 192, PV at 128

@@ -129,6 +129,17 @@ def _gemm_dtype(gpu_ops: dict, bytes_per_param: float, block: bool = False, op: 
     return "bf16"
 
 
+def _moe_dtype(arch: Architecture, gpu_ops: dict, bytes_per_param: float) -> str:
+    """The fused-MoE kernel family of a model's experts. MXFP4 experts (gpt-oss) run the kernel vLLM's
+    MXFP4 oracle selects, measured as AIConfigurator's `w4a16_mxfp4` rows: OAI Triton matmul_ogs
+    (`OAITritonMxfp4ExpertsMonolithic`) on Hopper, FlashInfer TRT-LLM MXFP4 x BF16 on Blackwell
+    (vllm/model_executor/layers/fused_moe/oracle/mxfp4.py `_get_priority_backends`); never the BF16
+    Triton kernel's tile cost at 4-bit bytes."""
+    if arch.quantization.method == "mxfp4" and bytes_per_param < 0.75 and "mxfp4" in gpu_ops["moe"]:
+        return "mxfp4"
+    return _gemm_dtype(gpu_ops, bytes_per_param, bool(arch.quantization.weight_block), "moe")
+
+
 def gemm_params(gpu_ops: dict, dtype: str) -> dict:
     """A GEMM family's fitted parameters. The block-scaled FP8 rows never run under 55 us on Hopper
     (153 us on B200) whatever the shape: time outside the kernel inside the collector's timing
@@ -194,7 +205,7 @@ def moe_terms(arch: Architecture, gpu_ops: dict, weights: str, layout: str, tp: 
     e, k, layers = arch.num_experts, arch.experts_per_token, arch.moe_layer_count
     by_bytes, by_params = arch.bytes_by_group(weights), arch.params_by_group()
     w = by_bytes["experts"] / by_params["experts"]
-    p = gpu_ops["moe"][_gemm_dtype(gpu_ops, w, bool(arch.quantization.weight_block), "moe")]
+    p = gpu_ops["moe"][_moe_dtype(arch, gpu_ops, w)]
     split = layout in ("dp-ep", "tp-ep")
     e_local, f_local = (e / tp, float(arch.moe_intermediate_size)) if split else (float(e), arch.moe_intermediate_size / tp)
     pairs_per_token = k / tp if split else float(k)            # token-expert pairs a GPU computes

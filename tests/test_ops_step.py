@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from simulator.replica import Replica
+from sizing import ops
 from sizing.catalog import load_catalog
 from sizing.memory import Shape
 from sizing.model import ReplicaModel
@@ -75,6 +76,41 @@ def test_deepseek_r1_at_four_clients_on_h200_is_floor_bound():
     rm = _replica("deepseek-r1", "p5en.48xlarge", 8, "fp8", "tp",
                   Workload(concurrency=4, input_tokens=1000, output_tokens=1000, qps=None))
     assert 10e-3 < rm.step.decode_s(4) < 20e-3
+
+
+@pytest.mark.parametrize("model, gpu, kernel", [
+    ("gpt-oss-120b", "h200", "vllm_gptossmxfp4moe_triton_oaitritonmxfp4expertsmonolithic"),
+    ("gpt-oss-120b", "h100-sxm", "vllm_gptossmxfp4moe_triton_oaitritonmxfp4expertsmonolithic"),
+    ("gpt-oss-120b", "b200", "vllm_gptossmxfp4moe_flashinfer_trtllm_mxfp4_bf16_trtllmmxfp4expertsmonolithic"),
+])
+def test_mxfp4_experts_are_priced_by_the_mxfp4_kernel_vllm_runs(model, gpu, kernel):
+    """gpt-oss's MXFP4 experts: the `moe/mxfp4` rows (vLLM's MXFP4 oracle: OAI Triton on Hopper,
+    FlashInfer TRT-LLM MXFP4 x BF16 on Blackwell), never the BF16 Triton kernel at 4-bit bytes."""
+    arch, gpu_ops = ops.arch_of(CAT.model(model)), ops.gpu_costs(gpu)
+    w = arch.bytes_by_group("fp4")["experts"] / arch.params_by_group()["experts"]
+    assert ops._moe_dtype(arch, gpu_ops, w) == "mxfp4"
+    assert gpu_ops["moe"]["mxfp4"]["kernel"] == kernel
+
+
+@pytest.mark.parametrize("model, weights, dtype", [
+    ("qwen3-235b-a22b", "fp8", "fp8_block"), ("qwen3-235b-a22b", "bf16", "bf16")])
+def test_experts_that_are_not_mxfp4_keep_their_kernel(model, weights, dtype):
+    arch, gpu_ops = ops.arch_of(CAT.model(model)), ops.gpu_costs("h200")
+    w = arch.bytes_by_group(weights)["experts"] / arch.params_by_group()["experts"]
+    assert ops._moe_dtype(arch, gpu_ops, w) == dtype
+
+
+# SemiAnalysis InferenceX, gpt-oss-120b FP4 on 8 x H100, vLLM TP=8, 1k/1k, mean TPOT by concurrency
+# (its experimental sweep: https://github.com/SemiAnalysisAI/InferenceX/issues/828, "1k/1k" table).
+INFERENCEX_H100_TP8_TPOT_MS = {4: 3.72, 16: 4.83, 32: 5.82, 64: 7.36}
+
+
+@pytest.mark.parametrize("clients", sorted(INFERENCEX_H100_TP8_TPOT_MS))
+def test_gpt_oss_on_h100_tp8_is_within_25_percent_of_inferencex(clients):
+    rm = _replica("gpt-oss-120b", "p5.48xlarge", 8, "fp4", "tp",
+                  Workload(concurrency=clients, input_tokens=1024, output_tokens=1024, qps=None))
+    measured = INFERENCEX_H100_TP8_TPOT_MS[clients]
+    assert abs(rm.closed_loop(clients)["tpot_ms"] / measured - 1) <= 0.25
 
 
 def test_the_simulator_runs_the_same_decode_steps():
