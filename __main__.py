@@ -89,7 +89,6 @@ gpu_plugin = GpuPlugin("gpu-plugin", GpuPluginArgs(
     opts=pulumi.ResourceOptions(depends_on=gpu_pools))
 if any(p.bounds is not None for p in spec.node_pools):     # serving.autoscaling: the GPU node groups follow KEDA
     ClusterAutoscaler("cluster-autoscaler", ClusterAutoscalerArgs(
-        kubernetes_version=settings.kubernetesVersion,
         scale_down_unneeded_s=spec.serving.autoscaling[0].scale_down_stabilization_s, **controller_base),
         opts=pulumi.ResourceOptions(depends_on=[cluster.pod_identity_agent, *gpu_pools]))
 serving_after: list[pulumi.Resource] = [gpu_plugin]

@@ -71,8 +71,7 @@ def chart_values(cluster_name: str, region: str, kubernetes_version: str, scale_
 
 
 @dataclass(frozen=True, kw_only=True)
-class ClusterAutoscalerArgs(ControllerArgs):
-    kubernetes_version: str
+class ClusterAutoscalerArgs(ControllerArgs):      # ControllerArgs.kubernetes_version: its image's minor
     scale_down_unneeded_s: int          # the policy's scale-down stabilization
 
 
@@ -89,5 +88,5 @@ class ClusterAutoscaler(pulumi.ComponentResource):
             policy_json=cluster.apply(autoscaler_policy), tags=args.tags,
             values=cluster.apply(lambda c: chart_values(c, args.region, args.kubernetes_version,
                                                         args.scale_down_unneeded_s)),
-            provider=args.provider, opts=opts)
+            provider=args.provider, kubernetes_version=args.kubernetes_version, opts=opts)
         self.register_outputs({"chart": f"{CHART}@{CLUSTER_AUTOSCALER_CHART_VERSION}"})

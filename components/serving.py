@@ -210,8 +210,8 @@ def with_kv_transfer(pod: dict, spec: ServingSpec, efa_devices: int) -> dict:
                                for part in ("limits", "requests")}
         engine["env"] = [*engine["env"], *EFA_KV_ENV]
     out = {**pod, "containers": containers}
-    if spec.role == "decode":
-        out["initContainers"] = [routing_sidecar_container(spec)]
+    if spec.role == "decode":     # after the model's download (which runs to completion), the native sidecar
+        out["initContainers"] = [*pod.get("initContainers", []), routing_sidecar_container(spec)]
     return out
 
 

@@ -205,12 +205,14 @@ def test_two_workloads_per_zone_carry_their_role_and_the_nixl_side_channel(disag
             env = {e["name"]: e for e in engine["env"]}
             assert env["VLLM_NIXL_SIDE_CHANNEL_HOST"]["valueFrom"] == POD_IP
             assert {"name": "nixl", "containerPort": 5600, "protocol": "TCP"} in engine["ports"]
-            sidecars = d["spec"]["template"]["spec"].get("initContainers", [])
-            assert [c["image"] for c in sidecars] == ([LLM_D_ROUTING_SIDECAR_IMAGE] if role == "decode" else [])
+            # Both roles fill the model cache first; a decode pod then starts llm-d's routing sidecar.
+            init = d["spec"]["template"]["spec"]["initContainers"]
+            assert [c["name"] for c in init] == ["model-download", *(["routing-sidecar"] if role == "decode" else [])]
     decode = next(iter(workloads(rec, "decode").values()))
     assert arg(engine_of(decode), "--port") == "8200"
-    assert decode["spec"]["template"]["spec"]["initContainers"][0]["args"][:3] == [
-        "--port=8000", "--vllm-port=8200", "--kv-connector=nixlv2"]
+    sidecar = decode["spec"]["template"]["spec"]["initContainers"][-1]
+    assert (sidecar["image"], sidecar["restartPolicy"]) == (LLM_D_ROUTING_SIDECAR_IMAGE, "Always")
+    assert sidecar["args"][:3] == ["--port=8000", "--vllm-port=8200", "--kv-connector=nixlv2"]
     assert {r.name for r in rec.of_type("kubernetes:policy/v1:PodDisruptionBudget")} >= {
         "serving-prefill-pdb", "serving-decode-pdb"}
 
