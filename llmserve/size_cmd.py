@@ -131,8 +131,9 @@ def _plan(req, source: str | None, spec=None, serving: dict | None = None):
 
 
 # The speculative request's fields and the options that set them (a SizingError names the field).
-SPECULATIVE_OPTIONS = {"speculative.method": "--speculative", "speculative.draft_tokens": "--draft-tokens",
-                       "speculative.acceptance_rate": "--acceptance-rate", "speculative.draft_model": "--draft-model"}
+SPECULATIVE_OPTIONS = {"speculative": "--speculative", "speculative.method": "--speculative",
+                       "speculative.draft_tokens": "--draft-tokens", "speculative.acceptance_rate": "--acceptance-rate",
+                       "speculative.draft_model": "--draft-model"}
 
 
 def _speculative_request(method, draft_tokens, acceptance_rate, draft_model, sweep: bool):

@@ -225,6 +225,10 @@ def _with_serving_mode(p: Plan, req: PlanRequest) -> Plan:
     """Disaggregated prefill/decode pools, or the choice between them and `p` (sizing.disagg)."""
     if req.serving_mode == "aggregated" and req.pool_layout is None:
         return p
+    for field_, lever in (("speculative", req.speculative), ("mig_profile", req.mig_profile)):
+        if lever is not None:    # the pools are sized on whole GPUs and plain decode steps
+            raise PlanError(f"not planned together with disaggregated serving (serving mode {req.serving_mode}); "
+                            "plan one of the two", field_)
     from .disagg import with_serving_mode
     return with_serving_mode(p, req, _disaggregated_plan)
 

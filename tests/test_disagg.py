@@ -321,3 +321,28 @@ def test_the_sweep_without_a_mode_is_unchanged_and_disaggregated_ranks_its_own(c
     assert not any(is_disaggregated(r) for r in plain)
     assert sweep_rows(capsys, "aggregated") == plain
     assert all(is_disaggregated(r) for r in sweep_rows(capsys, "disaggregated"))
+
+
+# -- levers not planned together ---------------------------------------------------------------------------
+@pytest.mark.parametrize("args, expected", [
+    (("--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--mig", "3g.40gb", "--serving-mode", "disaggregated"),
+     "error: --mig: not planned together with disaggregated serving (serving mode disaggregated); plan one of the two"),
+    (("--serving-mode", "auto", "--speculative", "eagle3", "--acceptance-rate", "0.7"),
+     "error: --speculative: not planned together with disaggregated serving (serving mode auto); plan one of the two"),
+], ids=["mig", "speculative"])
+def test_a_lever_the_pools_are_not_sized_for_is_refused_naming_it(capsys, args, expected):
+    code, out, err = run(capsys, "size", *args)
+    assert (code, out, err.strip()) == (2, "", expected)
+
+
+def test_a_stack_with_both_names_its_speculative_key():
+    from settings import settings_from_config, sizing_problem
+    from sizing.workload import SizingError
+    from tests.stacks import stack_config, with_overrides
+    settings = settings_from_config("prod", with_overrides(stack_config("prod"), {"serving": {
+        "mode": "disaggregated", "speculative": {"method": "ngram", "draftTokens": 3, "acceptanceRate": 0.6}}}))
+    with pytest.raises(SizingError) as err:
+        plan(settings.plan_request())
+    assert sizing_problem(err.value) == (
+        "llm-serving:serving.speculative: not planned together with disaggregated serving (serving mode "
+        "disaggregated); plan one of the two")
