@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from conventions import EFA_RESOURCE, LWS_CHART_VERSION, VLLM_API_PORT
+from conventions import EFA_RESOURCE, LWS_CHART_VERSION, VLLM_API_PORT, VLLM_EFA_IMAGE, VLLM_EFA_IMAGE_DIGEST, VLLM_IMAGE, VLLM_VERSION
 from offline.policy_run import evaluate, stack_resources
 from policies.controllers import contract_violations
 from sizing.catalog import load_catalog
@@ -386,3 +386,29 @@ def test_group_engines_set_the_efa_environment_and_log_nccls_transport(recorded)
     for role in ("leaderTemplate", "workerTemplate"):
         env = {e["name"]: e.get("value") for e in template[role]["spec"]["containers"][0]["env"]}
         assert (env["FI_PROVIDER"], env["FI_EFA_USE_DEVICE_RDMA"], env["NCCL_DEBUG"]) == ("efa", "1", "INFO"), role
+
+
+# -- the image that carries EFA's userspace (conventions.VLLM_EFA_IMAGE, docs/multi-node.md) ------
+def test_the_efa_image_is_awss_vllm_dlc_at_the_pinned_vllm_version_by_its_full_tag():
+    """aws/deep-learning-containers docs/src/data/vllm/0.29.0-gpu-ec2.yml's first tag, on the public
+    registry; no digest, since no cited source publishes one (preflight warns while it is unset)."""
+    assert VLLM_EFA_IMAGE == f"public.ecr.aws/deep-learning-containers/vllm:{VLLM_VERSION}-gpu-py312-cu130-ubuntu24.04-ec2"
+    assert VLLM_EFA_IMAGE_DIGEST is None and "@" not in VLLM_EFA_IMAGE
+
+
+def test_every_group_pod_runs_the_efa_image_with_telemetry_off(recorded):
+    for lws in recorded(STACK).of_type(LWS):
+        template = lws.inputs["spec"]["leaderWorkerTemplate"]
+        for role in ("leaderTemplate", "workerTemplate"):
+            engine = template[role]["spec"]["containers"][0]
+            env = {e["name"]: e.get("value") for e in engine["env"]}
+            assert (engine["image"], env["OPT_OUT_TRACKING"]) == (VLLM_EFA_IMAGE, "true"), (lws.name, role)
+
+
+def test_single_node_replicas_keep_the_stock_image(recorded):
+    engines = [d.inputs["spec"]["template"]["spec"]["containers"][0]
+               for d in recorded("prod").of_type("kubernetes:apps/v1:Deployment")]
+    replicas = [e for e in engines if e["name"] == "vllm"]
+    assert len(replicas) == 2       # one per zone
+    for engine in replicas:
+        assert (engine["image"], "OPT_OUT_TRACKING" in {e["name"] for e in engine["env"]}) == (VLLM_IMAGE, False)
