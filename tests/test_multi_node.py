@@ -6,6 +6,7 @@ import pytest
 import yaml
 
 from conventions import EFA_RESOURCE, LWS_CHART_VERSION, VLLM_API_PORT, VLLM_EFA_IMAGE, VLLM_EFA_IMAGE_DIGEST, VLLM_IMAGE, VLLM_VERSION
+from components.gpu_node_pool import EFA_MEMLOCK_BYTES
 from offline.policy_run import evaluate, stack_resources
 from policies.controllers import contract_violations
 from sizing.catalog import load_catalog
@@ -412,3 +413,35 @@ def test_single_node_replicas_keep_the_stock_image(recorded):
     assert replicas
     for engine in replicas:
         assert (engine["image"], "OPT_OUT_TRACKING" in {e["name"] for e in engine["env"]}) == (VLLM_IMAGE, False)
+
+
+# -- locked memory for EFA without IPC_LOCK (components/gpu_node_pool.py EFA_CONTAINERD_LIMITS) -----
+def node_configs(rec) -> list[dict]:
+    """The NodeConfig part of each GPU launch template's user data."""
+    import base64
+    import email
+    out = []
+    for lt in (r for r in rec.of_type("aws:ec2/launchTemplate:LaunchTemplate") if r.name.startswith("gpu-")):
+        message = email.message_from_string(base64.b64decode(lt.inputs["userData"]).decode())
+        (part,) = [p for p in message.walk() if p.get_content_type() == "application/node.eks.aws"]
+        out.append(yaml.safe_load(part.get_payload()))
+    return out
+
+
+def test_efa_nodes_raise_the_containers_memlock_and_keep_the_amis_nofile(recorded):
+    configs = node_configs(recorded(STACK))
+    assert len(configs) == 2
+    for config in configs:
+        assert config["spec"]["containerd"]["baseRuntimeSpec"]["process"]["rlimits"] == [
+            {"type": "RLIMIT_NOFILE", "soft": 65536, "hard": 1048576},
+            {"type": "RLIMIT_MEMLOCK", "soft": 2 ** 62, "hard": 2 ** 62}]
+
+
+def test_nodes_without_efa_keep_the_amis_container_limits(recorded):
+    configs = node_configs(recorded("prod"))
+    assert configs and all("containerd" not in c["spec"] for c in configs)
+
+
+def test_the_memlock_limit_survives_nodeadms_float64_merge_exactly():
+    """nodeadm merges the NodeConfig through encoding/json into float64 (nodeadm/internal/util/merge.go)."""
+    assert int(float(EFA_MEMLOCK_BYTES)) == EFA_MEMLOCK_BYTES < 2 ** 64 - 1
