@@ -43,7 +43,7 @@ MIME_BOUNDARY = "==LLMSERVING=="
 # A graceful shutdown gives vLLM time to drain in-flight requests when a node is stopped
 # (node repair, a Capacity Block ending): the kubelet's grace covers a serving pod's whole
 # grace period (components/drain.py), so a node stop drains like an eviction.
-def node_config(shutdown_grace_s: int) -> str:
+def node_config(shutdown_grace_s: int, efa: bool = False) -> str:
     return textwrap.dedent(f"""\
         apiVersion: node.eks.aws/v1alpha1
         kind: NodeConfig
@@ -52,7 +52,29 @@ def node_config(shutdown_grace_s: int) -> str:
             config:
               shutdownGracePeriod: {shutdown_grace_s}s
               shutdownGracePeriodCriticalPods: {CRITICAL_PODS_S}s
-        """)
+        """) + (EFA_CONTAINERD_LIMITS if efa else "")
+
+
+# Locked memory for libfabric's EFA provider, which pins the host buffers it registers with the
+# device, in containers that keep every capability dropped (no IPC_LOCK). The AL2023 AMI raises no
+# container's memlock: its containerd base runtime spec sets RLIMIT_NOFILE only
+# (awslabs/amazon-eks-ami nodeadm/internal/containerd/base-runtime-spec.json L159-L165), where the
+# AL2 AMI had set memlock unlimited for Docker (CHANGELOG, "Update ulimit for memlock to unlimited";
+# Bottlerocket raises it when an EFA device is attached: bottlerocket-core-kit PR #141). nodeadm's
+# `containerd.baseRuntimeSpec` is its documented override (nodeadm/doc/examples.md, "Modifying
+# container RLIMITs"); it merges with mergo's override, so the list replaces the default one and
+# restates its RLIMIT_NOFILE. nodeadm merges through JSON into float64 (nodeadm/internal/util/merge.go),
+# where RLIM_INFINITY (2^64 - 1) would round up past uint64: 2^62 bytes is exact and as good as unlimited.
+EFA_MEMLOCK_BYTES = 2 ** 62
+AMI_NOFILE_SOFT, AMI_NOFILE_HARD = 65536, 1048576       # base-runtime-spec.json's own values
+EFA_CONTAINERD_LIMITS = textwrap.indent(textwrap.dedent(f"""\
+    containerd:
+      baseRuntimeSpec:
+        process:
+          rlimits:
+            - {{type: RLIMIT_NOFILE, soft: {AMI_NOFILE_SOFT}, hard: {AMI_NOFILE_HARD}}}
+            - {{type: RLIMIT_MEMLOCK, soft: {EFA_MEMLOCK_BYTES}, hard: {EFA_MEMLOCK_BYTES}}}
+    """), "  ")
 
 
 # Runs before kubelet starts (nodeadm-run waits for cloud-final), so /mnt/models exists before
@@ -103,10 +125,11 @@ def mig_script(profile: str, instances_per_gpu: int) -> str:
         """)
 
 
-def user_data(shutdown_grace_s: int, mig=None) -> str:
+def user_data(shutdown_grace_s: int, mig=None, efa: bool = False) -> str:
     """The launch template's user data: AL2023 MIME multipart (NodeConfig + the cache script, and
-    the MIG geometry when the plan slices the GPUs: `mig` a sizing.mig.MigProfile), base64."""
-    parts = [("application/node.eks.aws", node_config(shutdown_grace_s)), ('text/x-shellscript; charset="us-ascii"', MODEL_CACHE_SCRIPT)]
+    the MIG geometry when the plan slices the GPUs: `mig` a sizing.mig.MigProfile), base64. On EFA
+    nodes the NodeConfig also raises the containers' locked-memory limit (EFA_CONTAINERD_LIMITS)."""
+    parts = [("application/node.eks.aws", node_config(shutdown_grace_s, efa)), ('text/x-shellscript; charset="us-ascii"', MODEL_CACHE_SCRIPT)]
     if mig is not None:
         parts.append(('text/x-shellscript; charset="us-ascii"', mig_script(mig.name, mig.instances_per_gpu)))
     body = "MIME-Version: 1.0\n" f'Content-Type: multipart/mixed; boundary="{MIME_BOUNDARY}"\n\n'
@@ -173,7 +196,7 @@ class GpuNodePool(pulumi.ComponentResource):
         self.launch_template = hardened_launch_template(
             f"{name}-lt", name_tag=name, root_gib=GPU_ROOT_VOLUME_GIB, tags=tags, opts=child,
             description=f"GPU nodes of pool {pool.label} ({pool.instance_type}, {pool.zone})",
-            user_data=user_data(args.spec.shutdown_grace_s, args.spec.mig),
+            user_data=user_data(args.spec.shutdown_grace_s, args.spec.mig, efa=args.spec.efa),
             # A Capacity Block node group must name the instance type in its launch template.
             instance_type=pool.instance_type if uses_block else None,
             capacity_reservation_specification=capacity_spec,

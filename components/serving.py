@@ -25,6 +25,7 @@ from conventions import (
     LABEL_ENVIRONMENT, LABEL_POOL, LABEL_ROLE, LABEL_ZONE, LWS_API_VERSION, LWS_KIND, METRICS_PROXY_IMAGE, MODEL_CACHE_PATH,
     MONITORING_NAMESPACE, ROLE_SERVING_WORKER, SYSTEM_ROLE_LABEL, VLLM_API_PORT, VLLM_IMAGE, VLLM_METRICS_PORT, ZONE_KEY,
 )
+from conventions import VLLM_EFA_IMAGE
 from conventions import DECODE_ENGINE_PORT, LABEL_LLM_D_ROLE, LLM_D_ROUTING_SIDECAR_IMAGE, NIXL_SIDE_CHANNEL_PORT
 from deployment.disagg import DISAGGREGATED_ROLES
 from deployment.autoscaling import scaled_object_spec
@@ -55,12 +56,21 @@ LEADER_HEALTH_CHECK = (f"import os, urllib.request; urllib.request.urlopen('http
 # 4 s would fail on any slow answer): the command's timeout plus the interpreter's start.
 EXEC_PROBE_TIMEOUT_S = LEADER_HEALTH_TIMEOUT_S + 2
 
-# NCCL over EFA (AWS's EFA guide for NCCL: libfabric's efa provider, GPUDirect RDMA on p4d/p5), and
-# NCCL's INFO log, whose "NET/OFI" or "NET/Socket" line says which transport a group got. These act
-# only in an image that carries libfabric and the aws-ofi-nccl plugin, which the stock vLLM image most
-# likely does not (docs/multi-node.md, "Not done, or not verified").
+# NCCL over EFA, and NCCL's INFO log, whose "Using network" line says which transport a group got.
+# They act in the group pods' image (conventions.VLLM_EFA_IMAGE: EFA installer 1.47.0, libfabric
+# 2.4.0amzn1.0, aws-ofi-nccl 1.18.0), whose own LD_LIBRARY_PATH puts /opt/amazon/ofi-nccl/lib and
+# /opt/amazon/efa/lib first (aws/deep-learning-containers docker/vllm/Dockerfile), so NCCL loads the
+# plugin without a setting here. aws-ofi-nccl's doc/efa-env-var.md at v1.18.0 (L29-L45, L114-L117):
+# with libfabric >= 1.18.0 and the plugin >= 1.7.0 neither variable is needed ("N/A"), and
+# FI_EFA_USE_DEVICE_RDMA=1 is "not harmful" on p4/p5. Both stay: FI_PROVIDER=efa limits libfabric to
+# its efa provider (libfabric's fabric(7), FI_PROVIDER), so a node without EFA shows up as NCCL's
+# Socket transport, which the transport check reports (deployment/nccl_transport.py).
 EFA_ENV = ({"name": "FI_PROVIDER", "value": "efa"}, {"name": "FI_EFA_USE_DEVICE_RDMA", "value": "1"},
            {"name": "NCCL_DEBUG", "value": "INFO"})
+# The DLC's entrypoint (scripts/docker/vllm/dockerd_entrypoint.sh: telemetry, then `vllm serve "$@"`)
+# starts a usage reporter unless OPT_OUT_TRACKING is "true" (scripts/docker/telemetry/
+# bash_telemetry.sh.template L3); the pods' egress policy would drop it anyway.
+EFA_IMAGE_ENV = ({"name": "OPT_OUT_TRACKING", "value": "true"},)
 
 METRICS_PROXY_HEALTH_PATH = "/healthz"
 METRICS_PROXY_CONF = f"""\
@@ -430,6 +440,10 @@ class Serving(pulumi.ComponentResource):
         on the GPU nodes of the one pool (hence zone) the plan placed the group in."""
         pod_labels = labels if leader else {**labels, LABEL_ROLE: ROLE_SERVING_WORKER}
         engine = vllm_container(spec)
+        # Every rank on the image that carries libfabric and aws-ofi-nccl (leader and workers alike:
+        # one engine build per group); the vLLM version and the `vllm serve` entrypoint are the stock one's.
+        engine["image"] = VLLM_EFA_IMAGE
+        engine["env"] = [*engine["env"], *EFA_IMAGE_ENV]
         rank = "0" if leader else f"$({WORKER_INDEX})"
         engine["args"] = [*engine["args"], *multi_node_args(spec.launch.engine, rank, leader)]
         if efa_devices:

@@ -82,6 +82,20 @@ VLLM_VERSION = "0.29.0"             # the metric names in observability/contract
 # by tag, with the reason and how a deploy pins them in docs/security.md.
 VLLM_IMAGE_DIGEST = "sha256:c2914767605584b6d8f45686b82de173ecc99e781897aa3d0a66dacd72c51ae1"
 VLLM_IMAGE = f"vllm/vllm-openai:v{VLLM_VERSION}@{VLLM_IMAGE_DIGEST}"
+# Multi-node groups only (components/serving.py `_group_pod`): AWS's Deep Learning Container for
+# vLLM 0.29.0 on EC2/EKS, the stock image above plus the EFA installer's userspace (libfabric and the
+# aws-ofi-nccl plugin), which the stock image lacks. Tag from aws/deep-learning-containers
+# docs/src/data/vllm/0.29.0-gpu-ec2.yml (its first, fully qualified tag; public_registry: true);
+# built FROM vllm/vllm-openai:v<version> by docker/vllm/Dockerfile, EFA installer 1.47.0
+# (.github/config/image/vllm/ec2-ubuntu.yml efa_version at 0.27.1 and at 0.30.0; docs/multi-node.md).
+# Pinned by tag only: no source found here publishes this image's digest, and AWS re-pushes DLC tags
+# with patches. VLLM_EFA_IMAGE_DIGEST stays None until resolved at deploy time
+# (`crane digest` or `docker buildx imagetools inspect`); `llmserve preflight` warns while it is.
+VLLM_EFA_IMAGE_REPOSITORY = "public.ecr.aws/deep-learning-containers/vllm"
+VLLM_EFA_IMAGE_TAG = f"{VLLM_VERSION}-gpu-py312-cu130-ubuntu24.04-ec2"
+VLLM_EFA_IMAGE_DIGEST: str | None = None
+VLLM_EFA_IMAGE = (f"{VLLM_EFA_IMAGE_REPOSITORY}:{VLLM_EFA_IMAGE_TAG}"
+                  + (f"@{VLLM_EFA_IMAGE_DIGEST}" if VLLM_EFA_IMAGE_DIGEST else ""))
 METRICS_PROXY_IMAGE = ("nginxinc/nginx-unprivileged:1.27.5-alpine"
                        "@sha256:65e3e85dbaed8ba248841d9d58a899b6197106c23cb0ff1a132b7bfe0547e4c0")
 ENVOY_GATEWAY_VERSION = "v1.8.3"    # chart and CRDs (vendor/upstream): AI Gateway v1.0 tests EG v1.8.1+ (docs/gateway-versions.md)

@@ -1,6 +1,7 @@
 """Check the stack and the AWS account before `pulumi up`. First, without AWS: the stack holds no
 example values (a documentation zone id, hostname, e-mail or CIDR; exit 1 before any AWS call)
-and each GPU pool is, or is not, backed by a capacity reservation or block (a warning when not).
+and each GPU pool is, or is not, backed by a capacity reservation or block (a warning when not);
+when replicas span nodes, a warning while their image is pinned by tag only.
 Then, with AWS credentials (boto3's usual chain, read-only calls): every zone offers the GPU
 instance type, the On-Demand vCPU quota covers the GPU nodes, and every configured capacity
 reservation exists, is active, and matches its pool's zone and instance type.
@@ -92,6 +93,24 @@ def unreserved_detail(index: int, pool) -> str:
             f"gpuPools[{index}].capacityReservationId, or find a Capacity Block (`aws ec2 "
             f"describe-capacity-block-offerings --instance-type {pool.instanceType} --instance-count {pool.nodes} "
             f"--capacity-duration-hours 24`) and set gpuPools[{index}].capacityBlock (docs/capacity.md)")
+
+
+def image_checks(loaded) -> list[Check]:
+    """A warning row when the plan's replicas span nodes while their image (conventions.VLLM_EFA_IMAGE)
+    is pinned by tag alone: a tag can be moved, so the deploy should pin the digest it resolved."""
+    from conventions import VLLM_EFA_IMAGE, VLLM_EFA_IMAGE_DIGEST
+    from offline.stack import StackError
+
+    try:
+        spans_nodes = loaded.plan.nodes_per_replica > 1
+    except StackError:      # a plan the sizing refuses is `llmserve preview`'s to report, not this check's
+        return []
+    if not spans_nodes or VLLM_EFA_IMAGE_DIGEST:
+        return []
+    return [Check("image digest", "multi-node groups", True,
+                  f"{VLLM_EFA_IMAGE} is pinned by tag only (no published digest found); resolve it with "
+                  f"`crane digest {VLLM_EFA_IMAGE}` or `docker buildx imagetools inspect {VLLM_EFA_IMAGE}` and set "
+                  "conventions.VLLM_EFA_IMAGE_DIGEST (docs/multi-node.md)", warn=True)]
 
 
 # -- checks against AWS ------------------------------------------------------------------------
@@ -206,8 +225,9 @@ def preflight(
 ) -> None:
     from .stack_arg import load
 
-    settings = load(stack, config).settings
-    rows = example_checks(settings) + capacity_checks(settings)
+    loaded = load(stack, config)
+    settings = loaded.settings
+    rows = example_checks(settings) + capacity_checks(settings) + image_checks(loaded)
     if any(not r.ok for r in rows):     # refused before AWS is asked: the stack must change first
         print_rows(stack, settings.region, rows, note="AWS not checked: replace the example values first.")
         raise typer.Exit(1)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from conventions import EFA_RESOURCE, LWS_CHART_VERSION, VLLM_API_PORT
+from conventions import EFA_RESOURCE, LWS_CHART_VERSION, VLLM_API_PORT, VLLM_EFA_IMAGE, VLLM_EFA_IMAGE_DIGEST, VLLM_IMAGE, VLLM_VERSION
+from components.gpu_node_pool import EFA_MEMLOCK_BYTES
 from offline.policy_run import evaluate, stack_resources
 from policies.controllers import contract_violations
 from sizing.catalog import load_catalog
@@ -386,3 +387,61 @@ def test_group_engines_set_the_efa_environment_and_log_nccls_transport(recorded)
     for role in ("leaderTemplate", "workerTemplate"):
         env = {e["name"]: e.get("value") for e in template[role]["spec"]["containers"][0]["env"]}
         assert (env["FI_PROVIDER"], env["FI_EFA_USE_DEVICE_RDMA"], env["NCCL_DEBUG"]) == ("efa", "1", "INFO"), role
+
+
+# -- the image that carries EFA's userspace (conventions.VLLM_EFA_IMAGE, docs/multi-node.md) ------
+def test_the_efa_image_is_awss_vllm_dlc_at_the_pinned_vllm_version_by_its_full_tag():
+    """aws/deep-learning-containers docs/src/data/vllm/0.29.0-gpu-ec2.yml's first tag, on the public
+    registry; no digest, since no cited source publishes one (preflight warns while it is unset)."""
+    assert VLLM_EFA_IMAGE == f"public.ecr.aws/deep-learning-containers/vllm:{VLLM_VERSION}-gpu-py312-cu130-ubuntu24.04-ec2"
+    assert VLLM_EFA_IMAGE_DIGEST is None and "@" not in VLLM_EFA_IMAGE
+
+
+def test_every_group_pod_runs_the_efa_image_with_telemetry_off(recorded):
+    for lws in recorded(STACK).of_type(LWS):
+        template = lws.inputs["spec"]["leaderWorkerTemplate"]
+        for role in ("leaderTemplate", "workerTemplate"):
+            engine = template[role]["spec"]["containers"][0]
+            env = {e["name"]: e.get("value") for e in engine["env"]}
+            assert (engine["image"], env["OPT_OUT_TRACKING"]) == (VLLM_EFA_IMAGE, "true"), (lws.name, role)
+
+
+def test_single_node_replicas_keep_the_stock_image(recorded):
+    engines = [d.inputs["spec"]["template"]["spec"]["containers"][0]
+               for d in recorded("prod").of_type("kubernetes:apps/v1:Deployment")]
+    replicas = [e for e in engines if e["name"] == "vllm"]
+    assert replicas
+    for engine in replicas:
+        assert (engine["image"], "OPT_OUT_TRACKING" in {e["name"] for e in engine["env"]}) == (VLLM_IMAGE, False)
+
+
+# -- locked memory for EFA without IPC_LOCK (components/gpu_node_pool.py EFA_CONTAINERD_LIMITS) -----
+def node_configs(rec) -> list[dict]:
+    """The NodeConfig part of each GPU launch template's user data."""
+    import base64
+    import email
+    out = []
+    for lt in (r for r in rec.of_type("aws:ec2/launchTemplate:LaunchTemplate") if r.name.startswith("gpu-")):
+        message = email.message_from_string(base64.b64decode(lt.inputs["userData"]).decode())
+        (part,) = [p for p in message.walk() if p.get_content_type() == "application/node.eks.aws"]
+        out.append(yaml.safe_load(part.get_payload()))
+    return out
+
+
+def test_efa_nodes_raise_the_containers_memlock_and_keep_the_amis_nofile(recorded):
+    configs = node_configs(recorded(STACK))
+    assert len(configs) == 2
+    for config in configs:
+        assert config["spec"]["containerd"]["baseRuntimeSpec"]["process"]["rlimits"] == [
+            {"type": "RLIMIT_NOFILE", "soft": 65536, "hard": 1048576},
+            {"type": "RLIMIT_MEMLOCK", "soft": 2 ** 62, "hard": 2 ** 62}]
+
+
+def test_nodes_without_efa_keep_the_amis_container_limits(recorded):
+    configs = node_configs(recorded("prod"))
+    assert configs and all("containerd" not in c["spec"] for c in configs)
+
+
+def test_the_memlock_limit_survives_nodeadms_float64_merge_exactly():
+    """nodeadm merges the NodeConfig through encoding/json into float64 (nodeadm/internal/util/merge.go)."""
+    assert int(float(EFA_MEMLOCK_BYTES)) == EFA_MEMLOCK_BYTES < 2 ** 64 - 1

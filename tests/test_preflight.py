@@ -3,6 +3,7 @@ against botocore's Stubber. Nothing here reaches AWS."""
 from __future__ import annotations
 
 import copy
+from types import SimpleNamespace
 
 import boto3
 import pytest
@@ -11,6 +12,7 @@ from botocore.exceptions import NoCredentialsError
 from botocore.stub import Stubber
 from moto import mock_aws
 
+from conventions import VLLM_EFA_IMAGE
 from llmserve import preflight_cmd
 from llmserve.cli import main
 from llmserve.preflight_cmd import AwsClients, Check, offering_checks, quota_checks, reservation_checks
@@ -283,3 +285,37 @@ def test_each_gpu_pool_states_the_capacity_behind_it(configured, result, detail)
     (row,) = preflight_cmd.capacity_checks(Stack)
     assert (row.check, row.target, row.result, row.detail) == (
         "capacity", "gpuPools[0] (p5.48xlarge x 1 in us-east-1a)", result, detail)
+
+
+# -- the multi-node groups' image, pinned by tag only (conventions.VLLM_EFA_IMAGE) ----------------
+class Loaded:
+    """What image_checks reads of an `offline.stack.LoadedStack`: its plan, or the refusal of one."""
+    def __init__(self, nodes_per_replica: int | None):
+        self.nodes = nodes_per_replica
+
+    @property
+    def plan(self):
+        from offline.stack import StackError
+        if self.nodes is None:
+            raise StackError("stacks/Pulumi.x.yaml", ["llm-serving:gpuPools: too small"])
+        return SimpleNamespace(nodes_per_replica=self.nodes)
+
+
+def test_a_plan_spanning_nodes_warns_that_its_image_is_pinned_by_tag_only():
+    (row,) = preflight_cmd.image_checks(Loaded(2))
+    assert (row.check, row.target, row.result) == ("image digest", "multi-node groups", "warn")
+    assert row.detail == (
+        f"{VLLM_EFA_IMAGE} is pinned by tag only (no published digest found); resolve it with "
+        f"`crane digest {VLLM_EFA_IMAGE}` or `docker buildx imagetools inspect {VLLM_EFA_IMAGE}` and set "
+        "conventions.VLLM_EFA_IMAGE_DIGEST (docs/multi-node.md)")
+
+
+@pytest.mark.parametrize("nodes", [1, None], ids=["one-node replicas", "a plan the sizing refuses"])
+def test_no_image_row_without_groups(nodes):
+    assert preflight_cmd.image_checks(Loaded(nodes)) == []
+
+
+def test_no_image_row_once_the_digest_is_pinned(monkeypatch):
+    import conventions
+    monkeypatch.setattr(conventions, "VLLM_EFA_IMAGE_DIGEST", "sha256:" + "0" * 64)
+    assert preflight_cmd.image_checks(Loaded(2)) == []
