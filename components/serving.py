@@ -216,9 +216,12 @@ def with_kv_transfer(pod: dict, spec: ServingSpec, efa_devices: int) -> dict:
     engine["ports"] = [*engine["ports"], *({"name": f"nixl-{i}" if i else "nixl", "containerPort": port, "protocol": "TCP"}
                                            for i, port in enumerate(side_channel_ports(spec)))]
     if spec.kv_over_efa and efa_devices:
+        # NIXL's LIBFABRIC backend loads libfabric from the image: the stock one carries none, so these
+        # pods run the group image (conventions.VLLM_EFA_IMAGE, the same vLLM with EFA installer 1.47.0).
+        engine["image"] = VLLM_EFA_IMAGE
         engine["resources"] = {part: {**engine["resources"][part], EFA_RESOURCE: str(efa_devices)}
                                for part in ("limits", "requests")}
-        engine["env"] = [*engine["env"], *EFA_KV_ENV]
+        engine["env"] = [*engine["env"], *EFA_KV_ENV, *EFA_IMAGE_ENV]
     out = {**pod, "containers": containers}
     if spec.role == "decode":     # after the model's download (which runs to completion), the native sidecar
         out["initContainers"] = [*pod.get("initContainers", []), routing_sidecar_container(spec)]

@@ -96,18 +96,20 @@ def unreserved_detail(index: int, pool) -> str:
 
 
 def image_checks(loaded) -> list[Check]:
-    """A warning row when the plan's replicas span nodes while their image (conventions.VLLM_EFA_IMAGE)
-    is pinned by tag alone: a tag can be moved, so the deploy should pin the digest it resolved."""
+    """A warning row when the plan's replicas span nodes, or its KV moves over EFA, while their image
+    (conventions.VLLM_EFA_IMAGE) is pinned by tag alone: a tag can be moved, so the deploy should pin the digest it resolved."""
     from conventions import VLLM_EFA_IMAGE, VLLM_EFA_IMAGE_DIGEST
     from offline.stack import StackError
 
     try:
-        spans_nodes = loaded.plan.nodes_per_replica > 1
+        plan = loaded.plan
     except StackError:      # a plan the sizing refuses is `llmserve preview`'s to report, not this check's
         return []
-    if not spans_nodes or VLLM_EFA_IMAGE_DIGEST:
+    kv_over_efa = plan.kv_transfer is not None and plan.kv_transfer.link == "efa"
+    if not (plan.nodes_per_replica > 1 or kv_over_efa) or VLLM_EFA_IMAGE_DIGEST:
         return []
-    return [Check("image digest", "multi-node groups", True,
+    who = "multi-node groups" if plan.nodes_per_replica > 1 else "prefill/decode pods (KV over EFA)"
+    return [Check("image digest", who, True,
                   f"{VLLM_EFA_IMAGE} is pinned by tag only (no published digest found); resolve it with "
                   f"`crane digest {VLLM_EFA_IMAGE}` or `docker buildx imagetools inspect {VLLM_EFA_IMAGE}` and set "
                   "conventions.VLLM_EFA_IMAGE_DIGEST (docs/multi-node.md)", warn=True)]

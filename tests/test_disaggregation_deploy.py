@@ -218,12 +218,13 @@ def test_two_workloads_per_zone_carry_their_role_and_the_nixl_side_channel(disag
 
 
 def test_kv_over_efa_requests_the_nodes_efa_devices(disaggregated_planner, build_program):
-    from conventions import EFA_RESOURCE
+    from conventions import EFA_RESOURCE, VLLM_EFA_IMAGE
     disaggregated_planner(link="efa")
     rec = build_program("prod", DISAGGREGATED)
     for role in ("prefill", "decode"):
         for d in workloads(rec, role).values():
             assert int(engine_of(d)["resources"]["limits"][EFA_RESOURCE]) > 0
+            assert engine_of(d)["image"] == VLLM_EFA_IMAGE      # NIXL's LIBFABRIC backend needs libfabric
             assert json.loads(arg(engine_of(d), "--kv-transfer-config"))["kv_connector_extra_config"]["backends"] == [
                 "LIBFABRIC"]
     # The nodes get EFA interfaces (launch templates), and the EFA device plugin is installed.
@@ -337,3 +338,10 @@ def test_a_disaggregated_stack_previews_offline_and_validates(capsys, tmp_path):
         except CrdMissing:
             not_validated.add(obj["kind"])
     assert not_validated <= kinds_of_optional_crds_not_fetched()
+
+
+def test_kv_over_nvlink_keeps_the_stock_image(disaggregated_planner, build_program):
+    from conventions import VLLM_IMAGE
+    disaggregated_planner(link="nvlink")
+    rec = build_program("prod", DISAGGREGATED)
+    assert {engine_of(d)["image"] for role in ("prefill", "decode") for d in workloads(rec, role).values()} == {VLLM_IMAGE}

@@ -290,15 +290,16 @@ def test_each_gpu_pool_states_the_capacity_behind_it(configured, result, detail)
 # -- the multi-node groups' image, pinned by tag only (conventions.VLLM_EFA_IMAGE) ----------------
 class Loaded:
     """What image_checks reads of an `offline.stack.LoadedStack`: its plan, or the refusal of one."""
-    def __init__(self, nodes_per_replica: int | None):
-        self.nodes = nodes_per_replica
+    def __init__(self, nodes_per_replica: int | None, kv_link: str | None = None):
+        self.nodes, self.kv_link = nodes_per_replica, kv_link
 
     @property
     def plan(self):
         from offline.stack import StackError
         if self.nodes is None:
             raise StackError("stacks/Pulumi.x.yaml", ["llm-serving:gpuPools: too small"])
-        return SimpleNamespace(nodes_per_replica=self.nodes)
+        kv = SimpleNamespace(link=self.kv_link) if self.kv_link else None
+        return SimpleNamespace(nodes_per_replica=self.nodes, kv_transfer=kv)
 
 
 def test_a_plan_spanning_nodes_warns_that_its_image_is_pinned_by_tag_only():
@@ -310,9 +311,15 @@ def test_a_plan_spanning_nodes_warns_that_its_image_is_pinned_by_tag_only():
         "conventions.VLLM_EFA_IMAGE_DIGEST (docs/multi-node.md)")
 
 
-@pytest.mark.parametrize("nodes", [1, None], ids=["one-node replicas", "a plan the sizing refuses"])
-def test_no_image_row_without_groups(nodes):
-    assert preflight_cmd.image_checks(Loaded(nodes)) == []
+def test_kv_over_efa_warns_that_its_image_is_pinned_by_tag_only():
+    (row,) = preflight_cmd.image_checks(Loaded(1, kv_link="efa"))
+    assert (row.check, row.target, row.result) == ("image digest", "prefill/decode pods (KV over EFA)", "warn")
+
+
+@pytest.mark.parametrize("nodes, kv_link", [(1, None), (1, "nvlink"), (None, None)],
+                         ids=["one-node replicas", "KV over NVLink", "a plan the sizing refuses"])
+def test_no_image_row_without_groups_or_kv_over_efa(nodes, kv_link):
+    assert preflight_cmd.image_checks(Loaded(nodes, kv_link)) == []
 
 
 def test_no_image_row_once_the_digest_is_pinned(monkeypatch):
