@@ -138,16 +138,16 @@ SPECULATIVE_OPTIONS = {"speculative": "--speculative", "speculative.method": "--
 
 def _speculative_request(method, draft_tokens, acceptance_rate, draft_model, sweep: bool):
     """`--speculative ...` as the plan's SpeculativeRequest (None without it), checked before planning."""
-    from sizing.roles import SpeculativeRequest
-    from sizing.speculative import check_request
-    from sizing.workload import SizingError
-
     values = {"--draft-tokens": draft_tokens, "--acceptance-rate": acceptance_rate, "--draft-model": draft_model}
     if method is None:
         given = [name for name, value in values.items() if value is not None]
         if given:
             fail(f"{given[0]}: needs --speculative METHOD (eagle3, mtp, ngram or draft)")
         return None
+    from sizing.roles import SpeculativeRequest
+    from sizing.speculative import check_request
+    from sizing.workload import SizingError
+
     if sweep:
         fail("--speculative: the sweep ranks plans without speculation; size one plan to see it")
     spec = SpeculativeRequest(method, draft_tokens, acceptance_rate, draft_model)

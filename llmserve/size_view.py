@@ -49,8 +49,8 @@ def print_report(d: dict, plot: Path | None) -> None:
         console.print(summary_line(d["speculative"]))
     for note in d["notes"]:
         console.print(f"Note: {note}.")
-    from sizing.autoscale import autoscale_line
-    if autoscale_line(d):
+    if d.get("autoscale"):
+        from sizing.autoscale import autoscale_line
         console.print(autoscale_line(d))
     if plot is not None:
         console.print(f"Plot written to {plot}.")
