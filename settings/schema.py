@@ -18,11 +18,10 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr,
 from conventions import SERVING_NAMESPACE
 from sizing.catalog import CatalogError, load_catalog
 from sizing.planner import PlanRequest, Pool
-from sizing.roles import SERVING_MODES, SPECULATIVE_METHODS, SpeculativeRequest
+from sizing.modes import SERVING_MODES, SPECULATIVE_METHODS
 from sizing.profiles import load_profiles, unknown_profile
 from sizing.traffic import LengthDistribution, LengthsError, Percentiles, from_percentiles, parse_lengths_text
 from sizing.workload import Workload
-from sizing.load_curve import LoadCurve, LoadCurveError, from_setting as curve_from_setting, parse_curve_csv
 
 from inputs import InputError
 from inputs.files import read_text
@@ -122,7 +121,7 @@ class WorkloadSettings(_Strict):
     # qps is then the plan's (the peak's) rate: left unset, the curve's peak; set, at least the peak.
     traffic: Any = None
     _lengths: LengthDistribution | None = PrivateAttr(None)
-    _curve: LoadCurve | None = PrivateAttr(None)
+    _curve: Any = PrivateAttr(None)      # sizing.load_curve.LoadCurve (read_traffic), None without traffic
 
     @model_validator(mode="after")
     def _one_load(self):
@@ -246,6 +245,8 @@ MAX_TRAFFIC_FILE_BYTES = 8 * 2**20      # 8 MiB: sizing.load_curve.MAX_POINTS li
 def read_traffic(value) -> LoadCurve:
     """`workload.traffic`: 24 hourly rates, {hour: rate}, or {file: PATH} of a CSV of t_s,qps (made
     absolute from the stack file's folder by the loader, settings.load.files_resolved)."""
+    # On use: a stack without traffic never builds the curve's types.
+    from sizing.load_curve import LoadCurveError, from_setting as curve_from_setting, parse_curve_csv
     if isinstance(value, dict) and "file" in value:
         path = value["file"]
         if set(value) != {"file"} or not isinstance(path, str) or not path:
@@ -451,6 +452,7 @@ class SpeculativeSettings(_Strict):
         return self
 
     def request(self) -> SpeculativeRequest:
+        from sizing.roles import SpeculativeRequest
         return SpeculativeRequest(self.method, self.draftTokens, self.acceptanceRate, self.draftModel)
 
 

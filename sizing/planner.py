@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from conventions import RULE_ZONE_HOLDS_WHOLE_GROUPS
 
@@ -29,9 +29,10 @@ from .ops import EXTRAPOLATED_FROM, has_op_tables
 from .placement import (NodeSlot, PlanError, Pool, place_groups, place_on_nodes, replicas_for_n_plus_one,
                         spread, zone_slots)
 from .profiles import Profile, get_profile
-from .roles import (AutoscalePolicy, KvTransfer, PoolLayout, ServingPool, SpeculativePlan, SpeculativeRequest,
-                    aggregated_pool)
 from .workload import SizingError, Workload
+
+if TYPE_CHECKING:       # the levers' types (sizing.roles), built only by the plans that use them
+    from .roles import AutoscalePolicy, KvTransfer, PoolLayout, ServingPool, SpeculativePlan, SpeculativeRequest
 
 BINDING_WORDS = {
     "tpot": "{stat} TPOT reaches the {tpot:.0f} ms SLO (decode steps slow as the batch grows)",
@@ -116,6 +117,7 @@ class Plan:
     @property
     def pools_by_role(self) -> dict[str, ServingPool]:
         """The plan's pools by role: {"aggregated": ...} or {"prefill": ..., "decode": ...}."""
+        from .roles import aggregated_pool
         return {p.role: p for p in self.serving_pools} or {"aggregated": aggregated_pool(self)}
 
     @property

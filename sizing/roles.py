@@ -18,9 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-SERVING_MODES = ("aggregated", "disaggregated", "auto")
-ROLES = ("aggregated", "prefill", "decode")
-SPECULATIVE_METHODS = ("eagle3", "mtp", "ngram", "draft")
+from .modes import ROLES, SERVING_MODES, SPECULATIVE_METHODS  # noqa: F401 (the names, re-exported)
 
 
 @dataclass(frozen=True)
@@ -50,99 +48,18 @@ class ServingPool:
         return self.replicas * self.gpus_per_replica
 
 
-@dataclass(frozen=True)
-class KvTransfer:
-    """One request's KV from its prefill replica to its decode replica (vLLM NixlConnector)."""
-    link: str                    # nvlink (same node) | efa (across nodes, same zone)
-    bytes_per_request: float     # prompt tokens x KV bytes per token (the mean prompt)
-    bandwidth_gbps: float        # the link's nominal bandwidth, Gbit/s
-    efficiency: float            # at this message size (sizing.kv_transfer's cited curve)
-    fixed_ms: float              # per-request cost: handshake, metadata, notification
-    transfer_ms: float           # fixed_ms + bytes / (bandwidth x efficiency), at the mean prompt
-    transfer_ms_at_statistic: float   # at the prompt quantile of the SLO statistic
-    kv_lease_s: float            # KV held on the prefill side until the decode pulls it
+# The levers' types live in their own modules and are handed out here on first use: an aggregated plan
+# at one load (most plans) builds none of them, and a dataclass costs its import ~0.7 ms.
+_LAZY = {"KvTransfer": "lever_types", "PoolLayout": "lever_types", "SpeculativeRequest": "lever_types",
+         "SpeculativePlan": "lever_types", "ColdStartTerm": "autoscale_policy", "ColdStart": "autoscale_policy",
+         "AutoscalePolicy": "autoscale_policy"}
 
 
-@dataclass(frozen=True)
-class PoolLayout:
-    """An explicit disaggregated layout to evaluate (fleet totals), as `size --prefill-replicas ...`."""
-    prefill_replicas: int
-    prefill_tp: int
-    decode_replicas: int
-    decode_tp: int
-
-
-@dataclass(frozen=True)
-class SpeculativeRequest:
-    """What the user states: the method, k and the measured per-token acceptance."""
-    method: str                  # eagle3 | mtp | ngram | draft
-    draft_tokens: int | None     # k; None: the plan chooses it per expected batch
-    acceptance_rate: float | None   # per-token acceptance a in (0, 1); None is refused
-    draft_model: str | None = None  # method draft / eagle3: the drafter's checkpoint or catalog id
-
-
-@dataclass(frozen=True)
-class SpeculativePlan:
-    method: str
-    draft_tokens: int                    # k chosen for the expected batch (0: speculation off)
-    acceptance_rate: float
-    mean_acceptance_length: float        # tokens emitted per verify step, bonus token included
-    stops_paying_batch: float | None     # decode batch above which speculation slows TPOT (None: never in range)
-    expected_batch: float                # decode batch the plan expects per replica
-    enabled: bool                        # False: the plan runs without it (the batch is past stops_paying_batch)
-    tpot_gain: float                     # TPOT without / with, at the expected batch (1.0: off)
-    draft_memory_gb: float               # drafter weights + its KV, per replica
-    reason: str                          # words: why this k, or why off
-    draft_model: str | None = None       # vLLM's speculative `model` (the drafter's checkpoint); None: ngram or the target's own MTP layers
-
-
-@dataclass(frozen=True)
-class ColdStartTerm:
-    name: str                    # node_provision | image_pull | model_download | compile | model_load | engine_start
-    seconds: float
-    source: str                  # the citation or the figure it comes from
-
-
-@dataclass(frozen=True)
-class ColdStart:
-    terms: tuple[ColdStartTerm, ...]
-
-    @property
-    def replica_on_new_node_s(self) -> float:
-        return sum(t.seconds for t in self.terms)
-
-    @property
-    def replica_on_warm_node_s(self) -> float:
-        """A node already up (and its image pulled): model load and engine start only."""
-        return sum(t.seconds for t in self.terms if t.name in ("model_load", "engine_start"))
-
-
-@dataclass(frozen=True)
-class AutoscalePolicy:
-    metric: str                          # the figure KEDA scales on (a PromQL expression's meaning)
-    query: str                           # the PromQL KEDA runs
-    target_per_replica: float            # the metric's value one replica carries at the SLO statistic
-    floor_by_zone: dict[str, int]        # N+1 by zone at the trough: never fewer
-    ceiling_by_zone: dict[str, int]      # the peak's N+1 fleet: never more
-    lead_s: float                        # scale-up leads the curve by the cold start
-    scale_down_stabilization_s: float    # the drain story: no scale-down within this window
-    cold_start: ColdStart | None = None
-    notes: tuple[str, ...] = field(default_factory=tuple)
-    # Added by sizing.autoscale (issue 34); defaults keep the fields above the whole contract.
-    lead_query: str = ""                 # the second trigger: the rate lead_s ahead (predict_linear)
-    zone_threshold: float = 0.0          # each zone's ScaledObject AverageValue on the fleet-wide metric
-    peak_qps: float = 0.0                # the traffic's peak and trough, and when (s from the curve's start)
-    peak_at_s: float = 0.0
-    trough_qps: float = 0.0
-    trough_at_s: float = 0.0
-    trough_replicas: int = 0             # the fleet the trough's N+1 plan needs (sum of floor_by_zone)
-    floor_redundancy: str = "zone"       # the trough plan's: zone (N+1 by zone) | node (one zone) | none
-    nodes_floor_by_zone: dict[str, int] = field(default_factory=dict)    # GPU nodes the floor keeps up
-    nodes_ceiling_by_zone: dict[str, int] = field(default_factory=dict)  # GPU nodes the ceiling needs
-    scales: str = "replicas"             # replicas (Deployments) | groups (LeaderWorkerSet groups, whole)
-    polling_interval_s: float = 30.0     # KEDA's pollingInterval
-    node_scale_down_s: float = 600.0     # an empty node is removed after this (cluster-autoscaler default)
-    floor_qps: float | None = None       # the trough's load: what the floor carries after losing a zone
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __package__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def aggregated_pool(plan) -> ServingPool:
