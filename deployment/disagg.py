@@ -36,8 +36,6 @@ KV_ROLE = "kv_both"            # llm-d's P/D guide runs both roles as kv_both: t
 # NIXL's transport per link: libfabric's efa provider on EFA (GPUDirect RDMA, SRD), UCX otherwise
 # (within a node UCX moves GPU memory over NVLink with its cuda_ipc transport).
 NIXL_BACKEND = {"efa": "LIBFABRIC", "nvlink": "UCX"}
-# sizing.roles.SPECULATIVE_METHODS -> vLLM's SpeculativeMethod spelling.
-VLLM_SPECULATIVE_METHOD = {"eagle3": "eagle3", "mtp": "mtp", "ngram": "ngram", "draft": "draft_model"}
 DISAGGREGATED_ROLES = ("prefill", "decode")
 
 
@@ -64,18 +62,9 @@ def kv_transfer_config(transfer: KvTransfer | None) -> str:
 
 
 def speculative_config(plan: Plan) -> str | None:
-    """`--speculative-config` when the plan runs speculation (None when off or not planned): the
-    engine arguments' own config when the planner wrote one, else the plan's method and k."""
-    spec = plan.speculative
-    if spec is None or not spec.enabled or spec.draft_tokens < 1:
-        return None
-    if plan.engine_args.speculative_config:      # the planner's own JSON text (sizing.speculative)
-        return plan.engine_args.speculative_config
-    config = {"method": VLLM_SPECULATIVE_METHOD[spec.method], "num_speculative_tokens": spec.draft_tokens}
-    drafter = plan.request.speculative.draft_model if plan.request.speculative else None
-    if drafter:
-        config["model"] = drafter
-    return json.dumps(config, separators=(",", ":"), sort_keys=True)
+    """`--speculative-config` when the plan runs speculation, None when it is off or not planned: the
+    planner's own JSON (`EngineArgs.speculative_config`, sizing.speculative)."""
+    return plan.engine_args.speculative_config
 
 
 def speculative_annotations(plan: Plan) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""The tables every `simulate` run prints the same way (aggregated, disaggregated)."""
+"""What every `simulate` run (aggregated, disaggregated, a load over time) prints the same way."""
 from __future__ import annotations
 
 
@@ -13,3 +13,16 @@ def latency_table(data: dict):
 
 def ms(x) -> str:
     return "-" if x is None else f"{x:,.1f}"
+
+
+def emit(data: dict, as_json: bool, show) -> None:
+    """The JSON, or `show()`'s tables; then exit 1 when a request was lost."""
+    import json
+
+    import typer
+    if as_json:
+        print(json.dumps(data, indent=2))
+    else:
+        show()
+    if data["requests_lost"]:
+        raise typer.Exit(1)

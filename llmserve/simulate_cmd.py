@@ -6,7 +6,6 @@ goodput, per-replica utilisation, and each window around the failure. Exit code 
 is lost."""
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Optional
@@ -15,7 +14,7 @@ import typer
 
 from . import options, simulate_disagg
 from .errors import check_output_file, check_positive, fail, writing
-from .sim_tables import latency_table, ms as _ms
+from .sim_tables import emit, latency_table, ms as _ms
 from .stack_arg import load, requested_failure
 
 
@@ -92,12 +91,7 @@ def _report(data: dict, result, cfg, stack, plot, as_json: bool) -> None:
         from simulator.plot import plot_timeline
         with writing("--plot", plot):
             plot_timeline(result, plot, _title(stack, cfg))
-    if as_json:
-        print(json.dumps(data, indent=2))
-    else:
-        _print(data, cfg, stack, plot)
-    if data["requests_lost"]:
-        raise typer.Exit(1)
+    emit(data, as_json, lambda: _print(data, cfg, stack, plot))
 
 
 def _with_traffic(o: dict) -> None:

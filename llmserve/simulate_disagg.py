@@ -4,13 +4,13 @@ with a section per pool and one for the KV transfer. An aggregated plan's run ne
 (its output is unchanged), and refuses these options."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
 
 from .errors import fail
-from .sim_tables import latency_table, ms as _ms
+from .sim_tables import emit, latency_table, ms as _ms
+from .stack_arg import zone_failure
 
 FAIL_POOLS = ("prefill", "decode")
 # `simulate`'s options for a disaggregated plan (an aggregated plan refuses them)
@@ -79,21 +79,6 @@ def _check(plan, *, duration, qps, concurrency, burst, fail_zone, fail_node, plo
         fail(f"--kill-prefill-at: {kill_prefill_at:g} s is outside the {duration:g} s run")
 
 
-def _zone_failure(value, duration, plan):
-    if value is None:
-        return None
-    from simulator import parse_fail_zone
-
-    try:
-        failure = parse_fail_zone(value, duration)
-    except ValueError as exc:
-        fail(f"--fail-zone: {exc}")
-    zones = sorted({z for pool in plan.serving_pools for z, n in pool.replicas_by_zone.items() if n})
-    if failure.zone not in zones:
-        fail(f"--fail-zone: zone {failure.zone} holds no replica of this plan (zones: {', '.join(zones)})")
-    return failure
-
-
 def run(plan, stack, *, duration: float, qps, concurrency, burst, router: str, arrivals: str, burstiness: float,
         lengths: str, length_cv: float, seed: int, fail_zone, fail_node, as_json: bool, plot: Path | None,
         overrides: dict, fail_pool, kill_prefill_at, kv_load_failure_policy) -> None:
@@ -104,7 +89,7 @@ def run(plan, stack, *, duration: float, qps, concurrency, burst, router: str, a
     _check(plan, duration=duration, qps=qps, concurrency=concurrency, burst=burst, fail_zone=fail_zone,
            fail_node=fail_node, plot=plot, overrides=overrides, fail_pool=fail_pool, kill_prefill_at=kill_prefill_at,
            kv_load_failure_policy=kv_load_failure_policy)
-    failure = _zone_failure(fail_zone, duration, plan)
+    failure = zone_failure(fail_zone, duration, plan)    # the fleet's zones: both pools'
     try:
         cfg = disagg_config_from_plan(
             plan, duration, qps, router=router, arrivals=arrivals, burstiness_cv=burstiness, lengths=lengths,
@@ -115,12 +100,7 @@ def run(plan, stack, *, duration: float, qps, concurrency, burst, router: str, a
     except ValueError as exc:
         fail(str(exc))
     data = {"stack": stack, **disagg_to_dict(result)}
-    if as_json:
-        print(json.dumps(data, indent=2))
-    else:
-        _print(data, stack)
-    if data["requests_lost"]:
-        raise typer.Exit(1)
+    emit(data, as_json, lambda: _print(data, stack))
 
 
 def _print(data: dict, stack) -> None:

@@ -2,13 +2,12 @@
 static or with the plan's autoscaling policy in the loop (simulator/autoscale.py)."""
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 
-import typer
 
 from .errors import fail, writing
+from .sim_tables import emit
 
 MAX_TRAFFIC_FILE_BYTES = 8 * 2**20     # settings.schema.MAX_TRAFFIC_FILE_BYTES
 
@@ -75,12 +74,7 @@ def simulate_traffic(stack, p, path: Path | None, autoscale: bool, fail_zone: st
     if plot is not None:
         with writing("--plot", plot):
             plot_day(data, plot)
-    if as_json:
-        print(json.dumps(data, indent=2))
-    else:
-        print_day(data, plot)
-    if data["requests_lost"]:
-        raise typer.Exit(1)
+    emit(data, as_json, lambda: print_day(data, plot))
 
 
 def print_day(d: dict, plot: Path | None) -> None:
